@@ -1,0 +1,33 @@
+-- Archive columns and indexes on image_generation_records.
+-- Idempotent and safe on a live table: every statement is IF NOT EXISTS, ADD COLUMN
+-- with a constant default is metadata-only (PostgreSQL 11+), and indexes are built
+-- CONCURRENTLY. Run each statement on its own, outside a transaction
+-- (`python -m lib.migrate` does; psql does too when the file is fed with -f).
+SET lock_timeout = '5s';
+
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_status TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_attempts INT NOT NULL DEFAULT 0;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_next_run_at TIMESTAMPTZ;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_locked_by TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_locked_at TIMESTAMPTZ;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_enqueued_at TIMESTAMPTZ;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_error TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archived_at TIMESTAMPTZ;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_image_url TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS image_mime_type TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JSONB;
+
+-- The claim is by primary key and needs no index. The sweeper's two scans do:
+-- partial indexes keep them proportional to the stale rows, not the table.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_pending_idx
+    ON image_generation_records (archive_next_run_at)
+    WHERE archive_status = 'PENDING';
+
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_running_idx
+    ON image_generation_records (archive_locked_at)
+    WHERE archive_status = 'RUNNING';
+
+-- Operators list and replay failures by generation time (`requeue --failed --since`).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
+    ON image_generation_records (started_at)
+    WHERE archive_status = 'FAILED';
