@@ -1,0 +1,56 @@
+"""ArchiveFunction: SQS (BatchSize 1) -> archive one generated image to Lsky Pro.
+
+Thin by design: Powertools turns each record into a call to the worker and reports
+the records to redeliver as batchItemFailures (ReportBatchItemFailures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from lib.observability import logger, metrics, traced
+from lib.runtime import archive_worker
+from lib.worker import Message
+
+# Every failure is a batch item failure, never a function error: with BatchSize 1 an
+# "entire batch failed" error would make Lambda back off the whole event source.
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+class Redeliver(Exception):
+    """Marks a record as a batch item failure: SQS delivers it again after its visibility."""
+
+
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
+    message = Message(
+        message_id=record.message_id,
+        body=record.body,
+        receipt_handle=record.receipt_handle,
+        queue_arn=record.event_source_arn,
+        receive_count=int(record.attributes.approximate_receive_count or 1),
+    )
+    owner = f"{lambda_context.aws_request_id}/{record.message_id}"
+    result = archive_worker().process(
+        message, owner=owner, remaining_ms=lambda_context.get_remaining_time_in_millis
+    )
+    if result.redeliver:
+        raise Redeliver(f"{result.outcome}: {result.detail}")
+
+
+@traced
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    archive_worker()  # a missing setting fails the invocation loudly, before any record
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

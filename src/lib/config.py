@@ -1,0 +1,158 @@
+"""Settings read from the environment (the contract in DESIGN.md).
+
+Numbers follow the seed worker: an invalid value (zero, negative, not a number)
+falls back to its default with a warning, so a typo in a console never stops
+archiving. A missing *required* value is one clear ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from lib.observability import logger
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_RETRY_DELAYS = (30, 120, 600)
+# The archive function's timeout (120 s in template.yaml) plus a margin; the queue's
+# visibility timeout (720 s) is longer, so a crashed attempt's lock has expired by
+# the time its message comes back.
+DEFAULT_LOCK_TTL_SECONDS = 180
+DEFAULT_MAX_IMAGE_BYTES = 50 * 1024 * 1024
+
+
+class ConfigError(RuntimeError):
+    """A required setting is missing or unusable; the message names it."""
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    """Where the connection comes from: a URL (local, tests) or a Secrets Manager secret."""
+
+    url: str | None = field(default=None, repr=False)
+    secret_arn: str | None = None
+    sslmode: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    lsky_base_url: str
+    database: DatabaseConfig
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry_delays: tuple[int, ...] = DEFAULT_RETRY_DELAYS
+    lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    allow_private_networks: tuple[IPNetwork, ...] = ()
+    lsky_strategy_id: int | None = None
+    lsky_album_id: int | None = None
+    dlq_url: str | None = None
+    # Resolved lazily by lib.credentials (a secret is fetched only when needed).
+    lsky_token: str | None = field(default=None, repr=False)
+    lsky_token_secret_arn: str | None = None
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    """A variable's value, with empty and blank treated as unset (templates pass '')."""
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = _text(env, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value > 0:
+        return value
+    logger.warning("invalid %s=%r, using default %s", name, raw, default)
+    return default
+
+
+def optional_id(env: Mapping[str, str], name: str) -> int | None:
+    raw = _text(env, name)
+    if raw is None:
+        return None
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    logger.warning("invalid %s=%r, ignoring it", name, raw)
+    return None
+
+
+def retry_delays(env: Mapping[str, str], name: str = "ARCHIVE_RETRY_DELAYS") -> tuple[int, ...]:
+    raw = _text(env, name)
+    if raw is None:
+        return DEFAULT_RETRY_DELAYS
+    try:
+        delays = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        delays = ()
+    # SQS caps a visibility timeout at 12 hours.
+    if delays and all(0 < delay <= 43_200 for delay in delays):
+        return delays
+    logger.warning("invalid %s=%r, using default %s", name, raw, DEFAULT_RETRY_DELAYS)
+    return DEFAULT_RETRY_DELAYS
+
+
+def networks(env: Mapping[str, str], name: str) -> tuple[IPNetwork, ...]:
+    raw = _text(env, name)
+    if raw is None:
+        return ()
+    parsed: list[IPNetwork] = []
+    for part in raw.split(","):
+        try:
+            parsed.append(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            logger.warning("invalid network %r in %s, ignoring it", part.strip(), name)
+    return tuple(parsed)
+
+
+def require_one_of(env: Mapping[str, str], *names: str) -> None:
+    if not any(_text(env, name) for name in names):
+        raise ConfigError(f"missing required setting: set {' or '.join(names)}")
+
+
+SSL_MODES = ("disable", "prefer", "require", "verify-full")
+
+
+def load_database_config(env: Mapping[str, str] | None = None) -> DatabaseConfig:
+    env = os.environ if env is None else env
+    require_one_of(env, "DATABASE_URL", "DB_SECRET_ARN")
+    sslmode = _text(env, "DB_SSLMODE")
+    if sslmode is not None and sslmode not in SSL_MODES:
+        raise ConfigError(f"DB_SSLMODE must be one of {', '.join(SSL_MODES)}")
+    return DatabaseConfig(
+        url=_text(env, "DATABASE_URL"), secret_arn=_text(env, "DB_SECRET_ARN"), sslmode=sslmode
+    )
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings for the archive function; raises ConfigError naming what is missing."""
+    env = os.environ if env is None else env
+    base_url = _text(env, "LSKY_BASE_URL")
+    if base_url is None:
+        raise ConfigError("missing required setting: LSKY_BASE_URL")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError("LSKY_BASE_URL must start with http:// or https://")
+    database = load_database_config(env)
+    require_one_of(env, "LSKY_TOKEN", "LSKY_TOKEN_SECRET_ARN")
+    return Settings(
+        lsky_base_url=base_url.rstrip("/"),
+        database=database,
+        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        retry_delays=retry_delays(env),
+        lock_ttl_seconds=positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS),
+        max_image_bytes=positive_int(env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES),
+        allow_private_networks=networks(env, "ARCHIVE_ALLOW_PRIVATE_NETWORKS"),
+        lsky_strategy_id=optional_id(env, "LSKY_STRATEGY_ID"),
+        lsky_album_id=optional_id(env, "LSKY_ALBUM_ID"),
+        dlq_url=_text(env, "ARCHIVE_DLQ_URL"),
+        lsky_token=_text(env, "LSKY_TOKEN"),
+        lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
+    )

@@ -1,0 +1,164 @@
+"""One PostgreSQL connection per Lambda container, reopened when it drops.
+
+pg8000's native API with named parameters only. Statements run in autocommit:
+each is a single conditional UPDATE, so a transaction would only add round trips.
+Every statement this service runs is safe to repeat after a lost connection
+(claims and finishes are keyed on the lock owner), so `run` retries once on a
+fresh connection before giving up with DatabaseUnavailable.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pg8000.exceptions
+import pg8000.native
+
+from lib.config import DatabaseConfig
+from lib.credentials import DatabaseParams, database_params
+from lib.observability import logger
+
+CONNECT_TIMEOUT_SECONDS = 10
+STATEMENT_TIMEOUT_MS = 15_000
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# SQLSTATEs after which the session is gone: connection exceptions and shutdowns.
+_CONNECTION_LOST_CLASSES = ("08", "57P")
+_AUTH_FAILED = frozenset({"28P01", "28000"})
+
+
+class DatabaseUnavailable(RuntimeError):
+    """The database could not be reached or dropped the connection; nothing was concluded."""
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    detail = error.args[0] if error.args else None
+    return str(detail.get("C")) if isinstance(detail, dict) and detail.get("C") else None
+
+
+def is_connection_lost(error: BaseException) -> bool:
+    if isinstance(error, pg8000.exceptions.InterfaceError | OSError):
+        return True
+    code = _sqlstate(error)
+    return code is not None and code.startswith(_CONNECTION_LOST_CLASSES)
+
+
+def describe(error: BaseException) -> str:
+    """A one-line, secret-free description of a database error (no DSN, no parameters)."""
+    detail = error.args[0] if error.args else None
+    if isinstance(detail, dict):
+        return f"{detail.get('C', '?')}: {detail.get('M', 'database error')}"
+    return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def _ssl_context(sslmode: str) -> ssl.SSLContext | None:
+    if sslmode == "disable":
+        return None
+    if sslmode == "verify-full":
+        return ssl.create_default_context()
+    # require/prefer: encrypted, not verified (libpq's semantics for these modes).
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def effective_sslmode(params: DatabaseParams) -> str:
+    if params.sslmode:
+        return params.sslmode
+    local = params.host in LOCAL_HOSTS or params.host.startswith("/")
+    return "disable" if local else "prefer"
+
+
+def open_connection(params: DatabaseParams, *, application_name: str) -> pg8000.native.Connection:
+    sslmode = effective_sslmode(params)
+
+    def connect(context: ssl.SSLContext | None) -> pg8000.native.Connection:
+        conn = pg8000.native.Connection(
+            user=params.user,
+            password=params.password,
+            host=params.host,
+            port=params.port,
+            database=params.database,
+            ssl_context=context,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name=application_name,
+            tcp_keepalive=True,
+        )
+        # A wedged statement must end before the function times out.
+        conn.run(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        return conn
+
+    try:
+        return connect(_ssl_context(sslmode))
+    except pg8000.exceptions.InterfaceError:
+        if sslmode != "prefer":
+            raise
+        # prefer: the server may not offer TLS at all; fall back like libpq does.
+        return connect(None)
+
+
+class Database:
+    """A lazily opened connection with reconnect; safe to share across invocations."""
+
+    def __init__(
+        self,
+        config: DatabaseConfig,
+        *,
+        application_name: str = "image-archive",
+        connect: Callable[..., pg8000.native.Connection] = open_connection,
+    ) -> None:
+        self._config = config
+        self._application_name = application_name
+        self._connect_fn = connect
+        self._conn: pg8000.native.Connection | None = None
+        self._lock = threading.Lock()
+        self.connections_opened = 0
+        self.statements_run = 0
+
+    def _connect(self) -> pg8000.native.Connection:
+        params = database_params(self._config)
+        try:
+            conn = self._connect_fn(params, application_name=self._application_name)
+        except pg8000.exceptions.DatabaseError as error:
+            if _sqlstate(error) not in _AUTH_FAILED or not self._config.secret_arn:
+                raise
+            # The password may have been rotated since the secret was cached.
+            params = database_params(self._config, force=True)
+            conn = self._connect_fn(params, application_name=self._application_name)
+        self.connections_opened += 1
+        return conn
+
+    def run(self, sql: str, **params: Any) -> list[list[Any]]:
+        """Run one statement; on a lost connection reconnect and run it once more."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    if self._conn is None:
+                        self._conn = self._connect()
+                    self.statements_run += 1
+                    rows: list[list[Any]] = self._conn.run(sql, **params) or []
+                except (pg8000.exceptions.Error, OSError) as error:
+                    if not is_connection_lost(error):
+                        raise
+                    self._discard()
+                    if attempt == 2:
+                        raise DatabaseUnavailable(describe(error)) from None
+                    logger.warning("database connection lost, reconnecting", error=describe(error))
+                else:
+                    return rows
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - the socket is already broken; closing is best effort
+                logger.debug("closing a broken connection failed")
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()

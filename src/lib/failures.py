@@ -1,0 +1,55 @@
+"""What went wrong during an attempt, as data: classified by lib.policy, never by callers.
+
+Every message here is written to the record's archive_error column and to logs, so
+it must be readable and free of secrets, URLs with credentials, and response bodies.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Stage(enum.StrEnum):
+    DOWNLOAD = "download"
+    UPLOAD = "upload"
+
+
+class Kind(enum.StrEnum):
+    HTTP_STATUS = "http_status"  # the peer answered with an error status
+    TIMEOUT = "timeout"  # connect/read timeout or the attempt's deadline
+    CONNECTION = "connection"  # refused, reset, DNS failure, dropped mid-body
+    REFUSED_URL = "refused_url"  # scheme or address the downloader will not fetch
+    NOT_IMAGE = "not_image"  # the bytes are not an image we know
+    TOO_LARGE = "too_large"  # over ARCHIVE_MAX_IMAGE_BYTES
+    REJECTED = "rejected"  # Lsky answered status:false
+    BAD_RESPONSE = "bad_response"  # Lsky answered something we cannot read
+    NO_TIME = "no_time"  # not enough of the invocation left to finish a transfer
+
+
+@dataclass(frozen=True)
+class Failure:
+    stage: Stage
+    kind: Kind
+    message: str
+    status: int | None = None
+    retry_after: float | None = None  # seconds, when the peer said so
+
+
+class ArchiveFailure(Exception):
+    """Raised by download/upload code; carries the Failure for lib.policy to classify."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def fail(
+    stage: Stage,
+    kind: Kind,
+    message: str,
+    *,
+    status: int | None = None,
+    retry_after: float | None = None,
+) -> ArchiveFailure:
+    return ArchiveFailure(Failure(stage, kind, message, status=status, retry_after=retry_after))

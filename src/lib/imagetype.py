@@ -1,0 +1,34 @@
+"""Which image a byte stream holds, by its first bytes (never by a header's say-so)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+SNIFF_BYTES = 32  # enough for every signature below
+
+
+class ImageType(NamedTuple):
+    mime_type: str
+    extension: str
+
+
+PNG = ImageType("image/png", "png")
+JPEG = ImageType("image/jpeg", "jpg")
+GIF = ImageType("image/gif", "gif")
+WEBP = ImageType("image/webp", "webp")
+AVIF = ImageType("image/avif", "avif")
+
+
+def sniff(head: bytes) -> ImageType | None:
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return PNG
+    if head.startswith(b"\xff\xd8\xff"):
+        return JPEG
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return GIF
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return WEBP
+    # ISO-BMFF: a box size, then 'ftyp' and the major brand.
+    if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
+        return AVIF
+    return None

@@ -1,0 +1,185 @@
+"""Lsky Pro v1 upload client (POST {base}/api/v1/upload, read from lsky-org/lsky-pro 2.x).
+
+The token is sent as `Authorization: Bearer <id>|<token>` with `Accept: application/json`
+(without it Laravel turns auth errors into a 302 to /login), and no Origin/Referer
+(Sanctum would start a CSRF check). Nothing from a response body reaches a log or an
+error beyond Lsky's short `message`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from urllib3.exceptions import HTTPError, TimeoutError
+
+from lib.download import DownloadedImage, retry_after_seconds
+from lib.failures import ArchiveFailure, Kind, Stage, fail
+from lib.multipart import MultipartBody
+
+CONNECT_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
+MAX_RESPONSE_BYTES = 256 * 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
+
+
+@dataclass(frozen=True)
+class HostedImage:
+    url: str
+    mime_type: str
+    data: dict[str, Any]
+
+
+def short_message(value: Any, limit: int = 160) -> str:
+    text = _CONTROL.sub(" ", str(value)).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class LskyClient:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        token: TokenProvider,
+        strategy_id: int | None = None,
+        album_id: int | None = None,
+        pool: urllib3.PoolManager | None = None,
+    ) -> None:
+        self.upload_url = f"{base_url.rstrip('/')}/api/v1/upload"
+        self._token = token
+        self.strategy_id = strategy_id
+        self.album_id = album_id
+        self.pool = pool or urllib3.PoolManager(
+            num_pools=2,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),
+            retries=False,
+        )
+
+    def _fields(self) -> dict[str, str]:
+        # Never send an empty strategy_id (Lsky rejects it); album_id only when configured.
+        fields: dict[str, str] = {}
+        if self.strategy_id is not None:
+            fields["strategy_id"] = str(self.strategy_id)
+        if self.album_id is not None:
+            fields["album_id"] = str(self.album_id)
+        return fields
+
+    def upload(self, image: DownloadedImage, *, filename: str) -> HostedImage:
+        """Upload; raises ArchiveFailure (stage upload) for every failure."""
+        token = self._token(False)
+        try:
+            return self._upload(image, filename, token)
+        except ArchiveFailure as error:
+            if error.failure.status != 401:
+                raise
+            # A 401 may mean the token was rotated since we cached it: refetch once.
+            fresh = self._token(True)
+            if fresh == token:
+                raise
+        return self._upload(image, filename, fresh)
+
+    def _upload(self, image: DownloadedImage, filename: str, token: str) -> HostedImage:
+        body = MultipartBody(
+            fields=self._fields(),
+            file_field="file",
+            filename=filename,
+            file_content_type=image.image_type.mime_type,
+            file=image.file,
+            file_size=image.size,
+        )
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            "Content-Type": body.content_type,
+            "Content-Length": str(body.content_length),
+        }
+        try:
+            response = self.pool.urlopen(
+                "POST",
+                self.upload_url,
+                body=body,
+                headers=headers,
+                redirect=False,
+                preload_content=False,
+                chunked=False,
+            )
+        except TimeoutError:
+            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out talking to Lsky") from None
+        except HTTPError as error:
+            raise fail(
+                Stage.UPLOAD, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
+            ) from None
+        try:
+            raw = response.read(MAX_RESPONSE_BYTES + 1)
+        except (TimeoutError, HTTPError):
+            raise fail(Stage.UPLOAD, Kind.CONNECTION, "Lsky dropped the response") from None
+        finally:
+            response.release_conn()
+        return parse_upload_response(
+            response.status,
+            raw[:MAX_RESPONSE_BYTES] if len(raw) <= MAX_RESPONSE_BYTES else b"",
+            location=response.headers.get("Location"),
+            retry_after=response.headers.get("Retry-After"),
+        )
+
+
+def parse_upload_response(
+    status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
+) -> HostedImage:
+    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested)."""
+    if status in (301, 302, 303, 307, 308):
+        if location and "/login" in location:
+            raise fail(
+                Stage.UPLOAD,
+                Kind.HTTP_STATUS,
+                "Lsky redirected to /login: token refused",
+                status=401,
+            )
+        raise fail(
+            Stage.UPLOAD, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status
+        )
+    try:
+        payload: Any = json.loads(raw)
+    except ValueError:
+        payload = None
+    message = short_message(payload.get("message", "")) if isinstance(payload, dict) else ""
+    if status != 200:
+        detail = f": {message}" if message else ""
+        raise fail(
+            Stage.UPLOAD,
+            Kind.HTTP_STATUS,
+            f"Lsky answered HTTP {status}{detail}",
+            status=status,
+            retry_after=retry_after_seconds(retry_after),
+        )
+    if not isinstance(payload, dict):
+        raise fail(
+            Stage.UPLOAD,
+            Kind.BAD_RESPONSE,
+            "Lsky answered HTTP 200 with a non-JSON body",
+            status=200,
+        )
+    if payload.get("status") is not True:
+        raise fail(
+            Stage.UPLOAD, Kind.REJECTED, f"Lsky refused the upload: {message or 'no message'}"
+        )
+    data = payload.get("data")
+    if not isinstance(data, dict):
+        data = {}
+    links = data.get("links")
+    url = links.get("url") if isinstance(links, dict) else None
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise fail(
+            Stage.UPLOAD,
+            Kind.BAD_RESPONSE,
+            "Lsky's success answer has no data.links.url",
+            status=200,
+        )
+    mime_type = data.get("mimetype")
+    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=data)

@@ -1,0 +1,34 @@
+"""One Powertools logger and metrics object shared by every module.
+
+Tracing is opt-in: the X-Ray SDK costs about 0.45 s of cold start (it imports
+botocore), so the Tracer is only built when POWERTOOLS_TRACE_DISABLED is false.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from aws_lambda_powertools import Logger, Metrics
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "image-archive"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ImageArchive"
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def tracing_enabled() -> bool:
+    return os.environ.get("POWERTOOLS_TRACE_DISABLED", "true").strip().lower() in ("0", "false")
+
+
+def traced(handler: Handler) -> Handler:
+    """Wrap a Lambda handler with the Powertools Tracer when tracing is enabled."""
+    if not tracing_enabled():
+        return handler
+    from aws_lambda_powertools import Tracer  # noqa: PLC0415 - deferred, see the docstring
+
+    return cast(Handler, Tracer(service=SERVICE).capture_lambda_handler(handler))

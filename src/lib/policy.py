@@ -1,0 +1,143 @@
+"""Pure decisions: error class, retry delay, next state. No I/O here, so every rule
+can be tested from a table without servers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from lib.failures import Failure, Kind, Stage
+
+MAX_VISIBILITY_SECONDS = 43_200  # SQS's ceiling for ChangeMessageVisibility (12 h)
+
+# Lsky Pro 2.x answers almost every upload error with HTTP 200 and status:false;
+# only its message tells a bad file from a busy server. Substrings of those messages.
+LSKY_PERMANENT_MESSAGES = (
+    "不支持的文件类型",  # unsupported file type
+    "图片大小超出限制",  # image too large for the group
+    "选定的策略不存在",  # strategy does not exist
+    "储存空间不足",  # quota used up
+    "管理员关闭了游客上传",  # guest uploads disabled (token not applied)
+    "账户未验证",  # account not verified
+    "账号状态异常",  # account suspended
+    "图片涉嫌违规",  # flagged by moderation
+)
+LSKY_TRANSIENT_MESSAGES = (
+    "最多可以上传",  # upload-count window (每...内你最多可以上传 N 张图片)
+    "图片上传失败",  # storage write failed
+    "图片记录保存失败",  # database write failed
+    "服务异常",  # the catch-all "service error, try again later"
+    "Too Many Attempts",
+)
+
+# Upstream statuses that will not change on retry: the provider's temporary URL
+# is gone or was never ours to read.
+DOWNLOAD_PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 414, 451})
+# Lsky: bad token, API disabled, file too large for nginx/PHP, unprocessable.
+UPLOAD_PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 405, 413, 419, 422})
+
+
+class ErrorClass(enum.StrEnum):
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+
+
+def classify(failure: Failure) -> ErrorClass:
+    """The one place that decides whether a failure can succeed on retry."""
+    match failure.kind:
+        case Kind.REFUSED_URL | Kind.NOT_IMAGE | Kind.TOO_LARGE:
+            return ErrorClass.PERMANENT
+        case Kind.TIMEOUT | Kind.CONNECTION | Kind.BAD_RESPONSE | Kind.NO_TIME:
+            return ErrorClass.TRANSIENT
+        case Kind.HTTP_STATUS:
+            permanent = (
+                DOWNLOAD_PERMANENT_STATUSES
+                if failure.stage is Stage.DOWNLOAD
+                else UPLOAD_PERMANENT_STATUSES
+            )
+            return ErrorClass.PERMANENT if failure.status in permanent else ErrorClass.TRANSIENT
+        case Kind.REJECTED:
+            return classify_lsky_message(failure.message)
+    raise AssertionError(f"unclassified failure kind {failure.kind}")  # pragma: no cover
+
+
+def classify_lsky_message(message: str) -> ErrorClass:
+    # Transient patterns first: the catch-all must not be read as permanent.
+    if any(pattern in message for pattern in LSKY_TRANSIENT_MESSAGES):
+        return ErrorClass.TRANSIENT
+    if any(pattern in message for pattern in LSKY_PERMANENT_MESSAGES):
+        return ErrorClass.PERMANENT
+    # Unknown text: retrying is bounded by the attempt limit, failing at once is not undoable.
+    return ErrorClass.TRANSIENT
+
+
+def retry_delay(attempt: int, delays: tuple[int, ...]) -> int:
+    """Seconds to wait after attempt N (1-based) failed; the last delay repeats."""
+    return delays[min(max(attempt, 1), len(delays)) - 1]
+
+
+class Action(enum.StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    error_class: ErrorClass
+    delay_seconds: int = 0
+
+
+def decide(
+    failure: Failure, *, attempt: int, max_attempts: int, delays: tuple[int, ...]
+) -> Decision:
+    """What to do after attempt `attempt` failed with `failure`."""
+    error_class = classify(failure)
+    if error_class is ErrorClass.PERMANENT or attempt >= max_attempts:
+        return Decision(Action.FAIL, error_class)
+    delay = retry_delay(attempt, delays)
+    if failure.retry_after is not None:
+        # Honour a longer Retry-After, within what SQS can hold a message for.
+        delay = max(delay, min(int(failure.retry_after + 0.999), MAX_VISIBILITY_SECONDS))
+    return Decision(Action.RETRY, error_class, min(delay, MAX_VISIBILITY_SECONDS))
+
+
+def error_summary(failure: Failure, *, attempt: int, max_attempts: int) -> str:
+    """The text stored in archive_error: stage, reason and where in the attempt budget."""
+    status = f" (HTTP {failure.status})" if failure.status is not None else ""
+    return f"{failure.stage} failed{status}: {failure.message} [attempt {attempt}/{max_attempts}]"
+
+
+@dataclass(frozen=True)
+class ClaimSnapshot:
+    """The row as the claim statement saw it, for explaining a claim that did not win."""
+
+    exists: bool
+    status: str | None = None
+    archive_status: str | None = None
+    lock_expired: bool = False
+
+
+def skip_reason(snapshot: ClaimSnapshot) -> str:
+    """Why a message whose claim did not win is a duplicate or a stray."""
+    if not snapshot.exists:
+        return "record not found"
+    if snapshot.status != "SUCCEEDED":
+        return f"generation status is {snapshot.status}"
+    if snapshot.archive_status in ("SUCCEEDED", "FAILED"):
+        return f"archive already {snapshot.archive_status}"
+    if snapshot.archive_status == "RUNNING" and not snapshot.lock_expired:
+        return "archive is RUNNING under a live lock"
+    if snapshot.archive_status is None:
+        return "archive was never queued"
+    # PENDING or an expired RUNNING lock the claim should have taken: a race it lost.
+    return f"claimed concurrently (archive {snapshot.archive_status})"
+
+
+def redelivery_delay(lock_ttl: int) -> int:
+    """Visibility for a message whose attempt could not be concluded (database down).
+
+    The claim may have committed before the connection died, so the message must not
+    come back before that lock expires, or it would be acknowledged as a duplicate.
+    """
+    return min(lock_ttl + 5, MAX_VISIBILITY_SECONDS)

@@ -1,0 +1,252 @@
+"""One queue message, start to finish: parse, claim, download, upload, record.
+
+Every path ends in exactly one of: acknowledged (archived, failed for good, duplicate,
+malformed and parked in the DLQ) or redelivered (retry after a delay, or could not be
+concluded). Redelivery is the batch-item failure the handler reports to Lambda.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lib import policy
+from lib.config import Settings
+from lib.db import DatabaseUnavailable
+from lib.download import Downloader
+from lib.failures import ArchiveFailure, Failure, Kind, Stage
+from lib.lsky import LskyClient
+from lib.message import MalformedMessage, parse_record_id
+from lib.naming import hosted_file_name
+from lib.observability import logger, metrics
+from lib.queue import Queue
+from lib.records import Records, Task
+
+# An attempt needs at least this much of the invocation left to be worth starting;
+# with less, the row is given back without spending an attempt.
+MIN_ATTEMPT_MS = 15_000
+# Stop transfers this long before Lambda's hard timeout, to leave time to record the outcome.
+FINISH_RESERVE_MS = 5_000
+# How soon a message comes back after the invocation ran out of time.
+NO_TIME_RETRY_SECONDS = 5
+
+
+class Outcome(enum.StrEnum):
+    ARCHIVED = "archived"
+    RETRY = "retry"
+    FAILED = "failed"
+    DUPLICATE = "duplicate"
+    MALFORMED = "malformed"
+    RELEASED = "released"  # given back unspent: not enough time left
+    UNCONCLUDED = "unconcluded"  # database unreachable: SQS redelivers, then the DLQ
+
+
+@dataclass(frozen=True)
+class Message:
+    message_id: str
+    body: str
+    receipt_handle: str
+    queue_arn: str
+    receive_count: int = 1
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    record_id: int | None = None
+    detail: str = ""
+    # Redeliver: report a batch item failure; the visibility was already set.
+    redeliver: bool = False
+
+
+class ArchiveWorker:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        records: Records,
+        downloader: Downloader,
+        lsky: LskyClient,
+        queue: Queue,
+    ) -> None:
+        self.settings = settings
+        self.records = records
+        self.downloader = downloader
+        self.lsky = lsky
+        self.queue = queue
+
+    def process(self, message: Message, *, owner: str, remaining_ms: Callable[[], int]) -> Result:
+        started = time.monotonic()
+        try:
+            record_id = parse_record_id(message.body)
+        except MalformedMessage as error:
+            return self._malformed(message, str(error))
+        logger.append_keys(record_id=str(record_id))
+        try:
+            result = self._archive(message, record_id, owner=owner, remaining_ms=remaining_ms)
+        except DatabaseUnavailable as error:
+            result = self._unconcluded(message, record_id, str(error))
+        finally:
+            logger.remove_keys(["record_id", "attempt"])
+        metrics.add_metric(
+            name="ArchiveDuration",
+            unit=MetricUnit.Milliseconds,
+            value=round((time.monotonic() - started) * 1000, 1),
+        )
+        return result
+
+    def _archive(
+        self, message: Message, record_id: int, *, owner: str, remaining_ms: Callable[[], int]
+    ) -> Result:
+        claim = self.records.claim(
+            record_id, owner=owner, lock_ttl_seconds=self.settings.lock_ttl_seconds
+        )
+        task = claim.task
+        if task is None:
+            reason = policy.skip_reason(claim.snapshot)
+            logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
+            metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
+            return Result(Outcome.DUPLICATE, record_id, reason)
+        logger.append_keys(attempt=task.attempt)
+
+        if remaining_ms() < MIN_ATTEMPT_MS:
+            return self._release(message, task, owner)
+        deadline = time.monotonic() + (remaining_ms() - FINISH_RESERVE_MS) / 1000
+        logger.info("archive started", max_attempts=self.settings.max_attempts)
+        try:
+            hosted, size = self._transfer(task, deadline)
+        except ArchiveFailure as error:
+            if error.failure.kind is Kind.NO_TIME:
+                return self._release(message, task, owner)
+            return self._failed_attempt(message, task, owner, error.failure)
+        except Exception as error:  # noqa: BLE001 - a bug must spend an attempt, not loop forever
+            logger.exception("unexpected error during archive")
+            failure = Failure(
+                Stage.DOWNLOAD, Kind.BAD_RESPONSE, f"internal error ({type(error).__name__})"
+            )
+            return self._failed_attempt(message, task, owner, failure)
+
+        held_lock = self.records.succeed(
+            task,
+            owner=owner,
+            hosted_url=hosted.url,
+            mime_type=hosted.mime_type,
+            response=hosted.data,
+        )
+        if held_lock is None:
+            logger.warning("archived, but the row had already succeeded elsewhere")
+        elif not held_lock:
+            logger.warning("archived after the lock had passed on; recorded anyway")
+        logger.info(
+            "archive succeeded", outcome=Outcome.ARCHIVED, bytes=size, mime_type=hosted.mime_type
+        )
+        metrics.add_metric(name="Archived", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=size)
+        return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
+
+    def _transfer(self, task: Task, deadline: float) -> tuple[Any, int]:
+        image = self.downloader.fetch(task.image_url, deadline=deadline)
+        try:
+            filename = hosted_file_name(
+                username=task.username,
+                user_id=task.user_id,
+                record_id=task.record_id,
+                started_at=task.started_at,
+                extension=image.image_type.extension,
+            )
+            return self.lsky.upload(image, filename=filename), image.size
+        finally:
+            image.close()
+
+    def _failed_attempt(self, message: Message, task: Task, owner: str, failure: Failure) -> Result:
+        settings = self.settings
+        decision = policy.decide(
+            failure,
+            attempt=task.attempt,
+            max_attempts=settings.max_attempts,
+            delays=settings.retry_delays,
+        )
+        error = policy.error_summary(
+            failure, attempt=task.attempt, max_attempts=settings.max_attempts
+        )
+        if decision.action is policy.Action.FAIL:
+            self.records.fail(task, owner=owner, error=error)
+            logger.error(
+                "archive failed",
+                outcome=Outcome.FAILED,
+                error_class=decision.error_class,
+                error=error,
+            )
+            metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
+            return Result(Outcome.FAILED, task.record_id, error)
+        self.records.retry(task, owner=owner, error=error, delay_seconds=decision.delay_seconds)
+        self._delay(message, decision.delay_seconds)
+        logger.warning(
+            "archive attempt failed, will retry",
+            outcome=Outcome.RETRY,
+            error_class=decision.error_class,
+            error=error,
+            retry_in_seconds=decision.delay_seconds,
+        )
+        metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.RETRY, task.record_id, error, redeliver=True)
+
+    def _release(self, message: Message, task: Task, owner: str) -> Result:
+        self.records.release(task, owner=owner, delay_seconds=NO_TIME_RETRY_SECONDS)
+        self._delay(message, NO_TIME_RETRY_SECONDS)
+        logger.warning("not enough time left for an attempt; given back", outcome=Outcome.RELEASED)
+        return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
+
+    def _unconcluded(self, message: Message, record_id: int, error: str) -> Result:
+        # Whether or not the claim went through, the row is safe: PENDING rows and expired
+        # locks are taken over on redelivery (or by the sweeper), attempts untouched
+        # unless an attempt really started.
+        delay = policy.redelivery_delay(self.settings.lock_ttl_seconds)
+        self._delay(message, delay)
+        logger.error(
+            "database unavailable; message will be redelivered",
+            outcome=Outcome.UNCONCLUDED,
+            error=error,
+            retry_in_seconds=delay,
+        )
+        metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.UNCONCLUDED, record_id, error, redeliver=True)
+
+    def _malformed(self, message: Message, reason: str) -> Result:
+        preview = message.body[:120] if message.body else ""
+        logger.error(
+            "malformed message",
+            outcome=Outcome.MALFORMED,
+            reason=reason,
+            message_id=message.message_id,
+            body_preview=preview,
+        )
+        metrics.add_metric(name="Malformed", unit=MetricUnit.Count, value=1)
+        dlq_url = self.settings.dlq_url
+        if dlq_url:
+            try:
+                self.queue.send(
+                    dlq_url,
+                    message.body,
+                    {"archive-error": reason, "source-message-id": message.message_id},
+                )
+                return Result(Outcome.MALFORMED, None, f"{reason}; moved to the DLQ")
+            except Exception as error:  # noqa: BLE001 - fall back to the redrive policy
+                logger.warning(
+                    "could not send to the DLQ; leaving it to the redrive policy",
+                    error=type(error).__name__,
+                )
+        # Fail it fast so the redrive policy moves it after maxReceiveCount receives.
+        self._delay(message, 0)
+        return Result(Outcome.MALFORMED, None, reason, redeliver=True)
+
+    def _delay(self, message: Message, seconds: int) -> None:
+        try:
+            self.queue.change_visibility(message.queue_arn, message.receipt_handle, seconds)
+        except Exception as error:  # noqa: BLE001 - the queue's own visibility timeout still applies
+            logger.warning("could not change message visibility", error=type(error).__name__)
