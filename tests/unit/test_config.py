@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+import pytest
+
+from lib.config import (
+    DEFAULT_LOCK_TTL_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETRY_DELAYS,
+    ConfigError,
+    load_settings,
+)
+
+BASE = {
+    "DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/db",
+    "LSKY_BASE_URL": "https://img.example.com/",
+    "LSKY_TOKEN": "1|abc",
+}
+
+
+def test_defaults() -> None:
+    settings = load_settings(BASE)
+    assert settings.lsky_base_url == "https://img.example.com"
+    assert settings.max_attempts == DEFAULT_MAX_ATTEMPTS == 3
+    assert settings.retry_delays == DEFAULT_RETRY_DELAYS == (30, 120, 600)
+    assert settings.lock_ttl_seconds == DEFAULT_LOCK_TTL_SECONDS
+    assert settings.max_image_bytes == 52_428_800
+    assert settings.lsky_strategy_id is None
+    assert settings.allow_private_networks == ()
+
+
+def test_values_are_read() -> None:
+    settings = load_settings(
+        {
+            **BASE,
+            "ARCHIVE_MAX_ATTEMPTS": "5",
+            "ARCHIVE_RETRY_DELAYS": "10, 20,40",
+            "ARCHIVE_LOCK_TTL_SECONDS": "200",
+            "ARCHIVE_MAX_IMAGE_BYTES": "1000",
+            "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8,::1/128",
+            "LSKY_STRATEGY_ID": "2",
+            "LSKY_ALBUM_ID": "7",
+            "ARCHIVE_DLQ_URL": "http://127.0.0.1:1/000/dlq",
+        }
+    )
+    assert settings.max_attempts == 5
+    assert settings.retry_delays == (10, 20, 40)
+    assert settings.lock_ttl_seconds == 200
+    assert settings.max_image_bytes == 1000
+    assert settings.allow_private_networks == (
+        ipaddress.ip_network("127.0.0.0/8"),
+        ipaddress.ip_network("::1/128"),
+    )
+    assert (settings.lsky_strategy_id, settings.lsky_album_id) == (2, 7)
+    assert settings.dlq_url == "http://127.0.0.1:1/000/dlq"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "attribute", "default"),
+    [
+        ("ARCHIVE_MAX_ATTEMPTS", "0", "max_attempts", 3),
+        ("ARCHIVE_MAX_ATTEMPTS", "-2", "max_attempts", 3),
+        ("ARCHIVE_MAX_ATTEMPTS", "three", "max_attempts", 3),
+        ("ARCHIVE_LOCK_TTL_SECONDS", "1.5", "lock_ttl_seconds", DEFAULT_LOCK_TTL_SECONDS),
+        ("ARCHIVE_MAX_IMAGE_BYTES", "", "max_image_bytes", 52_428_800),
+        ("ARCHIVE_RETRY_DELAYS", "30,abc", "retry_delays", (30, 120, 600)),
+        ("ARCHIVE_RETRY_DELAYS", "30,0", "retry_delays", (30, 120, 600)),
+        ("ARCHIVE_RETRY_DELAYS", "50000", "retry_delays", (30, 120, 600)),
+        ("LSKY_STRATEGY_ID", "x", "lsky_strategy_id", None),
+        ("LSKY_STRATEGY_ID", "0", "lsky_strategy_id", None),
+    ],
+)
+def test_invalid_numbers_fall_back_to_defaults(
+    name: str,
+    value: str,
+    attribute: str,
+    default: object,
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    settings = load_settings({**BASE, name: value})
+    assert getattr(settings, attribute) == default
+    if value:  # the warning names the variable
+        assert any(name in str(line["message"]) for line in logs())
+
+
+@pytest.mark.parametrize(
+    ("missing", "named"),
+    [
+        ("LSKY_BASE_URL", "LSKY_BASE_URL"),
+        ("DATABASE_URL", "DATABASE_URL or DB_SECRET_ARN"),
+        ("LSKY_TOKEN", "LSKY_TOKEN or LSKY_TOKEN_SECRET_ARN"),
+    ],
+)
+def test_missing_required_setting_is_one_clear_error(missing: str, named: str) -> None:
+    env = {k: v for k, v in BASE.items() if k != missing}
+    with pytest.raises(ConfigError, match=f"missing required setting: (set )?{named}"):
+        load_settings(env)
+
+
+def test_secret_arns_satisfy_requirements() -> None:
+    settings = load_settings(
+        {
+            "LSKY_BASE_URL": "https://img.example.com",
+            "DB_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:db",
+            "LSKY_TOKEN_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:lsky",
+            "DATABASE_URL": "",
+        }
+    )
+    assert settings.database.secret_arn is not None
+    assert settings.database.url is None
+
+
+def test_bad_sslmode_and_base_url_are_clear() -> None:
+    with pytest.raises(ConfigError, match="DB_SSLMODE"):
+        load_settings({**BASE, "DB_SSLMODE": "sometimes"})
+    with pytest.raises(ConfigError, match="LSKY_BASE_URL"):
+        load_settings({**BASE, "LSKY_BASE_URL": "img.example.com"})
+
+
+def test_repr_hides_credentials() -> None:
+    settings = load_settings(BASE)
+    assert "abc" not in repr(settings)
+    assert ":p@" not in repr(settings)

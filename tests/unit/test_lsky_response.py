@@ -1,0 +1,122 @@
+"""Lsky's answers (DESIGN.md's v1 contract) -> HostedImage or a classified failure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lib import policy
+from lib.failures import ArchiveFailure, Kind
+from lib.lsky import parse_upload_response
+
+SUCCESS = {
+    "status": True,
+    "message": "上传成功",
+    "data": {
+        "key": "abc",
+        "name": "x.png",
+        "pathname": "2026/12/02/x.png",
+        "origin_name": "alice_1_20261202T000000Z.png",
+        "size": 1.2,
+        "mimetype": "image/png",
+        "extension": "png",
+        "md5": "m",
+        "sha1": "s",
+        "links": {"url": "https://img.example.com/i/2026/12/02/x.png", "html": "&lt;img&gt;"},
+    },
+}
+
+
+def envelope(message: str) -> bytes:
+    return json.dumps({"status": False, "message": message, "data": {}}).encode()
+
+
+def test_success() -> None:
+    hosted = parse_upload_response(200, json.dumps(SUCCESS).encode())
+    assert hosted.url == "https://img.example.com/i/2026/12/02/x.png"
+    assert hosted.mime_type == "image/png"
+    assert hosted.data["pathname"] == "2026/12/02/x.png"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "headers", "kind", "error_class", "text"),
+    [
+        (200, envelope("不支持的文件类型"), {}, Kind.REJECTED, "permanent", "不支持的文件类型"),
+        (200, envelope("图片上传失败"), {}, Kind.REJECTED, "transient", "图片上传失败"),
+        (401, envelope("Authentication failed."), {}, Kind.HTTP_STATUS, "permanent", "HTTP 401"),
+        (403, envelope("API disabled"), {}, Kind.HTTP_STATUS, "permanent", "HTTP 403"),
+        (
+            413,
+            b"<html><center><h1>413 Request Entity Too Large</h1>",
+            {},
+            Kind.HTTP_STATUS,
+            "permanent",
+            "HTTP 413",
+        ),
+        (422, envelope("The file field is required."), {}, Kind.HTTP_STATUS, "permanent", "422"),
+        (
+            429,
+            envelope("Too Many Attempts."),
+            {"retry_after": "120"},
+            Kind.HTTP_STATUS,
+            "transient",
+            "Too Many Attempts.",
+        ),
+        (500, b'{"message": "Server Error"}', {}, Kind.HTTP_STATUS, "transient", "Server Error"),
+        (
+            200,
+            b"<!doctype html><title>Lsky</title>",
+            {},
+            Kind.BAD_RESPONSE,
+            "transient",
+            "non-JSON",
+        ),
+        (
+            200,
+            b'{"status": true, "data": {}}',
+            {},
+            Kind.BAD_RESPONSE,
+            "transient",
+            "data.links.url",
+        ),
+        (
+            200,
+            b'{"status": true, "data": {"links": {"url": "javascript:alert(1)"}}}',
+            {},
+            Kind.BAD_RESPONSE,
+            "transient",
+            "data.links.url",
+        ),
+        (
+            302,
+            b"",
+            {"location": "https://img.example.com/login"},
+            Kind.HTTP_STATUS,
+            "permanent",
+            "/login",
+        ),
+    ],
+)
+def test_failures(
+    status: int, body: bytes, headers: dict[str, str], kind: Kind, error_class: str, text: str
+) -> None:
+    with pytest.raises(ArchiveFailure) as caught:
+        parse_upload_response(status, body, **headers)
+    failure = caught.value.failure
+    assert failure.kind is kind
+    assert policy.classify(failure) == error_class
+    assert text in failure.message
+
+
+def test_429_carries_retry_after() -> None:
+    with pytest.raises(ArchiveFailure) as caught:
+        parse_upload_response(429, envelope("Too Many Attempts."), retry_after="120")
+    assert caught.value.failure.retry_after == 120.0
+
+
+def test_long_or_hostile_messages_are_trimmed() -> None:
+    with pytest.raises(ArchiveFailure) as caught:
+        parse_upload_response(200, envelope("x" * 5000 + "\n\x1b[31m"))
+    assert len(caught.value.failure.message) < 250
+    assert "\n" not in caught.value.failure.message
