@@ -1,0 +1,53 @@
+# image-archive: everything a developer or CI runs goes through here.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+SAM_VENV ?= .venv-sam
+SAM ?= $(SAM_VENV)/bin/sam
+PY := $(VENV)/bin/python
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help venv lint format test unit local bench clean
+
+help:
+	@echo "make test    set up (venv, pinned deps, PostgreSQL binaries) and run every check"
+	@echo "make local   run the whole pipeline locally on embedded defaults"
+	@echo "make bench   run the benchmarks under bench/ and print a table"
+	@echo "make lint    ruff check, ruff format --check, mypy --strict src"
+	@echo "make format  apply ruff's formatting and safe fixes"
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt -c constraints.txt
+	touch $@
+
+$(SAM_VENV)/.installed: requirements-sam.txt
+	test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/python -m pip install -q --upgrade pip
+	# aws-sam-cli pins its own boto3, so it lives apart from the application's.
+	$(SAM_VENV)/bin/python -m pip install -q -r requirements-sam.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+lint: venv
+	$(VENV)/bin/ruff check src tests devkit bench
+	$(VENV)/bin/ruff format --check src tests devkit bench
+	$(VENV)/bin/mypy --strict src
+
+format: venv
+	$(VENV)/bin/ruff check --fix src tests devkit bench
+	$(VENV)/bin/ruff format src tests devkit bench
+
+unit: venv
+	$(VENV)/bin/pytest -q tests/unit
+
+-include mk/*.mk
+
+test: venv lint
+	./scripts/ensure-postgres.sh
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
