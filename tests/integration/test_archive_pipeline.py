@@ -1,0 +1,359 @@
+"""The archive handler end to end: moto SQS, PostgreSQL, a loopback upstream and Lsky stand-in."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from devkit import images
+from lib import runtime
+from lib.config import ConfigError
+from lib.message import encode
+from tests.integration.conftest import TOKEN, ArchiveHarness
+from tests.support import fetch_record, seed_record
+
+PNG = images.png(8, 8)
+
+
+def test_archives_a_record(archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any) -> None:
+    upstream.add("/gen/1.png", PNG)
+    started = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
+    seed_record(db, 1, username="alice", image_url=upstream.url("/gen/1.png"), started_at=started)
+
+    response = archive.deliver(encode(1))
+
+    assert response == {"batchItemFailures": []}
+    row = fetch_record(db, 1)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["status"] == "SUCCEEDED"
+    assert row["archive_attempts"] == 1
+    assert row["hosted_image_url"].startswith(lsky.base_url)
+    assert row["image_mime_type"] == "image/png"
+    assert row["hosted_response"]["links"]["url"] == row["hosted_image_url"]
+    assert row["archived_at"] is not None
+    assert row["archive_locked_by"] is None
+    assert row["archive_locked_at"] is None
+    assert row["archive_error"] is None
+
+    [upload] = lsky.uploads
+    assert upload.filename == "alice_1_20261202T120005Z.png"
+    assert upload.content_type == "image/png"
+    assert upload.size == len(PNG)
+    assert upload.headers.get("authorization") == f"Bearer {TOKEN}"
+    assert upload.headers.get("accept") == "application/json"
+    assert "origin" not in upload.headers
+    assert "referer" not in upload.headers
+    assert "strategy_id" not in upload.fields  # never sent empty
+    assert "album_id" not in upload.fields
+
+    done = archive.log_for("archive succeeded")
+    assert done["record_id"] == "1"
+    assert done["attempt"] == 1
+    assert done["outcome"] == "archived"
+
+
+def test_strategy_and_album_are_sent_when_configured(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    archive_env(LSKY_STRATEGY_ID="3", LSKY_ALBUM_ID="9")
+    upstream.add("/gen/2.png", PNG)
+    seed_record(db, 2, image_url=upstream.url("/gen/2.png"))
+
+    assert archive.deliver(encode(2)) == {"batchItemFailures": []}
+    [upload] = lsky.uploads
+    assert upload.fields["strategy_id"] == "3"
+    assert upload.fields["album_id"] == "9"
+
+
+def test_any_batch_size_reports_only_the_failed_items(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    upstream.add("/ok.png", PNG)
+    upstream.add("/flaky.png", PNG, status=503)
+    seed_record(db, 10, image_url=upstream.url("/ok.png"))
+    seed_record(db, 11, image_url=upstream.url("/flaky.png"))
+    for body in (encode(10), encode(11), '{"nope": 1}'):
+        archive.send(body)
+    event: dict[str, Any] = {"Records": []}
+    for _ in range(5):
+        event["Records"] += archive.receive(max_messages=10)["Records"]
+        if len(event["Records"]) == 3:
+            break
+    assert len(event["Records"]) == 3
+
+    response = archive.invoke(event)
+
+    by_body = {r["body"]: r["messageId"] for r in event["Records"]}
+    assert response == {"batchItemFailures": [{"itemIdentifier": by_body[encode(11)]}]}
+    assert fetch_record(db, 10)["archive_status"] == "SUCCEEDED"
+    assert fetch_record(db, 11)["archive_status"] == "PENDING"
+
+
+def test_retryable_failure_sets_backoff_on_row_and_message(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    archive_env(ARCHIVE_RETRY_DELAYS="2,3")
+    upstream.add("/gen/3.png", PNG)
+    seed_record(db, 3, image_url=upstream.url("/gen/3.png"))
+    lsky.script(lsky_behaviour("http_500"))
+
+    before = time.time()
+    response = archive.deliver(encode(3))
+
+    [failure] = response["batchItemFailures"]
+    row = fetch_record(db, 3)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_attempts"] == 1
+    assert "HTTP 500" in row["archive_error"]
+    assert row["archive_locked_by"] is None
+    delay = row["archive_next_run_at"].timestamp() - before
+    assert 1.0 <= delay <= 4.0
+    assert row["status"] == "SUCCEEDED"
+
+    # The message is hidden for the first delay (2 s), then comes back for attempt 2.
+    assert archive.receive(wait_seconds=0)["Records"] == []
+    time.sleep(2.2)
+    event = archive.receive(wait_seconds=2)
+    [again] = event["Records"]
+    assert again["messageId"] == failure["itemIdentifier"]
+    assert again["attributes"]["ApproximateReceiveCount"] == "2"
+
+    assert archive.invoke(event) == {"batchItemFailures": []}
+    row = fetch_record(db, 3)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["archive_attempts"] == 2
+    assert archive.log_for("archive attempt failed, will retry")["retry_in_seconds"] == 2
+
+
+def test_last_attempt_fails_the_row_and_acknowledges(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    upstream.add("/gen/4.png", PNG, status=503)
+    seed_record(db, 4, image_url=upstream.url("/gen/4.png"), attempts=2)
+
+    assert archive.deliver(encode(4)) == {"batchItemFailures": []}
+
+    row = fetch_record(db, 4)
+    assert row["archive_status"] == "FAILED"
+    assert row["archive_attempts"] == 3
+    assert row["archive_error"] == (
+        f"download failed (HTTP 503): upstream answered HTTP 503 for "
+        f"{upstream.url('/gen/4.png')} [attempt 3/3]"
+    )
+    assert row["status"] == "SUCCEEDED"  # the generation itself is never touched
+    assert archive.in_flight() == 0 and archive.visible() == 0
+    assert archive.log_for("archive failed")["outcome"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "fragment"),
+    [
+        ("http_401", "HTTP 401"),
+        ("status_false_type", "不支持的文件类型"),
+        ("http_413", "HTTP 413"),
+    ],
+)
+def test_permanent_errors_fail_at_once(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, behaviour: str, fragment: str
+) -> None:
+    upstream.add("/gen/5.png", PNG)
+    seed_record(db, 5, image_url=upstream.url("/gen/5.png"))
+    lsky.script(lsky_behaviour(behaviour))
+
+    assert archive.deliver(encode(5)) == {"batchItemFailures": []}
+    row = fetch_record(db, 5)
+    assert row["archive_status"] == "FAILED"
+    assert row["archive_attempts"] == 1
+    assert fragment in row["archive_error"]
+
+
+def test_429_retry_after_longer_than_the_schedule_is_honoured(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    archive_env(ARCHIVE_RETRY_DELAYS="1")
+    upstream.add("/gen/6.png", PNG)
+    seed_record(db, 6, image_url=upstream.url("/gen/6.png"))
+    lsky.script(lsky_behaviour("http_429", retry_after=4))
+
+    before = time.time()
+    assert len(archive.deliver(encode(6))["batchItemFailures"]) == 1
+    row = fetch_record(db, 6)
+    assert row["archive_next_run_at"].timestamp() - before >= 3.5
+    time.sleep(1.5)  # past the scheduled 1 s, inside Retry-After's 4 s
+    assert archive.receive(wait_seconds=0)["Records"] == []
+
+
+@pytest.mark.parametrize(
+    ("seed", "reason"),
+    [
+        (None, "record not found"),
+        ({"status": "RUNNING"}, "generation status is RUNNING"),
+        ({"status": "FAILED"}, "generation status is FAILED"),
+        ({"archive_status": "SUCCEEDED"}, "archive already SUCCEEDED"),
+        ({"archive_status": "FAILED"}, "archive already FAILED"),
+        (
+            {"archive_status": "RUNNING", "locked_by": "other", "locked_at": 10},
+            "archive is RUNNING under a live lock",
+        ),
+        ({"archive_status": None}, "archive was never queued"),
+    ],
+)
+def test_duplicates_and_strays_are_acknowledged_without_work(
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    seed: dict[str, Any] | None,
+    reason: str,
+) -> None:
+    upstream.add("/gen/7.png", PNG)
+    if seed is not None:
+        seed_record(db, 7, image_url=upstream.url("/gen/7.png"), attempts=1, **seed)
+    before = fetch_record(db, 7) if seed is not None else None
+
+    assert archive.deliver(encode(7)) == {"batchItemFailures": []}
+
+    assert upstream.hits("/gen/7.png") == 0
+    assert lsky.upload_count == 0
+    if before is not None:
+        assert fetch_record(db, 7) == before
+    skipped = archive.log_for("message skipped")
+    assert skipped["reason"] == reason
+    assert skipped["outcome"] == "duplicate"
+
+
+def test_expired_lock_is_taken_over(archive: ArchiveHarness, db: Any, upstream: Any) -> None:
+    upstream.add("/gen/8.png", PNG)
+    seed_record(
+        db, 8, image_url=upstream.url("/gen/8.png"), archive_status="RUNNING",
+        attempts=1, locked_by="crashed-invocation", locked_at=3600,
+    )
+    assert archive.deliver(encode(8)) == {"batchItemFailures": []}
+    row = fetch_record(db, 8)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["archive_attempts"] == 2
+
+
+MALFORMED = [
+    "not json",
+    "",
+    "[]",
+    '{"record": 1}',
+    '{"recordId": "abc"}',
+    '{"recordId": -1}',
+    '{"recordId": "99999999999999999999"}',
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED)
+def test_malformed_messages_go_to_the_dlq_without_touching_the_database(
+    archive: ArchiveHarness, db: Any, lsky: Any, body: str
+) -> None:
+    seed_record(db, 1, image_url="http://127.0.0.1:9/x.png")
+    before = fetch_record(db, 1)
+    if body == "":  # SQS refuses empty bodies; the handler still must cope
+        response = archive.invoke(synthetic_event(archive, body))
+    else:
+        response = archive.deliver(body)
+
+    assert response == {"batchItemFailures": []}
+    assert fetch_record(db, 1) == before
+    assert lsky.upload_count == 0
+    if body:
+        parked = archive.sqs.receive_message(
+            QueueUrl=archive.queues.dlq_url, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+        )["Messages"]
+        assert [m["Body"] for m in parked] == [body]
+        assert parked[0]["MessageAttributes"]["archive-error"]["StringValue"]
+    line = archive.log_for("malformed message")
+    assert line["outcome"] == "malformed"
+    assert line["reason"]
+
+
+def test_malformed_without_a_dlq_url_is_left_to_the_redrive_policy(
+    archive_env: Any, archive: ArchiveHarness, db: Any
+) -> None:
+    archive_env(ARCHIVE_DLQ_URL="")
+    archive.send("garbage")
+    for _ in range(8):  # the test queue's maxReceiveCount is 5
+        event = archive.receive(wait_seconds=1)
+        if not event["Records"]:
+            break
+        response = archive.invoke(event)
+        assert len(response["batchItemFailures"]) == 1  # failed, visibility 0
+    parked = archive.sqs.receive_message(QueueUrl=archive.queues.dlq_url, WaitTimeSeconds=2)
+    assert [m["Body"] for m in parked.get("Messages", [])] == ["garbage"]
+
+
+def test_one_connection_per_container_and_reconnect_after_a_drop(
+    archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    upstream.add("/p.png", PNG)
+    for record_id in (21, 22, 23):
+        seed_record(db, record_id, image_url=upstream.url("/p.png"))
+    archive.deliver(encode(21))
+    archive.deliver(encode(22))
+    database = runtime.archive_worker().records.db
+    assert database.connections_opened == 1
+
+    db.run(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = 'image-archive'"
+    )
+    assert archive.deliver(encode(23)) == {"batchItemFailures": []}
+    assert fetch_record(db, 23)["archive_status"] == "SUCCEEDED"
+    assert database.connections_opened == 2
+
+
+def test_database_down_redelivers_without_spending_an_attempt(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    upstream.add("/d.png", PNG)
+    seed_record(db, 30, image_url=upstream.url("/d.png"))
+    archive_env(DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="2")
+
+    response = archive.deliver(encode(30))
+    assert len(response["batchItemFailures"]) == 1
+    assert fetch_record(db, 30)["archive_attempts"] == 0
+    assert archive.log_for("database unavailable; message will be redelivered")
+    assert "postgres@" not in json.dumps(archive.logs())
+    assert archive.receive(wait_seconds=0)["Records"] == []  # held for the lock TTL + margin
+
+
+def test_missing_setting_fails_the_invocation_with_its_name(
+    archive_env: Any, archive: ArchiveHarness
+) -> None:
+    archive_env(LSKY_BASE_URL=None)
+    with pytest.raises(ConfigError, match="LSKY_BASE_URL"):
+        archive.invoke(synthetic_event(archive, encode(1)))
+
+
+def test_metrics_are_emitted_as_emf(
+    archive: ArchiveHarness, db: Any, upstream: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream.add("/m.png", PNG)
+    seed_record(db, 40, image_url=upstream.url("/m.png"))
+    archive.deliver(encode(40))
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf, "no EMF document printed"
+    names = {m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    assert {"Archived", "ImageBytes", "ArchiveDuration"} <= names
+    assert emf[-1]["Archived"] == [1.0] or emf[-1]["Archived"] == 1.0
+    assert emf[-1]["ImageBytes"] in (float(len(PNG)), [float(len(PNG))])
+
+
+def synthetic_event(archive: ArchiveHarness, body: str) -> dict[str, Any]:
+    from tests.support import sqs_event
+
+    return sqs_event([body], archive.queues.arn)
+
+
+def lsky_behaviour(name: str, **kwargs: Any) -> Any:
+    """Map a short name to the stand-in's scripted behaviour."""
+    from devkit import lsky as stand_in
+
+    return stand_in.behaviour(name, **kwargs)
