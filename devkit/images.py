@@ -98,16 +98,17 @@ def png_stream(
 
 
 def _pad_chunk(length: int, seed: int, chunk_size: int) -> Iterator[bytes]:
+    # Byte i of the padding is noise[i % len(noise)], whatever the chunk size.
     noise = _noise(seed)
     crc = zlib.crc32(PAD_CHUNK)
     yield struct.pack(">I", length) + PAD_CHUNK
     offset = 0
     while offset < length:
-        n = min(chunk_size, length - offset, len(noise))
-        piece = noise[:n]
+        start = offset % len(noise)
+        piece = noise[start : start + min(chunk_size, length - offset)]
         crc = zlib.crc32(piece, crc)
         yield piece
-        offset += n
+        offset += len(piece)
     yield struct.pack(">I", crc)
 
 

@@ -67,15 +67,17 @@ _SERVER_SETTINGS = {
 _START_TIMEOUT = 30.0
 
 
-def find_bindir() -> Path:
+def find_bindir(
+    pg_config: str | None = "pg_config", debian_root: Path = Path("/usr/lib/postgresql")
+) -> Path:
     """Directory holding initdb/postgres/pg_ctl, or RuntimeError with a hint.
 
     `pg_config --bindir` first (it may come from libpq-dev without a server, so
     check that initdb is really there), then the newest Debian-style
-    /usr/lib/postgresql/<major>/bin.
+    /usr/lib/postgresql/<major>/bin. The arguments exist for tests.
     """
     candidates: list[Path] = []
-    pg_config = shutil.which("pg_config")
+    pg_config = shutil.which(pg_config) if pg_config else None
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
@@ -89,7 +91,7 @@ def find_bindir() -> Path:
         except ValueError:
             return -1.0
 
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=major, reverse=True)
+    candidates += sorted(debian_root.glob("*/bin"), key=major, reverse=True)
     for bindir in candidates:
         if all((bindir / tool).is_file() for tool in ("initdb", "postgres", "pg_ctl")):
             return bindir
