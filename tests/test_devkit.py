@@ -661,7 +661,7 @@ def test_lsky_validation_messages(http: Any, lsky: LskyStandIn) -> None:
         fields={"strategy_id": "1"},
         headers={"Authorization": f"Bearer {lsky.token}", "Accept": "application/json"},
     )
-    assert message(no_file) == "服务异常，请稍后再试"  # noqa: RUF001
+    assert message(no_file) == "服务异常，请稍后再试"
     assert {u.outcome for u in lsky.uploads} == {"rejected"}
     assert lsky.successful_uploads == 0
 
