@@ -1,0 +1,140 @@
+"""Point 1: peak RSS growth while archiving a 50 MB image, against a naive version.
+
+Every measurement is a fresh process (VmHWM is per process). In it: import and warm
+up (one tiny archive: DB connection, HTTP pools, Powertools), collect garbage, reset
+the peak (clear_refs), read the baseline RSS, archive the big image, read the peak.
+growth = peak - baseline. Three variants, interleaved over the repetitions:
+
+- streamed: the handler, upstream sends a Content-Length (the streaming path);
+- spooled:  the handler, upstream sends no Content-Length (chunked; spooled to /tmp);
+- naive:    plain urllib3 GET into bytes, multipart body in memory, POST (bench.plain).
+
+The handler variants run the whole handler (claim, transfer, record); the naive one is
+the transfer alone; the database part holds no image bytes either way.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from bench.child import child_main, run_child
+from bench.common import MB, Row, command_for, mb, median, ratio, write_results
+from bench.services import TINY, Services
+
+IMAGE_BYTES = 50 * MB
+TARGET_FRACTION = 0.3
+VARIANTS = {
+    "streamed": "/img-50mb.png",
+    "spooled": "/img-50mb-chunked.png",
+    "naive": "/img-50mb.png",
+}
+
+
+def measure(args: dict[str, Any]) -> dict[str, Any]:
+    """In the child: warm up, then archive one big image and report the peak growth."""
+    from bench import common  # noqa: PLC0415 - the child imports what it measures
+
+    if args["variant"] == "naive":
+        from bench.plain import PlainClient  # noqa: PLC0415
+
+        client = PlainClient(args["lsky_url"])
+        client.archive(args["tiny_url"])
+
+        def work() -> None:
+            client.archive(args["image_url"])
+
+    else:
+        from bench.lambda_call import archive  # noqa: PLC0415
+
+        archive(args["tiny_id"])
+
+        def work() -> None:
+            archive(args["record_id"])
+
+    gc.collect()
+    reset = common.reset_peak_rss()
+    baseline = common.rss() if reset else common.peak_rss()
+    started = time.perf_counter()
+    work()
+    seconds = time.perf_counter() - started
+    peak = common.peak_rss()
+    return {
+        "baseline": baseline,
+        "peak": peak,
+        "growth": peak - baseline,
+        "seconds": seconds,
+        "peak_reset": reset,
+    }
+
+
+def run(services: Services, reps: int = 5) -> list[Row]:
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+    for rep in range(reps):
+        # Rotate the order so no variant always runs first (page cache, disk, drift).
+        names = list(VARIANTS)
+        names = names[rep % len(names) :] + names[: rep % len(names)]
+        for name in names:
+            path = VARIANTS[name]
+            tiny_id, record_id = services.seed(TINY)[0], services.seed(path)[0]
+            args = {
+                "variant": name,
+                "tiny_id": tiny_id,
+                "record_id": record_id,
+                "tiny_url": services.image_url(TINY),
+                "image_url": services.image_url(path),
+                "lsky_url": services.lsky_url,
+            }
+            result = run_child(
+                "bench.memory", args, services.handler_env(), log_name=f"memory-{name}-{rep}"
+            )
+            if name != "naive":
+                statuses = services.statuses([tiny_id, record_id])
+                if statuses != {"SUCCEEDED": 2}:
+                    raise RuntimeError(f"memory/{name}: archive did not succeed: {statuses}")
+            samples[name].append(result)
+
+    growth = {name: median([s["growth"] for s in runs]) for name, runs in samples.items()}
+    limit = TARGET_FRACTION * IMAGE_BYTES
+    write_results(
+        "memory",
+        {
+            "image_bytes": IMAGE_BYTES,
+            "reps": reps,
+            "median_growth": growth,
+            "limit": limit,
+            "samples": samples,
+        },
+    )
+    command = command_for("memory")
+    rows = []
+    for name in ("streamed", "spooled"):
+        worst = max(s["growth"] for s in samples[name])
+        rows.append(
+            Row(
+                "1",
+                f"peak RSS growth, 50 MB image, {name} "
+                f"({'Content-Length' if name == 'streamed' else 'no Content-Length'})",
+                f"{mb(growth[name])} = {growth[name] / IMAGE_BYTES:.3f} x image "
+                f"(max {mb(worst)}); {ratio(growth[name], growth['naive']):.3f} x naive",
+                f"<= {TARGET_FRACTION} x image ({mb(limit)})",
+                growth[name] <= limit,
+                command,
+            )
+        )
+    rows.append(
+        Row(
+            "1",
+            "peak RSS growth, 50 MB image, naive whole-image version",
+            f"{mb(growth['naive'])} = {growth['naive'] / IMAGE_BYTES:.2f} x image",
+            "reference",
+            None,
+            command,
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    child_main(measure)

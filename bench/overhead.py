@@ -1,0 +1,141 @@
+"""Point 3: per-message cost of the handler with a tiny image, against the local services.
+
+One fresh process is one warm container. Messages go through moto's SQS like the event
+source mapping's: SendMessage, ReceiveMessage (as a Lambda event), the handler, then
+DeleteMessage. Only the handler call is timed. Message 0 is the container's first
+(it opens the database connection); messages 1..100 are the warm ones reported.
+
+Database round trips are counted, not estimated, two ways:
+- statements: `Database.statements_run` (what the code asks for);
+- round trips: every time pg8000 waits for the server's ReadyForQuery, counted by
+  wrapping `pg8000.core.CoreConnection.handle_messages` in this process. pg8000's
+  unnamed (one-off) execution of a statement with parameters is three such waits
+  (Parse, Describe, Bind/Execute); a prepared statement's execution is one.
+Connections: `Database.connections_opened`, and the server's own pg_stat_activity.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from bench.child import child_main, run_child
+from bench.common import Row, command_for, median, ms, write_results
+from bench.services import TINY, Services
+
+MESSAGES = 100
+TARGET_ROUND_TRIPS = 3
+
+
+def measure(args: dict[str, Any]) -> dict[str, Any]:
+    import boto3  # noqa: PLC0415 - the child imports what it measures
+    import pg8000.core  # noqa: PLC0415
+
+    from bench.lambda_call import Context  # noqa: PLC0415
+    from devkit.postgres import connect  # noqa: PLC0415
+    from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
+    from handlers.archive import lambda_handler  # noqa: PLC0415
+    from lib import runtime  # noqa: PLC0415
+
+    waits = 0
+    original = pg8000.core.CoreConnection.handle_messages
+
+    def counted(self: Any, context: Any) -> Any:
+        nonlocal waits
+        waits += 1
+        return original(self, context)
+
+    pg8000.core.CoreConnection.handle_messages = counted  # type: ignore[method-assign]
+
+    sqs = boto3.client("sqs")
+    queues = create_queue_pair(sqs, f"bench-{int(time.time() * 1000)}")
+    per_message: list[dict[str, Any]] = []
+    for record_id in args["record_ids"]:
+        sqs.send_message(QueueUrl=queues.url, MessageBody=f'{{"recordId": "{record_id}"}}')
+        event = receive_as_lambda_event(sqs, queues, wait_seconds=2)
+        if len(event["Records"]) != 1:
+            raise RuntimeError("message did not arrive")
+        # Before the first message the container has no worker (and no Database) yet.
+        warm = runtime.archive_worker.cache_info().currsize
+        statements0 = runtime.archive_worker().records.db.statements_run if warm else 0
+        waits0 = waits
+        started = time.perf_counter()
+        response = lambda_handler(event, Context())
+        seconds = time.perf_counter() - started
+        if response["batchItemFailures"]:
+            raise RuntimeError(f"record {record_id} failed: {response}")
+        db = runtime.archive_worker().records.db
+        per_message.append(
+            {
+                "seconds": seconds,
+                "statements": db.statements_run - statements0,
+                "round_trips": waits - waits0,
+            }
+        )
+        sqs.delete_message(QueueUrl=queues.url, ReceiptHandle=event["Records"][0]["receiptHandle"])
+
+    db = runtime.archive_worker().records.db
+    pg8000.core.CoreConnection.handle_messages = original  # type: ignore[method-assign]
+    check = connect(args["dsn"])
+    try:
+        [[backends]] = check.run(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'image-archive'"
+        )
+    finally:
+        check.close()
+    return {
+        "messages": per_message,
+        "connections_opened": db.connections_opened,
+        "statements_run": db.statements_run,
+        "server_backends": int(backends),
+    }
+
+
+def run(services: Services, messages: int = MESSAGES) -> list[Row]:
+    services.start_moto()
+    record_ids = services.seed(TINY, messages + 1)
+    args = {"record_ids": record_ids, "dsn": services.dsn}
+    result = run_child("bench.overhead", args, services.handler_env(), log_name="overhead")
+    statuses = services.statuses(record_ids)
+    if statuses != {"SUCCEEDED": messages + 1}:
+        raise RuntimeError(f"overhead: not every archive succeeded: {statuses}")
+    first, warm = result["messages"][0], result["messages"][1:]
+    times = [m["seconds"] for m in warm]
+    p90 = statistics.quantiles(times, n=10)[-1]
+    statements = sorted({m["statements"] for m in warm})
+    trips = sorted({m["round_trips"] for m in warm})
+    write_results("overhead", {"messages": messages, **result})
+    command = command_for("overhead")
+    connections = result["connections_opened"]
+    return [
+        Row(
+            "3",
+            f"handler time per message, tiny image, {messages} warm messages",
+            f"median {ms(median(times))}, p90 {ms(p90)} (first message {ms(first['seconds'])})",
+            "reported",
+            None,
+            command,
+        ),
+        Row(
+            "3",
+            "DB round trips per archive (counted)",
+            f"{'/'.join(map(str, trips))} round trips, {'/'.join(map(str, statements))} statements "
+            f"(first message: {first['round_trips']} / {first['statements']}, incl. connect)",
+            f"<= {TARGET_ROUND_TRIPS}",
+            max(trips) <= TARGET_ROUND_TRIPS,
+            command,
+        ),
+        Row(
+            "3",
+            f"DB connections over {messages + 1} messages in one container",
+            f"{connections} opened (server sees {result['server_backends']})",
+            "1",
+            connections == 1 and result["server_backends"] == 1,
+            command,
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    child_main(measure)

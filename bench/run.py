@@ -1,0 +1,94 @@
+"""Run the benches and print one table with PASS/FAIL against each target of issue 7.
+
+    python -m bench.run                 # everything (what `make bench` runs)
+    python -m bench.run --only memory   # one bench (comma-separated for several)
+
+Raw numbers go to bench/results/<bench>.json, the table to bench/results/table.md.
+Targets are checked on medians of repeated runs (the machines are noisy). A FAIL
+makes the exit status 1, so `make bench` fails loudly too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from bench import coldstart, memory, overhead, transfer
+from bench.common import RESULTS, Row, as_dict, machine, write_results
+from bench.services import Services
+
+TIME_BUDGET_SECONDS = 600
+NEEDS_SERVICES: dict[str, Callable[[Services], list[Row]]] = {
+    "memory": memory.run,
+    "transfer": transfer.run,
+    "overhead": overhead.run,
+}
+ORDER = ("coldstart", *NEEDS_SERVICES)
+
+
+def render(rows: list[Row], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| # | what | measured (medians) | target | result |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.point} | {r.what} | {r.measured} | {r.target} | {r.verdict} |" for r in rows]
+    lines += ["", "Commands (from the repository root):", ""]
+    seen: list[str] = []
+    for row in rows:
+        if row.command not in seen:
+            seen.append(row.command)
+            lines.append(f"- point {row.point}: `{row.command}`")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--only", default=",".join(ORDER), help=f"comma-separated: {ORDER}")
+    args = parser.parse_args(argv)
+    selected = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(selected) - set(ORDER))
+    if unknown:
+        parser.error(f"unknown bench {unknown}; choose from {ORDER}")
+
+    started = time.monotonic()
+    rows: list[Row] = []
+    if "coldstart" in selected:
+        print("coldstart ...", flush=True)
+        rows += coldstart.run()
+    wanted = [name for name in NEEDS_SERVICES if name in selected]
+    if wanted:
+        with Services() as services:
+            for name in wanted:
+                print(f"{name} ...", flush=True)
+                rows += NEEDS_SERVICES[name](services)
+    elapsed = time.monotonic() - started
+    if selected == list(ORDER):
+        rows.append(
+            Row(
+                "6",
+                "whole bench run (`make bench`)",
+                f"{elapsed:.0f} s",
+                f"< {TIME_BUDGET_SECONDS} s",
+                elapsed < TIME_BUDGET_SECONDS,
+                "make bench",
+            )
+        )
+    when = time.strftime("%Y-%m-%d %H:%M %Z")
+    header = f"Benchmarks, {when}, {machine()}"
+    table = render(rows, header)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "table.md").write_text(table, encoding="utf-8")
+    write_results(
+        "summary", {"machine": machine(), "seconds": elapsed, "rows": [as_dict(r) for r in rows]}
+    )
+    print()
+    print(table)
+    return 1 if any(row.ok is False for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The local services every bench runs against, started once per `bench.run`.
+
+PostgreSQL (devkit's throwaway cluster), the image provider and the Lsky stand-in,
+each of the two HTTP servers in a process of its own: the process being measured
+holds only the archive function, as on Lambda where the provider and Lsky are remote
+machines. moto's SQS is started on demand (only the per-message bench needs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from bench.common import ROOT, SRC
+from devkit.lsky import DEFAULT_TOKEN
+from devkit.postgres import PostgresCluster, apply_schema, connect
+
+REGION = "us-east-1"
+TINY = "/tiny.png"
+TINY_BYTES = 200
+# Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
+ROUTES: dict[str, tuple[int, bool]] = {
+    TINY: (TINY_BYTES, False),
+    "/img-10mb.png": (10_000_000, False),
+    "/img-50mb.png": (50_000_000, False),
+    # No Content-Length (chunked): the archive cannot stream into a sized upload.
+    "/img-50mb-chunked.png": (50_000_000, True),
+}
+
+
+def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a bench child: src/ and the repo on the path, no AWS leaks."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PG"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(ROOT)])
+    env.update(extra or {})
+    return env
+
+
+def _read_announcement(process: subprocess.Popen[str], prefix: str) -> str:
+    """The value of the `PREFIX=value` line a server prints once it is listening."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(prefix):
+            return line.strip().split("=", 1)[1]
+    raise RuntimeError(f"{process.args!r} exited before announcing {prefix}")
+
+
+class Services:
+    """`with Services() as s:` PostgreSQL + provider + Lsky; `s.handler_env()` for children."""
+
+    def __init__(self) -> None:
+        self.cluster = PostgresCluster()
+        self.dsn = ""
+        self.db: Any = None
+        self.upstream_url = ""
+        self.lsky_url = ""
+        self.moto_endpoint: str | None = None
+        self._moto: Any = None
+        self._processes: list[subprocess.Popen[str]] = []
+        self._lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
+        self._ids = itertools.count(1)
+
+    def start(self) -> Self:
+        self.cluster.start()
+        self.dsn = self.cluster.create_database("bench")
+        apply_schema(self.dsn)
+        self.db = connect(self.dsn)
+        self.db.run("INSERT INTO users (id, username) VALUES (1, 'bench') ON CONFLICT DO NOTHING")
+        routes = [f"{path}={size}{':chunked' * chunk}" for path, (size, chunk) in ROUTES.items()]
+        upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes])
+        self.upstream_url = _read_announcement(upstream, "UPSTREAM_URL=")
+        lsky = self._spawn(
+            [sys.executable, "-m", "devkit.lsky", "--storage", str(self._lsky_storage)]
+        )
+        self.lsky_url = _read_announcement(lsky, "LSKY_BASE_URL=")
+        return self
+
+    def _spawn(self, args: list[str]) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=python_env(),
+            cwd=ROOT,
+        )
+        self._processes.append(process)
+        return process
+
+    def start_moto(self) -> str:
+        if self.moto_endpoint is None:
+            from devkit.sqs import start_moto_server  # noqa: PLC0415 - moto is slow to import
+
+            self._moto = start_moto_server()
+            self.moto_endpoint = self._moto.endpoint_url
+        return self.moto_endpoint
+
+    def stop(self) -> None:
+        for process in self._processes:
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()  # bench.upstream exits on EOF
+            process.terminate()  # devkit.lsky serves until a signal
+        for process in self._processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        self._processes.clear()
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+        if self.db is not None:
+            with contextlib.suppress(Exception):
+                self.db.close()
+            self.db = None
+        self.cluster.stop()
+        shutil.rmtree(self._lsky_storage, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- for the benches ------------------------------------------------------------
+
+    def image_url(self, path: str) -> str:
+        return self.upstream_url + path
+
+    def seed(self, path: str, count: int = 1) -> list[int]:
+        """`count` PENDING records of a SUCCEEDED generation whose image is at `path`."""
+        ids = [next(self._ids) for _ in range(count)]
+        self.db.run(
+            "INSERT INTO image_generation_records "
+            "(id, user_id, status, image_url, archive_status, archive_next_run_at) "
+            "SELECT id, 1, 'SUCCEEDED', :url, 'PENDING', now() "
+            "FROM unnest(CAST(:ids AS bigint[])) AS id",
+            url=self.image_url(path),
+            ids=ids,
+        )
+        return ids
+
+    def statuses(self, ids: list[int]) -> dict[str, int]:
+        rows = self.db.run(
+            "SELECT archive_status, count(*) FROM image_generation_records "
+            "WHERE id = ANY(CAST(:ids AS bigint[])) GROUP BY 1",
+            ids=ids,
+        )
+        return {str(status): int(n) for status, n in rows}
+
+    def handler_env(self, **extra: str) -> dict[str, str]:
+        """The archive function's environment (the DESIGN.md contract) for a child process."""
+        env = {
+            "DATABASE_URL": self.dsn,
+            "LSKY_BASE_URL": self.lsky_url,
+            "LSKY_TOKEN": DEFAULT_TOKEN,
+            "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8",
+            "POWERTOOLS_TRACE_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": "image-archive",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }
+        if self.moto_endpoint:
+            env["AWS_ENDPOINT_URL_SQS"] = self.moto_endpoint
+        env.update(extra)
+        return python_env(env)

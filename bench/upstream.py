@@ -1,0 +1,45 @@
+"""The image provider for the benches, in its own process: `python -m bench.upstream`.
+
+A separate process so the server's threads do not share a GIL (or an RSS figure)
+with the process being measured; on Lambda the provider is on another machine.
+
+    python -m bench.upstream /tiny.png=200 /big.png=50000000 /nolen.png=50000000:chunked
+
+prints `UPSTREAM_URL=http://127.0.0.1:PORT` once listening, then serves until stdin
+closes (so it never outlives the bench that started it). Bodies are valid PNGs of
+exactly the given size (devkit.images.png_stream), generated as they are sent.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from devkit import images
+from devkit.upstream import StreamBody, UpstreamServer
+
+
+def _body(size: int) -> StreamBody:
+    return StreamBody.of(lambda: images.png_stream(size=size, chunk_size=256 * 1024), size)
+
+
+def main(argv: list[str]) -> int:
+    server = UpstreamServer()
+    for spec in argv:
+        path, _, rest = spec.partition("=")
+        size_text, _, mode = rest.partition(":")
+        size = int(size_text)
+        if size < 1024:
+            server.add(path, images.png(size=size) if size > 100 else images.png())
+        else:
+            server.add(path, _body(size), chunked=mode == "chunked")
+    server.start()
+    print(f"UPSTREAM_URL={server.base_url}", flush=True)
+    try:
+        sys.stdin.read()  # EOF when the parent exits or closes the pipe
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
