@@ -5,6 +5,13 @@ each is a single conditional UPDATE, so a transaction would only add round trips
 Every statement this service runs is safe to repeat after a lost connection
 (claims and finishes are keyed on the lock owner), so `run` retries once on a
 fresh connection before giving up with DatabaseUnavailable.
+
+Statements with parameters are prepared once per connection: pg8000 runs a one-off
+parameterised statement as Parse, Describe and Bind/Execute, each waiting for the
+server (three round trips); a prepared one is a single Bind/Execute round trip, so an
+archive costs two round trips instead of six (bench/overhead.py counts them). The
+connection is already session-bound (SET statement_timeout below), so server-side
+statements add no pinning of their own behind RDS Proxy.
 """
 
 from __future__ import annotations
@@ -27,6 +34,12 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # SQLSTATEs after which the session is gone: connection exceptions and shutdowns.
 _CONNECTION_LOST_CLASSES = ("08", "57P")
 _AUTH_FAILED = frozenset({"28P01", "28000"})
+# The server no longer has our prepared statement (a pooler reset the session), or its
+# cached plan no longer fits the table: prepare it again and run it once more.
+_STALE_STATEMENT = frozenset({"26000", "0A000"})
+# The service runs a handful of fixed statements; past this, run unprepared rather than
+# let ad hoc SQL (operator tooling) pile up statements on the server.
+MAX_PREPARED_STATEMENTS = 32
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -114,6 +127,7 @@ class Database:
         self._application_name = application_name
         self._connect_fn = connect
         self._conn: pg8000.native.Connection | None = None
+        self._prepared: dict[str, pg8000.native.PreparedStatement] = {}
         self._lock = threading.Lock()
         self.connections_opened = 0
         self.statements_run = 0
@@ -139,7 +153,7 @@ class Database:
                     if self._conn is None:
                         self._conn = self._connect()
                     self.statements_run += 1
-                    rows: list[list[Any]] = self._conn.run(sql, **params) or []
+                    rows = self._execute(self._conn, sql, params)
                 except (pg8000.exceptions.Error, OSError) as error:
                     if not is_connection_lost(error):
                         raise
@@ -151,7 +165,28 @@ class Database:
                     return rows
             raise AssertionError("unreachable")  # pragma: no cover
 
+    def _execute(
+        self, conn: pg8000.native.Connection, sql: str, params: dict[str, Any]
+    ) -> list[list[Any]]:
+        if not params:
+            # The simple query protocol: one round trip already, nothing to prepare.
+            return conn.run(sql) or []
+        statement = self._prepared.get(sql)
+        if statement is None:
+            if len(self._prepared) >= MAX_PREPARED_STATEMENTS:
+                return conn.run(sql, **params) or []
+            statement = self._prepared[sql] = conn.prepare(sql)
+        try:
+            return statement.run(**params) or []
+        except pg8000.exceptions.DatabaseError as error:
+            if _sqlstate(error) not in _STALE_STATEMENT:
+                raise
+        self._prepared[sql] = statement = conn.prepare(sql)
+        return statement.run(**params) or []
+
     def _discard(self) -> None:
+        # Prepared statements live and die with their session.
+        self._prepared.clear()
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
