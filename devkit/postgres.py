@@ -21,7 +21,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +32,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pg8000.native
+
+from devkit._cli import exit_cleanly_on_signals
 
 __all__ = [
     "PostgresCluster",
@@ -414,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_schema(dsn)
         print(f"DATABASE_URL={dsn}", flush=True)
         print("PostgreSQL is running; press Ctrl-C to stop (the data is deleted).", flush=True)
-        # SIGTERM (from `kill` or a Makefile) should clean up like Ctrl-C does.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        exit_cleanly_on_signals()
         with contextlib.suppress(KeyboardInterrupt):
             while cluster.running:
                 time.sleep(0.5)
