@@ -21,6 +21,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -233,11 +234,18 @@ class PostgresCluster:
                     cwd=self._root,
                     **self._run_as,
                 )
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+            # pg_ctl normally suffices; SIGQUIT is the same immediate shutdown
+            # sent directly, and SIGKILL the last resort (it can leave
+            # orphaned backends, hence not first).
+            for escalate in (None, signal.SIGQUIT, signal.SIGKILL):
+                if escalate is not None:
+                    with contextlib.suppress(OSError):
+                        process.send_signal(escalate)
+                try:
+                    process.wait(timeout=5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
