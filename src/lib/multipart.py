@@ -1,16 +1,32 @@
-"""A multipart/form-data body streamed from a file, with its exact Content-Length.
+"""multipart/form-data bodies generated while they are sent, with an exact Content-Length.
 
-The image is never held whole in memory: the body is generated chunk by chunk
-while urllib3 sends it.
+The image is never held whole in memory. `MultipartBody` reads the file part from a
+seekable file (restartable: a resend starts over); `StreamedMultipartBody` frames an
+iterator of chunks whose total length is known in advance (the upstream's
+Content-Length), so the upload can start while the download is still running.
+
+Both count the file's bytes as they pass and raise BodyLengthError the moment the
+count cannot match the promised length: before sending a byte too many, or instead
+of the closing boundary when the chunks end early. The request then stops short of
+its Content-Length, the connection is closed, and the server has no complete body
+to store (Lsky, behind nginx or PHP, never sees a truncated file as an upload).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import IO
 
 CHUNK_BYTES = 256 * 1024
+
+
+class BodyLengthError(ValueError):
+    """The file part's bytes did not add up to the length announced in Content-Length.
+
+    Not an OSError on purpose: urllib3 would read that as a network failure (and wrap
+    it); this must reach the caller as what it is.
+    """
 
 
 def _quote(value: str) -> str:
@@ -18,7 +34,9 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
 
 
-class MultipartBody:
+class _Framing:
+    """Boundary, the bytes before and after the file's content, and the exact total."""
+
     def __init__(
         self,
         *,
@@ -26,12 +44,12 @@ class MultipartBody:
         file_field: str,
         filename: str,
         file_content_type: str,
-        file: IO[bytes],
         file_size: int,
     ) -> None:
+        if file_size < 0:
+            raise ValueError("file_size must not be negative")
         self.boundary = f"----image-archive-{secrets.token_hex(16)}"
-        self._file = file
-        self._file_size = file_size
+        self.file_size = file_size
         parts = [
             f'--{self.boundary}\r\nContent-Disposition: form-data; name="{_quote(name)}"'
             f"\r\n\r\n{value}\r\n"
@@ -51,17 +69,90 @@ class MultipartBody:
 
     @property
     def content_length(self) -> int:
-        return len(self._head) + self._file_size + len(self._tail)
+        return len(self._head) + self.file_size + len(self._tail)
+
+    def frame(self, content: Iterable[bytes]) -> Iterator[bytes]:
+        """The whole body around `content`, checking its length as it streams."""
+        yield self._head
+        sent = 0
+        for chunk in content:
+            sent += len(chunk)
+            if sent > self.file_size:
+                raise BodyLengthError(f"file is longer than the announced {self.file_size} bytes")
+            if chunk:
+                yield chunk
+        if sent != self.file_size:
+            raise BodyLengthError(
+                f"file ended after {sent} of the announced {self.file_size} bytes"
+            )
+        yield self._tail
+
+
+class MultipartBody(_Framing):
+    """The file part read from a seekable file of known size; iterable more than once."""
+
+    def __init__(
+        self,
+        *,
+        fields: Mapping[str, str],
+        file_field: str,
+        filename: str,
+        file_content_type: str,
+        file: IO[bytes],
+        file_size: int,
+    ) -> None:
+        super().__init__(
+            fields=fields,
+            file_field=file_field,
+            filename=filename,
+            file_content_type=file_content_type,
+            file_size=file_size,
+        )
+        self._file = file
+
+    def _read(self) -> Iterator[bytes]:
+        remaining = self.file_size
+        while remaining > 0:
+            chunk = self._file.read(min(CHUNK_BYTES, remaining))
+            if not chunk:
+                return  # frame() reports the shortfall
+            remaining -= len(chunk)
+            yield chunk
 
     def __iter__(self) -> Iterator[bytes]:
         # Restartable: a retried request (e.g. after a token refresh) resends from the start.
         self._file.seek(0)
-        yield self._head
-        remaining = self._file_size
-        while remaining > 0:
-            chunk = self._file.read(min(CHUNK_BYTES, remaining))
-            if not chunk:
-                raise OSError("image file ended before its recorded size")
-            remaining -= len(chunk)
-            yield chunk
-        yield self._tail
+        return self.frame(self._read())
+
+
+class StreamedMultipartBody(_Framing):
+    """The file part taken from `chunks` as they come; `file_size` is the promised total.
+
+    One pass only: the chunks are typically a live download. Iterating again raises
+    RuntimeError rather than sending a body with an empty or partial file.
+    """
+
+    def __init__(
+        self,
+        *,
+        fields: Mapping[str, str],
+        file_field: str,
+        filename: str,
+        file_content_type: str,
+        chunks: Iterable[bytes],
+        file_size: int,
+    ) -> None:
+        super().__init__(
+            fields=fields,
+            file_field=file_field,
+            filename=filename,
+            file_content_type=file_content_type,
+            file_size=file_size,
+        )
+        self._chunks: Iterable[bytes] | None = chunks
+
+    def __iter__(self) -> Iterator[bytes]:
+        chunks, self._chunks = self._chunks, None
+        if chunks is None:
+            raise RuntimeError("a streamed multipart body can be sent once")
+        return self.frame(chunks)

@@ -13,7 +13,7 @@ from lib.config import ConfigError, DatabaseConfig
 from lib.credentials import database_params, parse_database_secret, parse_database_url
 from lib.download import retry_after_seconds, safe_url
 from lib.imagetype import AVIF, GIF, JPEG, PNG, WEBP, sniff
-from lib.multipart import MultipartBody
+from lib.multipart import BodyLengthError, MultipartBody
 from lib.naming import hosted_file_name
 from lib.queue import queue_url_from_arn
 
@@ -72,7 +72,7 @@ def test_multipart_refuses_a_short_file() -> None:
         file=io.BytesIO(b"abc"),
         file_size=10,
     )
-    with pytest.raises(OSError, match="ended before"):
+    with pytest.raises(BodyLengthError, match="ended after 3 of the announced 10 bytes"):
         b"".join(body)
 
 
