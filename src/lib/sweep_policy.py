@@ -26,14 +26,20 @@ Item = TypeVar("Item")
 
 
 class Step(enum.StrEnum):
-    """The kinds of stale rows, in the order a run handles them."""
+    """The kinds of stale rows, in the order a run handles them.
 
+    Lost messages first: nothing else would ever bring them back, whereas a crashed
+    attempt's own message returns after the visibility timeout. It also keeps the
+    rows this run takes over from expired locks (PENDING now, long due, just sent)
+    out of this run's lost-message scan.
+    """
+
+    # PENDING rows long past due and not sent recently: their message was lost.
+    LOST = "lost"
     # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
     LOCKLESS = "lockless"
     # RUNNING rows whose lock expired: the worker died (crash, timeout, lost container).
     EXPIRED = "expired"
-    # PENDING rows long past due and not sent recently: their message was lost.
-    LOST = "lost"
 
 
 class StopReason(enum.StrEnum):

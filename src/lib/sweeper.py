@@ -1,8 +1,8 @@
 """The sweeper: no record stays PENDING or RUNNING forever.
 
-Each run, in bounded pages: RUNNING rows whose lock expired go back to PENDING and
-are sent again (or become FAILED when their attempts are used up), then PENDING
-rows whose due time is well past and that were not sent recently are sent again.
+Each run, in bounded pages: PENDING rows whose due time is well past and that were
+not sent recently are sent again, then RUNNING rows whose lock expired go back to
+PENDING and are sent again (or become FAILED when their attempts are used up).
 
 Double sends: one statement per page picks the rows `FOR UPDATE SKIP LOCKED` and
 stamps `archive_enqueued_at = now()` in the same UPDATE, so a second sweeper

@@ -116,10 +116,10 @@ def test_pages_through_every_step_and_sends_ten_per_call() -> None:
     queue = FakeQueue()
     summary = make(store, queue).run(remaining_ms=plenty)
 
-    assert queue.ids() == [*range(1, 121), *range(200, 305)]
-    assert all(len(batch) == 10 for batch in queue.sent[:12])
+    assert queue.ids() == [*range(200, 305), *range(1, 121)]
+    assert all(len(batch) == 10 for batch in queue.sent[:10])
     # Bodies follow the message contract; entry ids are the record ids.
-    assert queue.sent[0][0] == ("1", json.dumps({"recordId": "1"}))
+    assert queue.sent[0][0] == ("200", json.dumps({"recordId": "200"}))
     assert summary.requeued == 225
     assert summary.expired_locks == 121
     assert summary.failed == 1
@@ -128,17 +128,17 @@ def test_pages_through_every_step_and_sends_ten_per_call() -> None:
     assert summary.stop_reason is StopReason.DONE
     assert summary.oldest_pending_age_seconds == 42.0
     assert store.restored == []
-    # Lockless first, then expired locks, then lost messages; a short page ends a step.
+    # Lost messages first, then lockless and expired locks; a short page ends a step.
     assert [(step, limit) for step, limit, _ in store.calls] == [
+        (Step.LOST, 100),
+        (Step.LOST, 100),
         (Step.LOCKLESS, 100),
         (Step.EXPIRED, 100),
         (Step.EXPIRED, 100),
-        (Step.LOST, 100),
-        (Step.LOST, 100),
     ]
     # Keyset paging: the second page of lost messages starts at the first page's last due time.
-    assert store.calls[3][2] is None
-    assert store.calls[4][2] == T0 + timedelta(seconds=299)
+    assert store.calls[0][2] is None
+    assert store.calls[1][2] == T0 + timedelta(seconds=299)
 
 
 def test_failed_entries_are_restored_and_the_run_goes_on() -> None:
@@ -155,7 +155,7 @@ def test_failed_entries_are_restored_and_the_run_goes_on() -> None:
 def test_a_failed_call_restores_the_rest_of_the_page_and_stops(
     logs: Callable[[], list[dict[str, Any]]],
 ) -> None:
-    store = FakeStore({Step.EXPIRED: [rows(range(1, 31))], Step.LOST: [rows(range(100, 110))]})
+    store = FakeStore({Step.LOST: [rows(range(1, 31))], Step.EXPIRED: [rows(range(100, 110))]})
     queue = FakeQueue([{}, ConnectionError("Could not connect to the endpoint URL")])
     summary = make(store, queue).run(remaining_ms=plenty)
 
@@ -166,7 +166,7 @@ def test_a_failed_call_restores_the_rest_of_the_page_and_stops(
     assert summary.stop_reason is StopReason.SQS_ERROR
     assert summary.stopped_early
     # No further page is claimed once SQS failed: those rows stay untouched.
-    assert [step for step, _, _ in store.calls] == [Step.LOCKLESS, Step.EXPIRED]
+    assert [step for step, _, _ in store.calls] == [Step.LOST]
     error = next(line for line in logs() if line["level"] == "ERROR")
     assert error["error"] == "ConnectionError"
     assert next(line for line in logs() if line["message"] == "sweep finished")["level"] == (
@@ -187,22 +187,29 @@ def test_no_page_is_started_without_time_for_it() -> None:
 
 def test_time_running_out_mid_page_restores_the_unsent_rows() -> None:
     clock = iter([PAGE_RESERVE_MS, PAGE_RESERVE_MS, SEND_RESERVE_MS, SEND_RESERVE_MS - 1])
-    store = FakeStore({Step.LOCKLESS: [rows(range(1, 31))]})
+    store = FakeStore({Step.LOST: [rows(range(1, 31))]})
     queue = FakeQueue()
     summary = make(store, queue).run(remaining_ms=lambda: next(clock, 0))
 
     assert queue.ids() == list(range(1, 21))
     assert [row.record_id for row in store.restored] == list(range(21, 31))
     assert summary.stop_reason is StopReason.TIME
-    assert [step for step, _, _ in store.calls] == [Step.LOCKLESS]
+    assert [step for step, _, _ in store.calls] == [Step.LOST]
 
 
 def test_the_run_is_bounded_by_max_rows() -> None:
-    store = FakeStore({Step.EXPIRED: [rows(range(1, 101)), rows(range(101, 201))]})
+    store = FakeStore({Step.LOST: [rows(range(1, 101))], Step.EXPIRED: [rows(range(101, 201))]})
     queue = FakeQueue()
     summary = make(store, queue, max_rows=150).run(remaining_ms=plenty)
 
-    assert [limit for _, limit, _ in store.calls] == [100, 100, 50]
+    # The bound is shared by the steps: what lost messages used is not left for the rest.
+    assert [(step, limit) for step, limit, _ in store.calls] == [
+        (Step.LOST, 100),
+        (Step.LOST, 50),
+        (Step.LOCKLESS, 50),
+        (Step.EXPIRED, 50),
+    ]
+    assert queue.ids() == list(range(1, 151))
     assert summary.claimed == 150
     assert summary.requeued == 150
     assert summary.stop_reason is StopReason.MAX_ROWS
@@ -225,7 +232,7 @@ def test_a_database_error_fails_the_run_after_reporting(
 ) -> None:
     from lib.observability import metrics
 
-    store = FakeStore({Step.EXPIRED: [rows(range(1, 4))]}, fail_on=Step.LOST)
+    store = FakeStore({Step.LOST: [rows(range(1, 4))]}, fail_on=Step.EXPIRED)
     queue = FakeQueue()
     with pytest.raises(RuntimeError, match="database went away"):
         make(store, queue).run(remaining_ms=plenty)
