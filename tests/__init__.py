@@ -1,0 +1,1 @@
+"""Tests; shared helpers live in tests.support, fixtures in tests/conftest.py."""

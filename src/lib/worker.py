@@ -103,6 +103,11 @@ class ArchiveWorker:
     def _archive(
         self, message: Message, record_id: int, *, owner: str, remaining_ms: Callable[[], int]
     ) -> Result:
+        if remaining_ms() < MIN_ATTEMPT_MS:
+            # Too late in the invocation to finish a transfer: don't even claim.
+            self._delay(message, NO_TIME_RETRY_SECONDS)
+            logger.warning("not enough time left to start; redelivering", outcome=Outcome.RELEASED)
+            return Result(Outcome.RELEASED, record_id, "not enough time left", redeliver=True)
         claim = self.records.claim(
             record_id, owner=owner, lock_ttl_seconds=self.settings.lock_ttl_seconds
         )
@@ -114,8 +119,6 @@ class ArchiveWorker:
             return Result(Outcome.DUPLICATE, record_id, reason)
         logger.append_keys(attempt=task.attempt)
 
-        if remaining_ms() < MIN_ATTEMPT_MS:
-            return self._release(message, task, owner)
         deadline = time.monotonic() + (remaining_ms() - FINISH_RESERVE_MS) / 1000
         logger.info("archive started", max_attempts=self.settings.max_attempts)
         try:

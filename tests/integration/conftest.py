@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from devkit.lsky import DEFAULT_TOKEN
 from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib import runtime
 from tests.logcapture import capture_logs, parse
 from tests.support import FakeLambdaContext
 
-TOKEN = "1|s3cr3t-lsky-token-value"
+TOKEN = DEFAULT_TOKEN
 
 
 @dataclass
@@ -36,12 +37,24 @@ class ArchiveHarness:
 
         return lambda_handler(event, context or FakeLambdaContext())
 
+    def settle(self, event: dict[str, Any], response: Any) -> None:
+        """Do what Lambda's event source mapping does with a partial batch response:
+        delete what succeeded, leave the batch item failures to their visibility."""
+        failed = {item["itemIdentifier"] for item in response["batchItemFailures"]}
+        for record in event["Records"]:
+            if record["messageId"] not in failed and record["receiptHandle"]:
+                self.sqs.delete_message(
+                    QueueUrl=self.queues.url, ReceiptHandle=record["receiptHandle"]
+                )
+
     def deliver(self, body: str, context: FakeLambdaContext | None = None) -> Any:
-        """Send one message, receive it as Lambda would, invoke the handler with it."""
+        """Send one message, receive it as Lambda would, invoke the handler, settle it."""
         self.send(body)
         event = self.receive()
         assert len(event["Records"]) == 1, "the message did not arrive"
-        return self.invoke(event, context)
+        response = self.invoke(event, context)
+        self.settle(event, response)
+        return response
 
     def logs(self) -> list[dict[str, Any]]:
         return parse(self.raw_logs)
@@ -60,7 +73,8 @@ class ArchiveHarness:
 
     def in_flight(self, url: str | None = None) -> int:
         attrs = self.sqs.get_queue_attributes(
-            QueueUrl=url or self.queues.url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+            QueueUrl=url or self.queues.url,
+            AttributeNames=["ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
         return int(attrs["ApproximateNumberOfMessagesNotVisible"])
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from devkit import images
+from devkit.lsky import Behaviour
 from lib import runtime
 from lib.config import ConfigError
 from lib.message import encode
@@ -145,7 +146,8 @@ def test_last_attempt_fails_the_row_and_acknowledges(
         f"{upstream.url('/gen/4.png')} [attempt 3/3]"
     )
     assert row["status"] == "SUCCEEDED"  # the generation itself is never touched
-    assert archive.in_flight() == 0 and archive.visible() == 0
+    assert archive.in_flight() == 0
+    assert archive.visible() == 0
     assert archive.log_for("archive failed")["outcome"] == "failed"
 
 
@@ -229,8 +231,13 @@ def test_duplicates_and_strays_are_acknowledged_without_work(
 def test_expired_lock_is_taken_over(archive: ArchiveHarness, db: Any, upstream: Any) -> None:
     upstream.add("/gen/8.png", PNG)
     seed_record(
-        db, 8, image_url=upstream.url("/gen/8.png"), archive_status="RUNNING",
-        attempts=1, locked_by="crashed-invocation", locked_at=3600,
+        db,
+        8,
+        image_url=upstream.url("/gen/8.png"),
+        archive_status="RUNNING",
+        attempts=1,
+        locked_by="crashed-invocation",
+        locked_at=3600,
     )
     assert archive.deliver(encode(8)) == {"batchItemFailures": []}
     row = fetch_record(db, 8)
@@ -340,7 +347,9 @@ def test_metrics_are_emitted_as_emf(
     archive.deliver(encode(40))
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert emf, "no EMF document printed"
-    names = {m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
+    names = {
+        m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
+    }
     assert {"Archived", "ImageBytes", "ArchiveDuration"} <= names
     assert emf[-1]["Archived"] == [1.0] or emf[-1]["Archived"] == 1.0
     assert emf[-1]["ImageBytes"] in (float(len(PNG)), [float(len(PNG))])
@@ -352,8 +361,67 @@ def synthetic_event(archive: ArchiveHarness, body: str) -> dict[str, Any]:
     return sqs_event([body], archive.queues.arn)
 
 
-def lsky_behaviour(name: str, **kwargs: Any) -> Any:
-    """Map a short name to the stand-in's scripted behaviour."""
-    from devkit import lsky as stand_in
+def lsky_behaviour(name: str, **kwargs: Any) -> Behaviour:
+    """Short names for the stand-in's scripted answers, as the tests' parameters use them."""
+    return {
+        "http_500": Behaviour.server_error,
+        "http_401": Behaviour.unauthorized,
+        "http_413": Behaviour.too_large,
+        "http_429": Behaviour.rate_limited,
+        "status_false_type": lambda: Behaviour.status_false("不支持的文件类型"),
+    }[name](**kwargs)
 
-    return stand_in.behaviour(name, **kwargs)
+
+def test_credentials_from_secrets_manager_are_cached(
+    archive_env: Any,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    moto: Any,
+    pg_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import boto3
+    from aws_lambda_powertools.utilities import parameters
+
+    from lib.credentials import parse_database_url
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", moto.endpoint_url)
+    parameters.clear_caches()
+    secrets = boto3.client("secretsmanager")
+    url = parse_database_url(pg_dsn)
+    db_secret = secrets.create_secret(
+        Name=f"db-{time.time_ns()}",
+        SecretString=json.dumps(
+            {
+                "username": url.user,
+                "password": url.password or "",
+                "host": url.host,
+                "port": url.port,
+                "dbname": url.database,
+            }
+        ),
+    )["ARN"]
+    token_secret = secrets.create_secret(
+        Name=f"lsky-{time.time_ns()}", SecretString=json.dumps({"token": TOKEN})
+    )["ARN"]
+    archive_env(
+        DATABASE_URL=None,
+        DB_SECRET_ARN=db_secret,
+        LSKY_TOKEN=None,
+        LSKY_TOKEN_SECRET_ARN=token_secret,
+    )
+    upstream.add("/s.png", PNG)
+    seed_record(db, 50, image_url=upstream.url("/s.png"))
+    seed_record(db, 51, image_url=upstream.url("/s.png"))
+
+    assert archive.deliver(encode(50)) == {"batchItemFailures": []}
+    # Gone from Secrets Manager: the warm container still has both values cached.
+    secrets.delete_secret(SecretId=db_secret, ForceDeleteWithoutRecovery=True)
+    secrets.delete_secret(SecretId=token_secret, ForceDeleteWithoutRecovery=True)
+    runtime.archive_worker().records.db.close()  # force a reconnect, which reads the secret
+    assert archive.deliver(encode(51)) == {"batchItemFailures": []}
+    assert fetch_record(db, 51)["archive_status"] == "SUCCEEDED"
+    assert lsky.uploads[-1].authorization == f"Bearer {TOKEN}"
+    parameters.clear_caches()

@@ -1,0 +1,275 @@
+"""A local SQS (moto server) and helpers that speak Lambda's SQS event shape.
+
+moto's server keeps its state in process-wide backends, so every queue made on
+any `MotoServer` in this process lives in the same store: give queues unique
+names (tests do) rather than relying on a fresh server being empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+__all__ = [
+    "MotoServer",
+    "QueuePair",
+    "create_queue_pair",
+    "lambda_event",
+    "lambda_record",
+    "receive_as_lambda_event",
+    "start_moto_server",
+    "to_lambda_record",
+]
+
+DEFAULT_REGION = "us-east-1"
+# moto's default account; ARNs for synthetic events use it so that they look
+# like the ones the moto server hands out.
+DEFAULT_ACCOUNT = "123456789012"
+
+
+class MotoServer:
+    """A running `ThreadedMotoServer`; `endpoint_url` goes to boto3."""
+
+    def __init__(self, server: Any, host: str, port: int) -> None:
+        self._server = server
+        self.host = host
+        self.port = port
+        self.endpoint_url = f"http://{host}:{port}"
+        self._stopped = False
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._server.stop()
+
+    def __enter__(self) -> MotoServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_moto_server(*, port: int = 0, quiet: bool = True) -> MotoServer:
+    """Start moto's threaded server on 127.0.0.1 (port 0 = let the OS pick).
+
+    Binding port 0 inside the server thread avoids the free-port race. Note that
+    ThreadedMotoServer.start() would wait forever if the bind failed, so a
+    fixed port that is taken is checked up front.
+    """
+    # Imported here: moto pulls in flask/werkzeug and all of its backends lazily,
+    # but even the server module costs ~0.3 s, which pure tests should not pay.
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+
+    if port:
+        _check_port_free(port)
+    if quiet:
+        # werkzeug logs one line per request at INFO; that drowns test output.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=not quiet)
+    server.start()
+    host, bound_port = server.get_host_and_port()
+    return MotoServer(server, host, bound_port)
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise RuntimeError(f"cannot start moto on 127.0.0.1:{port}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class QueuePair:
+    """A source queue and its dead-letter queue."""
+
+    url: str
+    arn: str
+    dlq_url: str
+    dlq_arn: str
+    name: str = ""
+
+
+def create_queue_pair(
+    sqs_client: SQSClient,
+    name: str,
+    *,
+    max_receive_count: int = 5,
+    visibility_timeout: int = 720,
+    dlq_retention_seconds: int = 1209600,
+) -> QueuePair:
+    """Create `<name>-dlq` and `<name>` with a RedrivePolicy pointing at it.
+
+    The DLQ allows redrive only from this source (like the template does) and
+    keeps messages 14 days, longer than the source's default 4.
+    """
+    dlq_url = sqs_client.create_queue(
+        QueueName=f"{name}-dlq",
+        Attributes={"MessageRetentionPeriod": str(dlq_retention_seconds)},
+    )["QueueUrl"]
+    dlq_arn = _queue_arn(sqs_client, dlq_url)
+    redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+    url = sqs_client.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": str(visibility_timeout),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )["QueueUrl"]
+    arn = _queue_arn(sqs_client, url)
+    sqs_client.set_queue_attributes(
+        QueueUrl=dlq_url,
+        Attributes={
+            "RedriveAllowPolicy": json.dumps(
+                {"redrivePermission": "byQueue", "sourceQueueArns": [arn]}
+            )
+        },
+    )
+    return QueuePair(url=url, arn=arn, dlq_url=dlq_url, dlq_arn=dlq_arn, name=name)
+
+
+def _queue_arn(sqs_client: SQSClient, url: str) -> str:
+    attrs = sqs_client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return attrs["Attributes"]["QueueArn"]
+
+
+def receive_as_lambda_event(
+    sqs_client: SQSClient,
+    queue: QueuePair,
+    max_messages: int = 1,
+    wait_seconds: int = 1,
+    *,
+    visibility_timeout: int | None = None,
+) -> dict[str, Any]:
+    """ReceiveMessage, then wrap the messages as Lambda's poller would.
+
+    Like the real poller, receiving makes the messages invisible and raises
+    their ApproximateReceiveCount; the returned event may have zero Records.
+    """
+    kwargs: dict[str, Any] = {}
+    if visibility_timeout is not None:
+        kwargs["VisibilityTimeout"] = visibility_timeout
+    response = sqs_client.receive_message(
+        QueueUrl=queue.url,
+        MaxNumberOfMessages=max_messages,
+        WaitTimeSeconds=wait_seconds,
+        MessageSystemAttributeNames=["All"],
+        MessageAttributeNames=["All"],
+        **kwargs,
+    )
+    region = sqs_client.meta.region_name or DEFAULT_REGION
+    return {
+        "Records": [
+            to_lambda_record(message, queue.arn, region) for message in response.get("Messages", [])
+        ]
+    }
+
+
+def to_lambda_record(message: MessageTypeDef, queue_arn: str, region: str) -> dict[str, Any]:
+    """One ReceiveMessage message in the Lambda SQS event record shape."""
+    attributes = {str(k): str(v) for k, v in message.get("Attributes", {}).items()}
+    record: dict[str, Any] = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": {
+            name: _lambda_message_attribute(value)
+            for name, value in message.get("MessageAttributes", {}).items()
+        },
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+    if "MD5OfMessageAttributes" in message:
+        # Lambda includes it only when the message has attributes.
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def _lambda_message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
+    # ReceiveMessage uses PascalCase and raw bytes; Lambda events use camelCase
+    # and base64 strings, and always carry both list keys.
+    out: dict[str, Any] = {
+        "stringListValues": list(value.get("StringListValues", [])),
+        "binaryListValues": [
+            base64.b64encode(v).decode("ascii") for v in value.get("BinaryListValues", [])
+        ],
+        "dataType": value["DataType"],
+    }
+    if "StringValue" in value:
+        out["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        out["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    return out
+
+
+def lambda_record(
+    body: str,
+    queue_arn: str,
+    *,
+    receive_count: int = 1,
+    message_id: str | None = None,
+    sent_timestamp_ms: int | None = None,
+    region: str | None = None,
+) -> dict[str, Any]:
+    """A synthetic Lambda SQS record (no queue involved), for pure tests.
+
+    The receipt handle is not valid for any real queue.
+    """
+    now_ms = int(time.time() * 1000)
+    sent = sent_timestamp_ms if sent_timestamp_ms is not None else now_ms
+    if region is None:
+        # arn:aws:sqs:<region>:<account>:<name>
+        parts = queue_arn.split(":")
+        region = parts[3] if len(parts) > 3 and parts[3] else DEFAULT_REGION
+    message_id = message_id or str(uuid.uuid4())
+    return {
+        "messageId": message_id,
+        "receiptHandle": base64.b64encode(f"synthetic:{message_id}".encode()).decode(),
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": str(sent),
+            "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+            "ApproximateFirstReceiveTimestamp": str(max(sent, now_ms)),
+        },
+        "messageAttributes": {},
+        "md5OfBody": hashlib.md5(body.encode("utf-8")).hexdigest(),  # noqa: S324 (SQS's own checksum)
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+def lambda_event(
+    bodies: Iterable[str | Mapping[str, Any]],
+    queue_arn: str = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue",
+    *,
+    receive_count: int = 1,
+) -> dict[str, Any]:
+    """A synthetic event; mappings are JSON-encoded, strings are sent as-is."""
+    return {
+        "Records": [
+            lambda_record(
+                body if isinstance(body, str) else json.dumps(body),
+                queue_arn,
+                receive_count=receive_count,
+            )
+            for body in bodies
+        ]
+    }

@@ -1,0 +1,259 @@
+"""A scriptable upstream image server (the provider's temporary image URLs).
+
+    with UpstreamServer() as up:
+        up.add("/a.png", images.png(), fail_first=2)
+        url = up.url("/a.png")
+
+Routes match on the path without the query string. Every option is
+per-route; `hits(path)` counts requests, including failed ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from devkit._http import BackgroundServer, QuietHandler
+
+__all__ = ["RequestRecord", "Route", "StreamBody", "UpstreamServer"]
+
+
+@dataclass(frozen=True)
+class StreamBody:
+    """A body produced on demand, so 50 MB is never held (twice) in memory.
+
+    `length` is the true size; None means unknown, and the response is then
+    sent chunked unless the route sets `content_length`.
+    """
+
+    factory: Callable[[], Iterable[bytes]]
+    length: int | None = None
+
+    @classmethod
+    def repeat(cls, chunk: bytes, count: int) -> StreamBody:
+        """`chunk` sent `count` times."""
+        return cls(lambda: (chunk for _ in range(count)), len(chunk) * count)
+
+    @classmethod
+    def of(cls, factory: Callable[[], Iterable[bytes]], length: int | None = None) -> StreamBody:
+        return cls(factory, length)
+
+
+Body = bytes | StreamBody | Callable[[], Iterable[bytes]]
+
+
+@dataclass
+class Route:
+    body: Body
+    status: int = 200
+    content_type: str | None = "image/png"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    fail_first: int = 0
+    fail_status: int = 503
+    drip_bytes_per_sec: float | None = None
+    drop_after: int | None = None
+    content_length: int | None = None
+    redirect_to: str | None = None
+    chunked: bool = False
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    method: str
+    path: str  # including any query string
+    headers: dict[str, str]
+
+
+class UpstreamServer(BackgroundServer):
+    """Scriptable image server on 127.0.0.1 (context manager; `start()`/`stop()`)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.handler_class = _Handler
+        self._lock = threading.Lock()
+        self._routes: dict[str, Route] = {}
+        self._hits: defaultdict[str, int] = defaultdict(int)
+        self.requests: list[RequestRecord] = []
+        super().__init__(host, port)
+
+    # -- scripting ------------------------------------------------------------
+
+    def add(
+        self,
+        path: str,
+        body: Body = b"",
+        *,
+        status: int = 200,
+        content_type: str | None = "image/png",
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        fail_first: int = 0,
+        fail_status: int = 503,
+        drip_bytes_per_sec: float | None = None,
+        drop_after: int | None = None,
+        content_length: int | None = None,
+        redirect_to: str | None = None,
+        chunked: bool = False,
+    ) -> str:
+        """Register (or replace) a route; returns its absolute URL.
+
+        - delay: seconds to wait before the status line (a slow server).
+        - fail_first: the first N hits answer `fail_status` with a short body.
+        - drip_bytes_per_sec: send the body slowly (a stalled transfer).
+        - drop_after: close the connection after N body bytes (the headers
+          still promise the full length).
+        - content_length: the Content-Length to announce, true or not; the
+          connection is closed after a lie so keep-alive cannot desync.
+        - redirect_to: answer 302 (or `status` if it is a 3xx) to this URL/path.
+        - chunked: Transfer-Encoding: chunked, no Content-Length at all.
+        """
+        route = Route(
+            body=body,
+            status=status,
+            content_type=content_type,
+            headers=dict(headers or {}),
+            delay=delay,
+            fail_first=fail_first,
+            fail_status=fail_status,
+            drip_bytes_per_sec=drip_bytes_per_sec,
+            drop_after=drop_after,
+            content_length=content_length,
+            redirect_to=redirect_to,
+            chunked=chunked,
+        )
+        with self._lock:
+            self._routes[_route_key(path)] = route
+        return self.url(path)
+
+    def hits(self, path: str) -> int:
+        with self._lock:
+            return self._hits[_route_key(path)]
+
+    def reset(self) -> None:
+        with self._lock:
+            self._routes.clear()
+            self._hits.clear()
+            self.requests.clear()
+
+    # -- used by the handler ----------------------------------------------------
+
+    def _dispatch(self, method: str, raw_path: str, headers: dict[str, str]) -> tuple[Route, int]:
+        key = _route_key(raw_path)
+        with self._lock:
+            self._hits[key] += 1
+            self.requests.append(RequestRecord(method, raw_path, headers))
+            route = self._routes.get(key)
+            hit = self._hits[key]
+        if route is None:
+            raise KeyError(key)
+        return route, hit
+
+
+def _route_key(path: str) -> str:
+    return urlsplit(path).path or "/"
+
+
+class _Handler(QuietHandler):
+    def do_GET(self) -> None:
+        self._respond(head=False)
+
+    def do_HEAD(self) -> None:
+        self._respond(head=True)
+
+    def _respond(self, *, head: bool) -> None:
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            route, hit = self.server.owner._dispatch(self.command, self.path, headers)
+        except KeyError:
+            self._simple(404, b"not found\n")
+            return
+        if route.delay:
+            time.sleep(route.delay)
+        if hit <= route.fail_first:
+            self._simple(route.fail_status, b"upstream temporarily unavailable\n")
+            return
+        if route.redirect_to is not None:
+            status = route.status if 300 <= route.status < 400 else 302
+            self.send_response(status)
+            self.send_header("Location", route.redirect_to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._send_body(route, head=head)
+
+    def _simple(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_body(self, route: Route, *, head: bool) -> None:
+        pieces, true_length = _materialise(route.body)
+        announced = route.content_length if route.content_length is not None else true_length
+        chunked = route.chunked or announced is None
+
+        self.send_response(route.status)
+        if route.content_type is not None:
+            self.send_header("Content-Type", route.content_type)
+        for name, value in route.headers.items():
+            self.send_header(name, value)
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(announced))
+        lied = route.content_length is not None and route.content_length != true_length
+        if lied or route.drop_after is not None:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if head:
+            return
+
+        sent = 0
+        try:
+            for piece in _drip(pieces, route.drip_bytes_per_sec):
+                if route.drop_after is not None and sent + len(piece) >= route.drop_after:
+                    self._write(piece[: route.drop_after - sent], chunked=chunked)
+                    self.drop_connection()
+                    return
+                self._write(piece, chunked=chunked)
+                sent += len(piece)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (size limit, timeout): that is its right.
+            self.close_connection = True
+
+    def _write(self, piece: bytes, *, chunked: bool) -> None:
+        if not piece:
+            return
+        if chunked:
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        else:
+            self.wfile.write(piece)
+
+
+def _materialise(body: Body) -> tuple[Iterable[bytes], int | None]:
+    if isinstance(body, bytes | bytearray):
+        return (bytes(body),), len(body)
+    if isinstance(body, StreamBody):
+        return body.factory(), body.length
+    return body(), None
+
+
+def _drip(pieces: Iterable[bytes], rate: float | None) -> Iterator[bytes]:
+    if rate is None:
+        yield from pieces
+        return
+    # Small slices at a steady rate; ~20 writes a second keeps it smooth.
+    step = max(1, int(rate / 20))
+    for piece in pieces:
+        for offset in range(0, len(piece), step):
+            yield piece[offset : offset + step]
+            time.sleep(step / rate)

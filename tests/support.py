@@ -1,0 +1,176 @@
+"""Helpers shared by the tests: `from tests.support import seed_record, ...`.
+
+Timestamps passed to `seed_record` are either datetimes or a number of seconds
+*before the database's now()* (so `locked_at=700` is "locked 700 s ago", and
+`next_run_at=-30` is "due in 30 s"). Using the database clock keeps seeded
+rows consistent with the SQL the handlers run (`now() - interval ...`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from devkit.sqs import DEFAULT_ACCOUNT, DEFAULT_REGION, lambda_event
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = [
+    "DEFAULT_QUEUE_ARN",
+    "FakeLambdaContext",
+    "QueueCounts",
+    "fetch_record",
+    "queue_attrs",
+    "seed_record",
+    "sqs_event",
+]
+
+DEFAULT_QUEUE_ARN = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue"
+
+Timestamp = datetime | int | float | None
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _timestamp_sql(column: str, value: Timestamp, params: dict[str, Any]) -> str:
+    if value is None:
+        return "NULL"
+    params[column] = value
+    if isinstance(value, datetime):
+        return f"CAST(:{column} AS timestamptz)"
+    return f"now() - CAST(:{column} AS double precision) * interval '1 second'"
+
+
+def seed_record(
+    conn: Any,
+    record_id: int,
+    *,
+    user_id: int = 1,
+    username: str = "alice",
+    image_url: str,
+    status: str = "SUCCEEDED",
+    archive_status: str | None = "PENDING",
+    attempts: int = 0,
+    locked_by: str | None = None,
+    locked_at: Timestamp = None,
+    next_run_at: Timestamp = None,
+    started_at: Timestamp = None,
+    enqueued_at: Timestamp = None,
+    **columns: Any,
+) -> None:
+    """Insert a generation record (and its user if missing).
+
+    Extra keyword arguments set any other column, e.g. `archive_error="..."`.
+    started_at=None keeps the table default (now()).
+    """
+    conn.run(
+        "INSERT INTO users (id, username) VALUES (:id, :name) ON CONFLICT (id) DO NOTHING",
+        id=user_id,
+        name=username,
+    )
+    params: dict[str, Any] = {
+        "id": record_id,
+        "user_id": user_id,
+        "status": status,
+        "image_url": image_url,
+        "archive_status": archive_status,
+        "archive_attempts": attempts,
+        "archive_locked_by": locked_by,
+    }
+    values = {name: f":{name}" for name in params}
+    stamps = {
+        "archive_locked_at": locked_at,
+        "archive_next_run_at": next_run_at,
+        "archive_enqueued_at": enqueued_at,
+    }
+    if started_at is not None:
+        stamps["started_at"] = started_at
+    for column, stamp in stamps.items():
+        values[column] = _timestamp_sql(column, stamp, params)
+    for column, value in columns.items():
+        if not _IDENTIFIER.match(column):
+            raise ValueError(f"not a column name: {column!r}")
+        params[column] = value
+        values[column] = f":{column}"
+    conn.run(
+        f"INSERT INTO image_generation_records ({', '.join(values)}) "
+        f"VALUES ({', '.join(values.values())})",
+        **params,
+    )
+
+
+def fetch_record(conn: Any, record_id: int) -> dict[str, Any]:
+    """The row as {column: value}; LookupError if it does not exist."""
+    rows = conn.run("SELECT * FROM image_generation_records WHERE id = :id", id=record_id)
+    if not rows:
+        raise LookupError(f"no image_generation_records row with id {record_id}")
+    names = [column["name"] for column in conn.columns]
+    return dict(zip(names, rows[0], strict=True))
+
+
+class FakeLambdaContext:
+    """Enough of the Lambda context object for handlers and Powertools."""
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float = 120.0,
+        function_name: str = "ArchiveFunction",
+        memory_limit_in_mb: int = 512,
+        region: str = DEFAULT_REGION,
+        account: str = DEFAULT_ACCOUNT,
+    ) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:{account}:function:{function_name}"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = f"2024/01/01/[$LATEST]{uuid.uuid4().hex}"
+        self.identity = None
+        self.client_context = None
+        self._deadline = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def sqs_event(
+    bodies: Iterable[str | Mapping[str, Any]],
+    queue_arn: str = DEFAULT_QUEUE_ARN,
+    *,
+    receive_count: int = 1,
+) -> dict[str, Any]:
+    """A Lambda SQS event without a queue (receipt handles are fake).
+
+    Mappings are JSON-encoded; strings are used verbatim (for malformed bodies).
+    """
+    return lambda_event(bodies, queue_arn, receive_count=receive_count)
+
+
+class QueueCounts(NamedTuple):
+    visible: int
+    not_visible: int
+    delayed: int
+
+
+def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
+    """ApproximateNumberOfMessages{,NotVisible,Delayed} (exact on moto)."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return QueueCounts(
+        visible=int(attributes["ApproximateNumberOfMessages"]),
+        not_visible=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        delayed=int(attributes["ApproximateNumberOfMessagesDelayed"]),
+    )
