@@ -597,6 +597,36 @@ def test_missing_queue_url_fails_loudly(
         sweep.run()
 
 
+def test_sweeper_function_with_its_event_file_and_env_json(
+    monkeypatch: pytest.MonkeyPatch, db: Any, pg_dsn: str, lsky: Any, moto: Any, sqs: Any
+) -> None:
+    """As `sam local invoke SweeperFunction -e events/sweeper_schedule.json --env-vars env.json`."""
+    from handlers.sweeper import lambda_handler
+    from tests.integration.test_sam_events import load_json, local_env
+
+    env = local_env(
+        "SweeperFunction", pg_dsn=pg_dsn, lsky_url=lsky.base_url, sqs_url=moto.endpoint_url
+    )
+    queue_url = sqs.create_queue(QueueName=env["ARCHIVE_QUEUE_URL"].rsplit("/", 1)[1])["QueueUrl"]
+    assert queue_url == env["ARCHIVE_QUEUE_URL"]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    sweeper_runtime.reset()
+    seed_record(db, 1, image_url=URL, next_run_at=1000)
+    try:
+        summary = lambda_handler(
+            load_json("events/sweeper_schedule.json"),
+            FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60),
+        )
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
+    finally:
+        sweeper_runtime.reset()
+        sqs.purge_queue(QueueUrl=queue_url)
+
+    assert summary["requeued"] == 1
+    assert [m["Body"] for m in messages] == [encode(1)]
+
+
 # -- point 3: indexes on a big table --------------------------------------------------------
 
 BIG_DATABASE = "archive_sweeper_explain"
