@@ -23,7 +23,7 @@ LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
         ("192.168.1.1", "private"),
         ("169.254.169.254", "link-local"),
         ("100.100.100.200", "shared address space"),  # Alibaba's metadata service
-        ("0.0.0.0", "this network"),
+        ("0.0.0.0", "this network"),  # noqa: S104 - an address under test, not a bind
         ("224.0.0.1", "multicast"),
         ("239.255.255.250", "multicast"),
         ("240.0.0.1", "reserved"),
@@ -128,7 +128,7 @@ def test_urls_refused_before_any_lookup(url: str, fragment: str) -> None:
         ("0x7f.1", "127.0.0.1"),  # mixed short form
         ("127.1", "127.0.0.1"),
         ("017700000001", "127.0.0.1"),
-        ("0", "0.0.0.0"),
+        ("0", "0.0.0.0"),  # noqa: S104 - an address under test, not a bind
         ("localhost", "127.0.0.1"),
         ("[::ffff:127.0.0.1]", "::ffff:127.0.0.1"),
         ("[::ffff:7f00:1]", "::ffff:127.0.0.1"),
