@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import gzip
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from devkit import images
-from devkit.postgres import connect
 from devkit.upstream import StreamBody, UpstreamServer
-from handlers.archive import lambda_handler
-from lib import runtime
-from lib.message import encode
-from tests.integration.conftest import TOKEN
-from tests.support import FakeLambdaContext, fetch_record, seed_record, sqs_event
+from tests.integration.conftest import quick_invoke
+from tests.support import fetch_record, seed_record
 
 PNG = images.png(8, 8)
 MAX_BYTES = 1_000_000
@@ -184,45 +180,11 @@ CORPUS: dict[str, Case] = {
 }
 
 
-@pytest.fixture(scope="module")
-def configure(pg_dsn: str, _lsky_server: Any, moto: Any) -> Iterator[Callable[[str], None]]:
-    """The archive function's environment for the whole corpus; only the allowlist changes
-    between cases (queues are not needed: no case reaches SQS except to set visibility)."""
-    current: list[str] = []
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in {
-            "DATABASE_URL": pg_dsn,
-            "LSKY_BASE_URL": _lsky_server.base_url,
-            "LSKY_TOKEN": TOKEN,
-            "ARCHIVE_MAX_IMAGE_BYTES": str(MAX_BYTES),
-            "POWERTOOLS_TRACE_DISABLED": "true",
-        }.items():
-            env.setenv(name, value)
-        for name in ("DB_SECRET_ARN", "LSKY_TOKEN_SECRET_ARN", "LSKY_STRATEGY_ID", "LSKY_ALBUM_ID"):
-            env.delenv(name, raising=False)
-
-        def apply(allow: str) -> None:
-            if current != [allow]:
-                env.setenv("ARCHIVE_ALLOW_PRIVATE_NETWORKS", allow)
-                runtime.reset()
-                current[:] = [allow]
-
-        yield apply
-    runtime.reset()
-
-
-@pytest.fixture(scope="module")
-def conn(pg_dsn: str) -> Iterator[Any]:
-    """One connection for the corpus; each case deletes its own row (cheaper than TRUNCATE)."""
-    connection = connect(pg_dsn)
-    yield connection
-    connection.close()
-
-
 @pytest.fixture
-def db(conn: Any) -> Any:
-    conn.run("DELETE FROM image_generation_records WHERE id = 900")
-    return conn
+def db(quick_conn: Any) -> Any:
+    # Cheaper than the TRUNCATE of the shared `db` fixture; this module uses one row.
+    quick_conn.run("DELETE FROM image_generation_records WHERE id = 900")
+    return quick_conn
 
 
 # Grouped by allowlist, so the function's state is rebuilt only when it changes.
@@ -231,19 +193,19 @@ ORDERED = sorted(CORPUS.items(), key=lambda item: item[1].allow)
 
 @pytest.mark.parametrize("case", [case for _, case in ORDERED], ids=[name for name, _ in ORDERED])
 def test_bad_input(
-    configure: Callable[[str], None],
+    quick_env: Callable[..., None],
     db: Any,
     upstream: UpstreamServer,
     lsky: Any,
     case: Case,
 ) -> None:
-    configure(case.allow)
+    quick_env(ARCHIVE_ALLOW_PRIVATE_NETWORKS=case.allow, ARCHIVE_MAX_IMAGE_BYTES=str(MAX_BYTES))
     upstream.add("/final.png", PNG)
     image_url = case.setup(upstream)
     seed_record(db, 900, image_url=image_url)
 
     started = time.monotonic()
-    response = lambda_handler(sqs_event([encode(900)]), FakeLambdaContext())
+    response = quick_invoke(900)
     assert time.monotonic() - started < 5
 
     row = fetch_record(db, 900)
