@@ -137,17 +137,22 @@ class Child:
     """The archive handler running in a subprocess (tests.integration.invoke_child)."""
 
     process: subprocess.Popen[str]
+    out: str = ""
 
     def response(self, timeout: float = 30) -> dict[str, Any]:
-        out, _ = self.process.communicate(timeout=timeout)
+        out = self.output(timeout)
         lines = [line for line in out.splitlines() if line.startswith("RESPONSE ")]
         assert lines, f"the child printed no response (exit {self.process.returncode}):\n{out}"
         result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESPONSE "))
         return result
 
-    def output(self) -> str:
-        out, _ = self.process.communicate(timeout=30)
-        return out
+    def output(self, timeout: float = 30) -> str:
+        if self.process.returncode is None:
+            self.out, _ = self.process.communicate(timeout=timeout)
+        return self.out
+
+    def logs(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.output().splitlines() if '"level"' in line]
 
 
 def start_child(event: dict[str, Any], tmp: Path, name: str, *, gate: Path | None = None) -> Child:
