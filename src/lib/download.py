@@ -101,6 +101,9 @@ class _Watchdog:
 
     def __init__(self, conn: HTTPConnection, deadline: float) -> None:
         self._conn = conn
+        # The socket, once connected: http.client drops conn.sock as soon as it has read
+        # the headers of a "Connection: close" response, while the body still flows on it.
+        self.sock: socket.socket | None = None
         self.fired = False
         self._timer: threading.Timer | None = None
         self.rearm(deadline)
@@ -111,9 +114,12 @@ class _Watchdog:
         self._timer.daemon = True
         self._timer.start()
 
+    def attach(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+
     def _fire(self) -> None:
         self.fired = True
-        sock = self._conn.sock
+        sock = self.sock or self._conn.sock  # before attach: mid-connect or TLS handshake
         if sock is not None:
             # The plain socket's shutdown, also for an SSLSocket: it wakes the blocked
             # reader without touching the TLS object that thread is using. OSError: the
@@ -201,8 +207,8 @@ class ImageStream:
         remaining = self._deadline - time.monotonic()
         if remaining <= 0 or self._watchdog.fired:
             raise self._too_slow()
-        sock = self._conn.sock
-        if sock is not None:
+        sock = self._watchdog.sock
+        if sock is not None and sock.fileno() != -1:  # -1: the body is done, socket closed
             # Each read may wait at most until the deadline (the watchdog is the backstop).
             sock.settimeout(min(READ_TIMEOUT_SECONDS, remaining))
         try:
@@ -319,6 +325,7 @@ class Downloader:
                 preload_content=False,
                 decode_content=False,
             )
+            watchdog.attach(conn.sock)
             # Waiting for the status line and headers is bounded by the time left
             # per read and by the watchdog in total.
             conn.timeout = min(READ_TIMEOUT_SECONDS, max(0.001, deadline - time.monotonic()))

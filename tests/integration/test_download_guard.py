@@ -171,14 +171,48 @@ def test_a_drop_mid_body_is_a_connection_failure(upstream: UpstreamServer) -> No
     assert failure_of(excinfo).kind is Kind.CONNECTION
 
 
-def test_a_slow_drip_body_cannot_outlast_the_deadline(upstream: UpstreamServer) -> None:
-    upstream.add("/drip.png", images.png(size=200_000), drip_bytes_per_sec=2_000)
+@pytest.mark.parametrize("connection", ["keep-alive", "close"])
+def test_a_slow_drip_body_cannot_outlast_the_deadline(
+    upstream: UpstreamServer, connection: str
+) -> None:
+    # With "Connection: close", http.client lets go of the connection's socket as soon as
+    # the headers are read: the deadline must still reach the socket the body comes on.
+    upstream.add(
+        "/drip.png",
+        images.png(size=200_000),
+        drip_bytes_per_sec=2_000,
+        headers={"Connection": connection},
+    )
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
     started = time.monotonic()
     with pytest.raises(ArchiveFailure, match="deadline") as excinfo:
         downloader.fetch(upstream.url("/drip.png"), deadline=soon(1.0))
     assert failure_of(excinfo).kind is Kind.TIMEOUT
     assert time.monotonic() - started < 1.6
+
+
+@pytest.mark.parametrize("connection", ["keep-alive", "close"])
+def test_a_stall_after_the_deadline_moved_earlier_is_cut(
+    upstream: UpstreamServer, connection: str
+) -> None:
+    def stalling() -> Iterator[bytes]:
+        yield IMAGE[:40]
+        time.sleep(2.5)  # then nothing for longer than the deadline allows
+        yield IMAGE[40:]
+
+    upstream.add(
+        "/stall.png",
+        StreamBody.of(stalling, len(IMAGE)),
+        headers={"Connection": connection},
+    )
+    downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
+    with downloader.open(upstream.url("/stall.png"), deadline=soon(10)) as stream:
+        stream.set_deadline(soon(0.5))  # as the worker does once it knows the size
+        started = time.monotonic()
+        with pytest.raises(ArchiveFailure) as excinfo:
+            spool(stream)
+    assert failure_of(excinfo).kind is Kind.TIMEOUT
+    assert time.monotonic() - started < 1.0
 
 
 def test_a_server_that_never_answers_is_cut_at_the_deadline(upstream: UpstreamServer) -> None:
@@ -322,7 +356,7 @@ def https_server(cert: Path, key: Path, sni_seen: list[str | None]) -> Iterator[
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    context.sni_callback = lambda sock, name, ctx: sni_seen.append(name)  # type: ignore[assignment,misc]
+    context.sni_callback = lambda sock, name, ctx: sni_seen.append(name)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.socket = context.wrap_socket(server.socket, server_side=True)
