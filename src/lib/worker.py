@@ -125,7 +125,7 @@ class ArchiveWorker:
             hosted, size = self._transfer(task, deadline)
         except ArchiveFailure as error:
             if error.failure.kind is Kind.NO_TIME:
-                return self._release(message, task, owner)
+                return self._release(message, task, owner, error.failure.message)
             return self._failed_attempt(message, task, owner, error.failure)
         except Exception as error:  # noqa: BLE001 - a bug must spend an attempt, not loop forever
             logger.exception("unexpected error during archive")
@@ -219,10 +219,16 @@ class ArchiveWorker:
         metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RETRY, task.record_id, error, redeliver=True)
 
-    def _release(self, message: Message, task: Task, owner: str) -> Result:
+    def _release(self, message: Message, task: Task, owner: str, reason: str) -> Result:
+        # Nothing that could not finish was started: the claim's attempt is handed back.
         self.records.release(task, owner=owner, delay_seconds=NO_TIME_RETRY_SECONDS)
         self._delay(message, NO_TIME_RETRY_SECONDS)
-        logger.warning("not enough time left for an attempt; given back", outcome=Outcome.RELEASED)
+        logger.warning(
+            "not enough time left for an attempt; given back",
+            outcome=Outcome.RELEASED,
+            reason=reason,
+            retry_in_seconds=NO_TIME_RETRY_SECONDS,
+        )
         return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
 
     def _unconcluded(self, message: Message, record_id: int, error: str) -> Result:
