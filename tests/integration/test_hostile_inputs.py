@@ -228,3 +228,17 @@ def test_bad_input(
 def test_the_corpus_is_big_enough() -> None:
     assert len(CORPUS) >= 30
     assert sum(case.outcome == "FAILED" for case in CORPUS.values()) >= 30
+
+
+def test_upstream_retry_after_longer_than_the_schedule_is_honoured(
+    quick_env: Callable[..., None], db: Any, upstream: UpstreamServer
+) -> None:
+    quick_env(ARCHIVE_ALLOW_PRIVATE_NETWORKS=STAND_IN, ARCHIVE_MAX_IMAGE_BYTES=str(MAX_BYTES))
+    headers = {"Retry-After": "300"}
+    seed_record(db, 900, image_url=upstream.add("/busy.png", status=429, headers=headers))
+    before = time.time()
+    assert len(quick_invoke(900)["batchItemFailures"]) == 1
+    row = fetch_record(db, 900)
+    assert row["archive_status"] == "PENDING"
+    assert "HTTP 429" in row["archive_error"]
+    assert row["archive_next_run_at"].timestamp() - before >= 299  # not the scheduled 30 s
