@@ -229,6 +229,7 @@ class ArchiveWorker:
             reason=reason,
             retry_in_seconds=NO_TIME_RETRY_SECONDS,
         )
+        metrics.add_metric(name="Released", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
 
     def _unconcluded(self, message: Message, record_id: int, error: str) -> Result:
