@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_QUEUE_ARN",
     "FakeLambdaContext",
     "QueueCounts",
+    "assert_aborted_upload_stored_nothing",
     "fetch_record",
     "queue_attrs",
     "seed_record",
@@ -174,3 +175,20 @@ def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
         not_visible=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
         delayed=int(attributes["ApproximateNumberOfMessagesDelayed"]),
     )
+
+
+def assert_aborted_upload_stored_nothing(lsky: Any, *, wait_seconds: float = 5.0) -> None:
+    """An upload streamed from a download that broke off: Lsky saw the request start,
+    got no complete body, and stored nothing.
+
+    The stand-in records an upload after it has read (or lost) the request body, which
+    can be a moment after the handler returned, so wait for that record first: checking
+    before it exists would also pass for a server that stores the truncated file later.
+    """
+    deadline = time.monotonic() + wait_seconds
+    while lsky.upload_count == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    uploads = lsky.uploads
+    assert uploads, "the streamed upload never reached the Lsky stand-in"
+    assert lsky.successful_uploads == 0
+    assert all(upload.pathname is None for upload in uploads), uploads

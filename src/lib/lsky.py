@@ -4,6 +4,11 @@ The token is sent as `Authorization: Bearer <id>|<token>` with `Accept: applicat
 (without it Laravel turns auth errors into a 302 to /login), and no Origin/Referer
 (Sanctum would start a CSRF check). Nothing from a response body reaches a log or an
 error beyond Lsky's short `message`.
+
+Two ways in: `upload` sends a spooled file; `upload_stream` sends chunks as they arrive
+(the upstream download itself) in a body whose Content-Length is fixed up front. If
+the chunks do not add up to it, the request is abandoned mid-body and its connection
+closed, so Lsky never receives a complete request holding a truncated file.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from lib.download import DownloadedImage, retry_after_seconds
 from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.multipart import MultipartBody
+from lib.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
@@ -28,6 +33,7 @@ MAX_RESPONSE_BYTES = 256 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
+Body = MultipartBody | StreamedMultipartBody
 
 
 @dataclass(frozen=True)
@@ -72,17 +78,68 @@ class LskyClient:
         return fields
 
     def upload(self, image: DownloadedImage, *, filename: str, deadline: float) -> HostedImage:
-        """Upload, finishing by `deadline` (time.monotonic()); raises ArchiveFailure
-        (stage upload) for every failure."""
+        """Upload a spooled image, finishing by `deadline` (time.monotonic()); raises
+        ArchiveFailure (stage upload) for every failure."""
+
+        def body() -> Body:
+            return MultipartBody(
+                fields=self._fields(),
+                file_field="file",
+                filename=filename,
+                file_content_type=image.image_type.mime_type,
+                file=image.file,
+                file_size=image.size,
+            )
+
+        return self._send(body, deadline, resend=True)
+
+    def upload_stream(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        size: int,
+        mime_type: str,
+        filename: str,
+        deadline: float,
+        reopen: Callable[[], Iterable[bytes]] | None = None,
+    ) -> HostedImage:
+        """Upload `chunks` (exactly `size` bytes in all) while they are produced.
+
+        Raises ArchiveFailure: stage upload for Lsky's failures; whatever `chunks` raises
+        (the download's own failures) passes through, and chunks that do not add up to
+        `size` are a download failure. The chunks can be sent only once, so the retry
+        with a refreshed token after a 401 needs `reopen` to produce them again; without
+        it the 401 is final for this attempt (the next one uses the refreshed token).
+        """
+        sources: list[Callable[[], Iterable[bytes]]] = [lambda: chunks]
+        if reopen is not None:
+            sources.append(reopen)
+
+        def body() -> Body:
+            if not sources:
+                raise AssertionError("upload_stream resent without a source")  # pragma: no cover
+            return StreamedMultipartBody(
+                fields=self._fields(),
+                file_field="file",
+                filename=filename,
+                file_content_type=mime_type,
+                chunks=sources.pop(0)(),
+                file_size=size,
+            )
+
+        return self._send(body, deadline, resend=reopen is not None)
+
+    def _send(self, body: Callable[[], Body], deadline: float, *, resend: bool) -> HostedImage:
         token = self._token(False)
-        outcome = self._attempt(image, filename, token, deadline)
+        outcome = self._attempt(body, token, deadline)
         used = [token]
         if isinstance(outcome, ArchiveFailure) and outcome.failure.status == 401:
-            # A 401 may mean the token was rotated since we cached it: refetch once.
+            # A 401 may mean the token was rotated since we cached it: refetch once, and
+            # send again when the body can be produced again.
             fresh = self._token(True)
-            if fresh != token:
+            if fresh != token and resend:
                 used.append(fresh)
-                outcome = self._attempt(image, filename, fresh, deadline)
+                outcome = self._attempt(body, fresh, deadline)
         if isinstance(outcome, ArchiveFailure):
             # Raised here, outside any except block, so no exception carrying the
             # unredacted text is chained to it.
@@ -90,27 +147,17 @@ class LskyClient:
         return outcome
 
     def _attempt(
-        self, image: DownloadedImage, filename: str, token: str, deadline: float
+        self, body: Callable[[], Body], token: str, deadline: float
     ) -> HostedImage | ArchiveFailure:
         try:
-            return self._upload(image, filename, token, deadline)
+            return self._upload(body(), token, deadline)
         except ArchiveFailure as error:
             return error
 
-    def _upload(
-        self, image: DownloadedImage, filename: str, token: str, deadline: float
-    ) -> HostedImage:
+    def _upload(self, body: Body, token: str, deadline: float) -> HostedImage:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise fail(Stage.UPLOAD, Kind.NO_TIME, "no time left to upload")
-        body = MultipartBody(
-            fields=self._fields(),
-            file_field="file",
-            filename=filename,
-            file_content_type=image.image_type.mime_type,
-            file=image.file,
-            file_size=image.size,
-        )
         headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/json",
@@ -133,6 +180,12 @@ class LskyClient:
                     read=min(READ_TIMEOUT_SECONDS, remaining),
                 ),
             )
+        except BodyLengthError as error:
+            # The request was abandoned before its last byte (urllib3 closed the
+            # connection): the upstream sent more or less than it announced.
+            raise fail(
+                Stage.DOWNLOAD, Kind.CONNECTION, f"upstream body did not match its length: {error}"
+            ) from None
         except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
             raise fail(Stage.UPLOAD, Kind.CONNECTION, "could not connect to Lsky") from None
         except TimeoutError:

@@ -7,6 +7,7 @@ concluded). Redelivery is the batch-item failure the handler reports to Lambda.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import time
 from collections.abc import Callable
@@ -17,8 +18,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib import policy
 from lib.config import Settings
 from lib.db import DatabaseUnavailable
-from lib.download import Downloader, spool
+from lib.download import Downloader, ImageStream, spool
 from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.imagetype import ImageType
 from lib.lsky import HostedImage, LskyClient
 from lib.message import MalformedMessage, parse_record_id
 from lib.naming import hosted_file_name
@@ -168,38 +170,88 @@ class ArchiveWorker:
         return Result(Outcome.DUPLICATE, record_id, reason)
 
     def _transfer(self, task: Task, deadline: float) -> tuple[HostedImage, int]:
-        """Download then upload, by `deadline`. Raises ArchiveFailure; Kind.NO_TIME means
-        nothing that could not finish was started, so the attempt is given back."""
+        """Download and upload, by `deadline`. Raises ArchiveFailure; Kind.NO_TIME means
+        nothing that could not finish was started, so the attempt is given back.
+
+        With a Content-Length the upload starts as the download does: the multipart body
+        is generated from the download as it arrives, so neither memory nor /tmp holds
+        the image and the two transfers overlap. Without one the body's length is only
+        known at its end, so the image is spooled first (memory up to 1 MiB, then /tmp).
+        """
         if time_left(deadline) < download_needs(0) + upload_needs(0):
             raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "not enough time left to start a transfer")
-        with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)) as stream:
-            declared = stream.declared_length
-            # The body must end early enough to leave the upload its share; with no
-            # Content-Length, assume the largest image we accept.
-            body_deadline = deadline - upload_needs(
-                declared if declared is not None else self.settings.max_image_bytes
+        with contextlib.ExitStack() as streams:
+            stream = streams.enter_context(
+                self.downloader.open(task.image_url, deadline=deadline - upload_needs(0))
             )
-            if time_left(body_deadline) < download_needs(declared or 0):
+            declared = stream.declared_length
+            # The sequential estimate even when streaming: pessimistic on purpose (a
+            # transfer given back unspent costs a few seconds; one cut off costs an attempt).
+            size = declared if declared is not None else self.settings.max_image_bytes
+            if time_left(deadline) < download_needs(declared or 0) + upload_needs(size):
                 raise fail(
                     Stage.DOWNLOAD,
                     Kind.NO_TIME,
                     f"not enough time left to transfer a {declared}-byte image",
                 )
-            stream.set_deadline(body_deadline)
+            filename = self._filename(task, stream.image_type)
+            if declared is not None:
+                return self._stream(
+                    task, streams, stream, size=declared, filename=filename, deadline=deadline
+                )
+            # The spooled body must end early enough to leave the upload its share.
+            stream.set_deadline(deadline - upload_needs(size))
             image = spool(stream)
         try:
             if time_left(deadline) < upload_needs(image.size):
                 raise fail(Stage.UPLOAD, Kind.NO_TIME, "not enough time left to upload")
-            filename = hosted_file_name(
-                username=task.username,
-                user_id=task.user_id,
-                record_id=task.record_id,
-                started_at=task.started_at,
-                extension=image.image_type.extension,
-            )
             return self.lsky.upload(image, filename=filename, deadline=deadline), image.size
         finally:
             image.close()
+
+    def _stream(
+        self,
+        task: Task,
+        streams: contextlib.ExitStack,
+        stream: ImageStream,
+        *,
+        size: int,
+        filename: str,
+        deadline: float,
+    ) -> tuple[HostedImage, int]:
+        """Upload straight from the download (`size`: its Content-Length). The body must
+        end in time for Lsky to store the file and answer; a body that breaks off aborts
+        the upload with it."""
+        stream.set_deadline(deadline - upload_needs(0))
+
+        def reopen() -> ImageStream:
+            # Only after a 401 with a rotated token: the first body is spent, so fetch the
+            # image again (Lsky stored nothing), if there is still time for both ways.
+            if time_left(deadline) < download_needs(size) + upload_needs(size):
+                raise fail(Stage.UPLOAD, Kind.NO_TIME, "not enough time left to upload again")
+            return streams.enter_context(
+                self.downloader.open(task.image_url, deadline=deadline - upload_needs(0))
+            )
+
+        hosted = self.lsky.upload_stream(
+            stream,
+            size=size,
+            mime_type=stream.image_type.mime_type,
+            filename=filename,
+            deadline=deadline,
+            reopen=reopen,
+        )
+        return hosted, size
+
+    @staticmethod
+    def _filename(task: Task, image_type: ImageType) -> str:
+        return hosted_file_name(
+            username=task.username,
+            user_id=task.user_id,
+            record_id=task.record_id,
+            started_at=task.started_at,
+            extension=image_type.extension,
+        )
 
     def _failed_attempt(self, message: Message, task: Task, owner: str, failure: Failure) -> Result:
         settings = self.settings

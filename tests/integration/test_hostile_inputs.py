@@ -19,7 +19,7 @@ import pytest
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
 from tests.integration.conftest import quick_invoke
-from tests.support import fetch_record, seed_record
+from tests.support import assert_aborted_upload_stored_nothing, fetch_record, seed_record
 
 PNG = images.png(8, 8)
 MAX_BYTES = 1_000_000
@@ -36,6 +36,9 @@ class Case:
     fragment: str  # in archive_error (or, for SUCCEEDED, in image_mime_type)
     allow: str = STAND_IN
     reaches_upstream: bool = True
+    # The body broke off after a good start with a Content-Length: the upload streaming
+    # from it had begun, and must have been aborted without Lsky storing anything.
+    aborts_upload: bool = False
 
 
 def url(template: str) -> Setup:
@@ -172,10 +175,16 @@ CORPUS: dict[str, Case] = {
     "gone-410": Case(route("/x410", status=410), "FAILED", "HTTP 410"),
     "server-error": Case(route("/x500", status=500), "PENDING", "HTTP 500"),
     "content-length-lie": Case(
-        route("/lie.png", PNG, content_length=len(PNG) + 500), "PENDING", "dropped"
+        route("/lie.png", PNG, content_length=len(PNG) + 500),
+        "PENDING",
+        "dropped",
+        aborts_upload=True,
     ),
     "drop-mid-body": Case(
-        route("/drop.png", images.png(size=300_000), drop_after=50_000), "PENDING", "dropped"
+        route("/drop.png", images.png(size=300_000), drop_after=50_000),
+        "PENDING",
+        "dropped",
+        aborts_upload=True,
     ),
 }
 
@@ -221,7 +230,9 @@ def test_bad_input(
     assert redelivered is (case.outcome == "PENDING")
     if not case.reaches_upstream:
         assert upstream.requests == []
-    if "不支持" not in case.fragment:
+    if case.aborts_upload:
+        assert_aborted_upload_stored_nothing(lsky)
+    elif "不支持" not in case.fragment:
         assert lsky.upload_count == 0
 
 
