@@ -66,7 +66,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     return {"plain": plain_s, "handler": handler_s}
 
 
-def run(services: Services, reps: int = 9) -> list[Row]:
+def run(services: Services, reps: int = 21) -> list[Row]:
     tiny_id = services.seed(TINY)[0]
     record_ids = services.seed(IMAGE_PATH, reps + 1)
     args = {

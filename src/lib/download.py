@@ -3,9 +3,9 @@
 `Downloader.open(url, deadline)` returns an ImageStream once the guarded connection is
 made, redirects are followed (each hop checked again), the status and Content-Length
 are acceptable and the first bytes are an image. Iterating the stream yields the body,
-enforcing the size cap and the deadline. `spool(stream)` copies it to a temporary file
-(in memory up to 1 MiB, then /tmp), which is what the upload reads today; a streaming
-upload can iterate the ImageStream directly instead.
+enforcing the size cap and the deadline. With a Content-Length the upload iterates the
+ImageStream directly (lib.lsky.upload_stream); without one, `spool(stream)` copies it to
+a temporary file first (in memory up to 1 MiB, then /tmp).
 
 The deadline is total, not per read: a watchdog shuts the socket when it passes, so a
 server that drips headers or body a byte at a time cannot hold the function.
