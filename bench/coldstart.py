@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import Any
 
-from bench.common import ROOT, Row, command_for, median, ms, ratio, write_results
+from bench.common import ROOT, SRC, Row, command_for, median, ms, ratio, write_results
 from bench.services import python_env
 
 TARGET_RATIO = 1.5
@@ -43,6 +43,26 @@ def import_seconds(module: str, env: dict[str, str]) -> float:
     raise RuntimeError(f"no importtime line for {module}:\n{completed.stderr[-1000:]}")
 
 
+def biggest_imports(env: dict[str, str], limit_s: float = 0.005) -> dict[str, float]:
+    """What `import handlers.archive` spends its time on: modules over `limit_s`, cumulative."""
+    completed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import handlers.archive"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: dict[str, float] = {}
+    for line in completed.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            seconds = int(parts[1]) / 1e6
+            if seconds >= limit_s:
+                found[parts[2].rstrip()] = seconds
+    return found
+
+
 def heavy_modules(env: dict[str, str]) -> list[str]:
     probe = (
         "import json, sys, handlers.archive; "
@@ -55,7 +75,7 @@ def heavy_modules(env: dict[str, str]) -> list[str]:
     return found
 
 
-def run(reps: int = 9) -> list[Row]:
+def run(reps: int = 15) -> list[Row]:
     modules = ("handlers.archive", "boto3")
     samples: dict[str, list[float]] = {m: [] for m in modules}
     with tempfile.TemporaryDirectory(prefix="bench-pycache-") as cache:
@@ -67,6 +87,7 @@ def run(reps: int = 9) -> list[Row]:
             for module in modules if rep % 2 == 0 else reversed(modules):
                 samples[module].append(import_seconds(module, env))
         heavy = heavy_modules(env)
+        biggest = biggest_imports(env)
     archive, boto3 = median(samples["handlers.archive"]), median(samples["boto3"])
     value = ratio(archive, boto3)
     details: dict[str, Any] = {
@@ -75,6 +96,8 @@ def run(reps: int = 9) -> list[Row]:
         "median_s": {"handlers.archive": archive, "boto3": boto3},
         "ratio": value,
         "heavy_modules_loaded": heavy,
+        "src": str(SRC),
+        "imports_over_5ms_s": biggest,
     }
     write_results("coldstart", details)
     return [

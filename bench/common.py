@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
+# The code under test. BENCH_SRC points the benches at another tree's src/ (e.g. a
+# `git archive` of main) to measure before and after in one sitting.
+SRC = Path(os.environ.get("BENCH_SRC") or ROOT / "src").resolve()
 RESULTS = ROOT / "bench" / "results"
 MB = 1_000_000
 MIB = 1024 * 1024
