@@ -7,7 +7,7 @@ SAM ?= $(SAM_VENV)/bin/sam
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv lint format test unit local bench clean
+.PHONY: help venv sam-venv lint format test unit local bench clean
 
 help:
 	@echo "make test    set up (venv, pinned deps, PostgreSQL binaries) and run every check"
@@ -31,6 +31,8 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 
 venv: $(VENV)/.installed
 
+sam-venv: $(SAM_VENV)/.installed
+
 lint: venv
 	$(VENV)/bin/ruff check src tests devkit bench
 	$(VENV)/bin/ruff format --check src tests devkit bench
@@ -45,7 +47,8 @@ unit: venv
 
 -include mk/*.mk
 
-test: venv lint
+# Template checks and a real `sam build` first: a template that cannot deploy fails fast.
+test: venv sam-venv lint template-check sam-build
 	./scripts/ensure-postgres.sh
 	$(VENV)/bin/pytest -q
 

@@ -1,0 +1,866 @@
+"""The wiring in template.yaml that the design depends on.
+
+cfn-lint and `sam validate` (make template-check) check that the template is valid
+CloudFormation/SAM; these tests check that it is the *right* one: the numbers that
+must agree with each other, the handler paths, the environment the code reads, the
+IAM scope, and that env.json / events/ / samconfig.toml match the template.
+
+Nothing here skips: a missing handler or a missing SAM CLI venv is a failure that
+says what is missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "template.yaml"
+ENV_JSON = ROOT / "env.json"
+SAMCONFIG = ROOT / "samconfig.toml"
+SQS_EVENT = ROOT / "events" / "archive_sqs.json"
+SCHEDULE_EVENT = ROOT / "events" / "sweeper_schedule.json"
+
+FUNCTIONS = ("ArchiveFunction", "SweeperFunction")
+
+# The environment contract (DESIGN.md) per function.
+COMMON_ENV = {
+    "DATABASE_URL",
+    "DB_SECRET_ARN",
+    "DB_SSLMODE",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "POWERTOOLS_LOG_LEVEL",
+    "ARCHIVE_MAX_ATTEMPTS",
+    "ARCHIVE_RETRY_DELAYS",
+    "ARCHIVE_LOCK_TTL_SECONDS",
+    "AWS_ENDPOINT_URL_SQS",
+}
+CONTRACT_ENV = {
+    "ArchiveFunction": COMMON_ENV
+    | {
+        "LSKY_BASE_URL",
+        "LSKY_TOKEN",
+        "LSKY_TOKEN_SECRET_ARN",
+        "LSKY_STRATEGY_ID",
+        "LSKY_ALBUM_ID",
+        "ARCHIVE_MAX_IMAGE_BYTES",
+        "ARCHIVE_ALLOW_PRIVATE_NETWORKS",
+        "ARCHIVE_DLQ_URL",
+    },
+    "SweeperFunction": COMMON_ENV
+    | {
+        "ARCHIVE_QUEUE_URL",
+        "ARCHIVE_SWEEP_GRACE_SECONDS",
+        "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
+        "ARCHIVE_SWEEP_MAX_ROWS",
+    },
+}
+# Set by the template but read by libraries, not by our code.
+READ_BY_LIBRARIES = {
+    "POWERTOOLS_SERVICE_NAME",  # Powertools Logger/Metrics/Tracer
+    "POWERTOOLS_METRICS_NAMESPACE",  # Powertools Metrics
+    "POWERTOOLS_LOG_LEVEL",  # Powertools Logger
+    "POWERTOOLS_TRACE_DISABLED",  # Powertools Tracer
+    "AWS_ENDPOINT_URL_SQS",  # botocore
+}
+# Set by the Lambda runtime (or sam local), never by the template.
+RUNTIME_ENV = {
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_EXECUTION_ENV",
+    "AWS_SAM_LOCAL",
+    "LAMBDA_TASK_ROOT",
+    "LAMBDA_RUNTIME_DIR",
+}
+RUNTIME_ENV_PREFIXES = ("AWS_LAMBDA_",)
+
+EMF_METRICS = {
+    "Archived",
+    "Retried",
+    "Failed",
+    "Duplicate",
+    "Malformed",
+    "ImageBytes",
+    "ArchiveDuration",
+    "Requeued",
+    "SweepFailed",
+    "OldestPendingAgeSeconds",
+}
+
+
+# ---------------------------------------------------------------- loading
+
+
+class CfnLoader(yaml.SafeLoader):
+    """A YAML loader that turns CloudFormation short tags into their long form."""
+
+
+def _construct_tag(loader: CfnLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "Condition":
+        return {"Condition": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _construct_tag)
+
+
+@cache
+def template() -> dict[str, Any]:
+    return yaml.load(TEMPLATE.read_text(), Loader=CfnLoader)  # noqa: S506 - SafeLoader subclass
+
+
+@cache
+def env_json() -> dict[str, dict[str, str]]:
+    return json.loads(ENV_JSON.read_text())
+
+
+@cache
+def samconfig() -> dict[str, Any]:
+    return tomllib.loads(SAMCONFIG.read_text())
+
+
+def resource(name: str) -> dict[str, Any]:
+    resources = template()["Resources"]
+    assert name in resources, f"template.yaml has no resource {name}"
+    return resources[name]
+
+
+def props(name: str) -> dict[str, Any]:
+    return resource(name).get("Properties", {})
+
+
+def parameter(name: str) -> dict[str, Any]:
+    params = template()["Parameters"]
+    assert name in params, f"template.yaml has no parameter {name}"
+    return params[name]
+
+
+def globals_function() -> dict[str, Any]:
+    return template().get("Globals", {}).get("Function", {})
+
+
+def function_property(function: str, key: str) -> Any:
+    """A function property with the Globals fallback SAM applies."""
+    own = props(function)
+    return own[key] if key in own else globals_function().get(key)
+
+
+def declared_env(function: str) -> dict[str, Any]:
+    """The environment variables the template sets for a function (Globals merged in)."""
+    merged = dict(globals_function().get("Environment", {}).get("Variables", {}))
+    merged.update(props(function).get("Environment", {}).get("Variables", {}))
+    return merged
+
+
+def number(value: Any) -> int:
+    """A literal, or a !Ref to a parameter, as its (default) integer value."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        param = parameter(value["Ref"])
+        assert "Default" in param, f"parameter {value['Ref']} has no default"
+        value = param["Default"]
+    assert not isinstance(value, dict), f"expected a literal or a parameter, got {value}"
+    return int(value)
+
+
+def ref_of(value: Any) -> str:
+    assert isinstance(value, dict), f"expected a !Ref, got {value!r}"
+    assert set(value) == {"Ref"}, f"expected a !Ref, got {value!r}"
+    return value["Ref"]
+
+
+def overrides(env: str) -> dict[str, str]:
+    """parameter_overrides of a samconfig environment, parsed the way the SAM CLI does."""
+    raw = samconfig()[env]["deploy"]["parameters"].get("parameter_overrides", [])
+    items = [raw] if isinstance(raw, str) else list(raw)
+    parsed: dict[str, str] = {}
+    for item in items:
+        for token in shlex.split(item):
+            key, sep, value = token.partition("=")
+            assert sep, f"samconfig [{env}] parameter override without '=': {token!r}"
+            parsed[key] = value
+    return parsed
+
+
+def samconfig_envs() -> list[str]:
+    return [env for env in samconfig() if isinstance(samconfig()[env], dict)]
+
+
+def effective_parameter(env: str, name: str) -> int:
+    value = overrides(env).get(name, parameter(name).get("Default"))
+    assert value is not None, f"samconfig [{env}] sets no {name} and it has no default"
+    return int(value)
+
+
+# ---------------------------------------------------------------- handlers and build
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_handler_path_imports_and_resolves(function: str) -> None:
+    code_uri = function_property(function, "CodeUri")
+    handler = function_property(function, "Handler")
+    assert code_uri == "src/", f"{function}: CodeUri must be src/ (DESIGN.md), got {code_uri!r}"
+    module, _, attribute = handler.rpartition(".")
+    path = ROOT / code_uri / Path(*module.split("."))
+    assert path.with_suffix(".py").is_file(), (
+        f"{function}: Handler {handler} needs {path.with_suffix('.py').relative_to(ROOT)}, "
+        "which does not exist (yet): the handler code has not landed on this branch"
+    )
+    # Import it the way Lambda does: a fresh interpreter with CodeUri on sys.path and the
+    # function's local environment (env.json), so module-level code runs for real.
+    env = {**os.environ, **env_json()[function]}
+    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    env["PYTHONPATH"] = str(ROOT / code_uri)
+    probe = (
+        "import importlib, sys\n"
+        f"handler = getattr(importlib.import_module({module!r}), {attribute!r}, None)\n"
+        "sys.exit(0 if callable(handler) else 3)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 3, f"{function}: {module} has no callable {attribute}"
+    assert result.returncode == 0, f"{function}: importing {module} failed:\n{result.stderr}"
+
+
+def test_runtime_and_architecture_match_the_build() -> None:
+    runtime = globals_function().get("Runtime")
+    assert re.fullmatch(r"python3\.\d+", runtime or ""), runtime
+    makefile = (ROOT / "mk" / "lambda" / "Makefile").read_text()
+    version = re.search(r"^LAMBDA_PYTHON_VERSION\s*:?=\s*(\S+)", makefile, re.M)
+    platform = re.search(r"^LAMBDA_PLATFORM\s*:?=\s*(\S+)", makefile, re.M)
+    assert version, "mk/lambda/Makefile sets no LAMBDA_PYTHON_VERSION"
+    assert platform, "mk/lambda/Makefile sets no LAMBDA_PLATFORM"
+    assert runtime == f"python{version.group(1)}", "Runtime and the wheels' Python version differ"
+    for function in FUNCTIONS:
+        assert function_property(function, "Runtime") == runtime
+        assert function_property(function, "Architectures") == ["arm64"], function
+        metadata = resource(function).get("Metadata", {})
+        assert metadata.get("BuildMethod") == "makefile", function
+        context = ROOT / metadata.get("ContextPath", function_property(function, "CodeUri"))
+        assert (context / "Makefile").is_file(), f"{function}: no Makefile in {context}"
+        targets = (context / "Makefile").read_text()
+        assert re.search(rf"^[^#\n]*\bbuild-{function}\b[^\n]*:", targets, re.M), (
+            f"{context / 'Makefile'} has no build-{function} target"
+        )
+    assert platform.group(1) == "manylinux2014_aarch64", "arm64 needs aarch64 wheels"
+
+
+# ---------------------------------------------------------------- queue and timing
+
+
+def test_queue_encryption_and_redrive() -> None:
+    queue, dlq = props("ArchiveQueue"), props("ArchiveDLQ")
+    assert resource("ArchiveQueue")["Type"] == "AWS::SQS::Queue"
+    assert "FifoQueue" not in queue, "ArchiveQueue must be a standard queue"
+    for name, queue_props in (("ArchiveQueue", queue), ("ArchiveDLQ", dlq)):
+        assert queue_props.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in queue_props, (
+            f"{name}: SSE is off"
+        )
+    redrive = queue["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["ArchiveDLQ", "Arn"]}
+    assert ref_of(redrive["maxReceiveCount"]) == "MaxReceiveCount"
+    assert parameter("MaxReceiveCount")["Default"] == 5
+
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+    assert dlq["MessageRetentionPeriod"] > queue.get("MessageRetentionPeriod", 4 * 24 * 3600), (
+        "the DLQ keeps the original enqueue time, so it needs the longer retention"
+    )
+    allow = dlq["RedriveAllowPolicy"]
+    assert allow["redrivePermission"] == "byQueue"
+    # The source ARN is built with !Sub from the queue's fixed name (a !GetAtt would be
+    # circular): both must spell the same name.
+    queue_name = queue["QueueName"]["Fn::Sub"]
+    (source,) = allow["sourceQueueArns"]
+    assert source["Fn::Sub"].endswith(f":{queue_name}"), (source, queue_name)
+
+
+def test_visibility_timeout_is_at_least_six_function_timeouts() -> None:
+    timeout = number(props("ArchiveFunction")["Timeout"])
+    visibility = number(props("ArchiveQueue")["VisibilityTimeout"])
+    assert timeout == 120
+    assert visibility >= 6 * timeout, (visibility, timeout)
+
+
+def test_lock_ttl_is_between_function_timeout_and_visibility_timeout() -> None:
+    timeout = number(props("ArchiveFunction")["Timeout"])
+    visibility = number(props("ArchiveQueue")["VisibilityTimeout"])
+    for function in FUNCTIONS:
+        ttl = number(declared_env(function)["ARCHIVE_LOCK_TTL_SECONDS"])
+        assert timeout < ttl < visibility, (function, timeout, ttl, visibility)
+
+
+def test_max_receive_count_exceeds_max_attempts_for_every_allowed_value() -> None:
+    receive, attempts = parameter("MaxReceiveCount"), parameter("ArchiveMaxAttempts")
+    assert int(receive["Default"]) > int(attempts["Default"])
+    # CloudFormation cannot compare two parameters, so the ranges keep it true.
+    assert int(receive["MinValue"]) > int(attempts["MaxValue"]), (
+        "some allowed ArchiveMaxAttempts is not below some allowed MaxReceiveCount"
+    )
+    assert int(receive["MinValue"]) >= 5, "AWS advises maxReceiveCount >= 5 for Lambda"
+    for function in FUNCTIONS:
+        assert ref_of(declared_env(function)["ARCHIVE_MAX_ATTEMPTS"]) == "ArchiveMaxAttempts"
+    for env in samconfig_envs():
+        if "deploy" in samconfig()[env]:
+            assert effective_parameter(env, "MaxReceiveCount") > effective_parameter(
+                env, "ArchiveMaxAttempts"
+            ), env
+
+
+def test_sqs_event_source() -> None:
+    events = props("ArchiveFunction")["Events"]
+    (sqs,) = [event for event in events.values() if event["Type"] == "SQS"]
+    source = sqs["Properties"]
+    assert source["Queue"] == {"Fn::GetAtt": ["ArchiveQueue", "Arn"]}
+    assert source["BatchSize"] == 1
+    assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert "FilterCriteria" not in source, "a filter would delete messages unseen"
+
+
+def test_maximum_concurrency_equals_reserved_concurrency() -> None:
+    function = props("ArchiveFunction")
+    (sqs,) = [event for event in function["Events"].values() if event["Type"] == "SQS"]
+    maximum = sqs["Properties"]["ScalingConfig"]["MaximumConcurrency"]
+    reserved = function["ReservedConcurrentExecutions"]
+    assert ref_of(maximum) == ref_of(reserved) == "ArchiveConcurrency"
+    concurrency = parameter("ArchiveConcurrency")
+    assert concurrency["Default"] == 2
+    # AWS rejects MaximumConcurrency below 2; neither cfn-lint nor sam validate does.
+    assert int(concurrency["MinValue"]) >= 2
+    assert int(concurrency["MaxValue"]) <= 1000
+    for env in samconfig_envs():
+        if "deploy" in samconfig()[env]:
+            assert effective_parameter(env, "ArchiveConcurrency") >= 2, env
+
+
+def test_sweeper_schedule_and_concurrency() -> None:
+    sweeper = props("SweeperFunction")
+    assert sweeper["ReservedConcurrentExecutions"] == 1
+    assert number(sweeper["Timeout"]) == 60
+    assert number(sweeper["MemorySize"]) == 256
+    (schedule,) = [e for e in sweeper["Events"].values() if e["Type"] in ("ScheduleV2", "Schedule")]
+    expression = schedule["Properties"]["ScheduleExpression"]
+    assert parameter(ref_of(expression))["Default"] == "rate(5 minutes)"
+    archive = props("ArchiveFunction")
+    assert number(archive["MemorySize"]) == 512
+
+
+def test_sweeper_schedule_input_matches_the_event_file() -> None:
+    """What Scheduler sends (context attributes filled in) has the event file's shape."""
+    (schedule,) = [
+        e for e in props("SweeperFunction")["Events"].values() if e["Type"] == "ScheduleV2"
+    ]
+    raw = schedule["Properties"]["Input"]
+    text = raw["Fn::Sub"] if isinstance(raw, dict) else raw
+    text = re.sub(r"\$\{[^}]+\}", "x", text)
+    text = re.sub(r"<aws\.scheduler\.[a-z-]+>", "x", text)
+    sent = json.loads(text)
+    event = json.loads(SCHEDULE_EVENT.read_text())
+    assert set(sent) == set(event)
+    assert event["detail-type"] == "Scheduled Event"
+    assert event["source"] == sent["source"]
+
+
+# ---------------------------------------------------------------- environment
+
+
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+ENV_MAPPINGS = {"environ", "env"}  # os.environ, and mappings passed around as `env`
+
+
+def _is_env_mapping(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id in ENV_MAPPINGS
+    )
+
+
+def env_reads(source: str) -> set[str]:
+    """Environment variable names a module reads.
+
+    os.environ[NAME], os.environ.get/pop/setdefault(NAME), os.getenv(NAME), NAME in
+    os.environ, the same on a mapping called `env`, helper calls that take the mapping
+    and names (`positive_int(env, "NAME", 3)`), and a name defaulted in a function that
+    takes `env` (`def delays(env, name="NAME")`). NAME is a string literal or a
+    module-level string constant.
+    """
+    tree = ast.parse(source)
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+    }
+
+    def literal(node: ast.AST | None) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return constants.get(node.id)
+        return None
+
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str | None] = []
+        if isinstance(node, ast.Subscript) and _is_env_mapping(node.value):
+            names.append(literal(node.slice))
+        elif isinstance(node, ast.Compare) and any(_is_env_mapping(c) for c in node.comparators):
+            names.append(literal(node.left))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("get", "pop", "setdefault")
+                and _is_env_mapping(func.value)
+            ) or (
+                (isinstance(func, ast.Attribute) and func.attr == "getenv")
+                or (isinstance(func, ast.Name) and func.id == "getenv")
+            ):
+                names.append(literal(node.args[0]) if node.args else None)
+            elif any(_is_env_mapping(arg) for arg in node.args) or any(
+                _is_env_mapping(kw.value) for kw in node.keywords
+            ):
+                names.extend(literal(arg) for arg in node.args)
+                names.extend(literal(kw.value) for kw in node.keywords)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = node.args
+            if any(arg.arg in ENV_MAPPINGS for arg in arguments.args + arguments.kwonlyargs):
+                names.extend(literal(default) for default in arguments.defaults)
+                names.extend(literal(default) for default in arguments.kw_defaults if default)
+        found.update(name for name in names if name and ENV_NAME.fullmatch(name))
+    return found
+
+
+def code_env_reads() -> dict[str, set[Path]]:
+    sources = sorted((ROOT / "src").rglob("*.py"))
+    handlers = [path for path in sources if path.parent.name == "handlers"]
+    assert any(path.name != "__init__.py" for path in handlers), (
+        "src/handlers/ has no handler modules yet: the application code has not landed on "
+        "this branch, so the environment it reads cannot be checked"
+    )
+    reads: dict[str, set[Path]] = {}
+    for path in sources:
+        for name in env_reads(path.read_text()):
+            reads.setdefault(name, set()).add(path.relative_to(ROOT))
+    return reads
+
+
+def _is_runtime_env(name: str) -> bool:
+    return name in RUNTIME_ENV or name.startswith(RUNTIME_ENV_PREFIXES)
+
+
+def test_env_scanner_finds_every_access_form() -> None:
+    sample = (
+        "import os\n"
+        "TRACE = 'POWERTOOLS_TRACE_DISABLED'\n"
+        "a = os.environ['DATABASE_URL']\n"
+        "b = os.environ.get('DB_SSLMODE', 'x')\n"
+        "c = os.getenv('LSKY_TOKEN')\n"
+        "d = 'LSKY_ALBUM_ID' in os.environ\n"
+        "e = os.environ.get(TRACE)\n"
+        "def f(env, name='ARCHIVE_RETRY_DELAYS'):\n"
+        "    return positive_int(env, 'ARCHIVE_MAX_ATTEMPTS', 3), env.get('ARCHIVE_DLQ_URL')\n"
+        "g = require_one_of(os.environ, 'LSKY_TOKEN', 'LSKY_TOKEN_SECRET_ARN')\n"
+        "h = {'NOT_AN_ENV_READ': 1}['NOT_AN_ENV_READ']\n"
+    )
+    assert env_reads(sample) == {
+        "DATABASE_URL",
+        "DB_SSLMODE",
+        "LSKY_TOKEN",
+        "LSKY_ALBUM_ID",
+        "POWERTOOLS_TRACE_DISABLED",
+        "ARCHIVE_RETRY_DELAYS",
+        "ARCHIVE_MAX_ATTEMPTS",
+        "ARCHIVE_DLQ_URL",
+        "LSKY_TOKEN_SECRET_ARN",
+    }
+
+
+def test_every_environment_variable_the_code_reads_is_set_by_the_template() -> None:
+    reads = code_env_reads()
+    declared = set().union(*(declared_env(function) for function in FUNCTIONS))
+    missing = {
+        name: sorted(map(str, paths))
+        for name, paths in reads.items()
+        if name not in declared and not _is_runtime_env(name)
+    }
+    assert not missing, f"read by the code but not set in template.yaml: {missing}"
+
+
+def test_every_template_variable_is_read_by_someone() -> None:
+    """Catches a typo or a rename: a variable nobody reads is configuration that is lost."""
+    reads = set(code_env_reads())
+    for function in FUNCTIONS:
+        unread = set(declared_env(function)) - reads - READ_BY_LIBRARIES
+        assert not unread, f"{function} sets variables no code reads: {sorted(unread)}"
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_each_function_gets_its_contract_environment(function: str) -> None:
+    declared = declared_env(function)
+    missing = CONTRACT_ENV[function] - set(declared)
+    assert not missing, f"{function} lacks {sorted(missing)}"
+    assert declared["POWERTOOLS_METRICS_NAMESPACE"] == "ImageArchive"
+    # Values only sam local/tests provide are declared empty, never given a value.
+    for name in ("DATABASE_URL", "AWS_ENDPOINT_URL_SQS", "LSKY_TOKEN"):
+        if name in declared:
+            assert declared[name] == "", f"{function}: {name} must be empty in the template"
+    # Optional values are plain parameters whose default is empty (the code treats empty
+    # as unset) and whose secret-read permission is conditional.
+    for name, param in (
+        ("DB_SECRET_ARN", "DbSecretArn"),
+        ("LSKY_TOKEN_SECRET_ARN", "LskyTokenSecretArn"),
+        ("LSKY_STRATEGY_ID", "LskyStrategyId"),
+        ("LSKY_ALBUM_ID", "LskyAlbumId"),
+    ):
+        if name in declared:
+            assert ref_of(declared[name]) == param
+            assert parameter(param)["Default"] == ""
+
+
+def test_sweeper_defaults() -> None:
+    env = declared_env("SweeperFunction")
+    assert number(env["ARCHIVE_SWEEP_GRACE_SECONDS"]) == 300
+    assert number(env["ARCHIVE_REQUEUE_INTERVAL_SECONDS"]) == 900
+    assert number(env["ARCHIVE_SWEEP_MAX_ROWS"]) == 5000
+    assert env["ARCHIVE_QUEUE_URL"] == {"Ref": "ArchiveQueue"}
+    assert declared_env("ArchiveFunction")["ARCHIVE_DLQ_URL"] == {"Ref": "ArchiveDLQ"}
+
+
+# ---------------------------------------------------------------- local files
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_env_json_sets_exactly_the_declared_variables(function: str) -> None:
+    """sam local invoke ignores env.json keys the template does not declare."""
+    local = env_json()[function]
+    assert all(isinstance(value, str) for value in local.values()), "env.json values are strings"
+    assert set(local) == set(declared_env(function)), {
+        "ignored by sam local": sorted(set(local) - set(declared_env(function))),
+        "not set locally": sorted(set(declared_env(function)) - set(local)),
+    }
+
+
+def test_env_json_points_at_local_test_services() -> None:
+    stack = samconfig()["default"]["global"]["parameters"]["stack_name"]
+    archive, sweeper = env_json()["ArchiveFunction"], env_json()["SweeperFunction"]
+    for local in (archive, sweeper):
+        assert local["DATABASE_URL"].startswith("postgresql://")
+        assert "@127.0.0.1:" in local["DATABASE_URL"]
+        assert local["DB_SECRET_ARN"] == ""
+        assert local["AWS_ENDPOINT_URL_SQS"].startswith("http://127.0.0.1:")
+    assert archive["LSKY_BASE_URL"].startswith("http://127.0.0.1:")
+    assert archive["LSKY_TOKEN"]
+    assert archive["LSKY_TOKEN_SECRET_ARN"] == ""
+    assert archive["ARCHIVE_ALLOW_PRIVATE_NETWORKS"] == "127.0.0.0/8"
+    endpoint = archive["AWS_ENDPOINT_URL_SQS"]
+    assert archive["ARCHIVE_DLQ_URL"] == f"{endpoint}/123456789012/{stack}-dlq"
+    endpoint = sweeper["AWS_ENDPOINT_URL_SQS"]
+    assert sweeper["ARCHIVE_QUEUE_URL"] == f"{endpoint}/123456789012/{stack}-queue"
+
+
+def test_sqs_event_is_a_realistic_receive() -> None:
+    stack = samconfig()["default"]["global"]["parameters"]["stack_name"]
+    (record,) = json.loads(SQS_EVENT.read_text())["Records"]
+    assert record["eventSource"] == "aws:sqs"
+    body = json.loads(record["body"])
+    assert re.fullmatch(r"[1-9][0-9]*", str(body["recordId"]))
+    assert record["md5OfBody"] == hashlib.md5(record["body"].encode()).hexdigest()  # noqa: S324
+    attributes = record["attributes"]
+    for key in ("ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp"):
+        assert isinstance(attributes[key], str), key
+        assert attributes[key].isdigit(), key
+    assert attributes["SenderId"]
+    _, _, service, region, account, name = record["eventSourceARN"].split(":")
+    assert (service, account, name) == ("sqs", "123456789012", f"{stack}-queue")
+    assert record["awsRegion"] == region
+    # The queue URL the handler derives from this ARN is the one env.json's endpoint serves.
+    dlq_url = env_json()["ArchiveFunction"]["ARCHIVE_DLQ_URL"]
+    assert dlq_url.rsplit("/", 2)[1] == account
+
+
+def test_samconfig_environments() -> None:
+    config = samconfig()
+    assert config["version"] == 0.1
+    assert "prod" in config, "samconfig.toml has no prod environment example"
+    known = set(template()["Parameters"])
+    for env in ("default", "prod"):
+        stack = config[env].get("global", {}).get("parameters", {}).get("stack_name")
+        assert stack, f"[{env}] has no stack_name"
+        deploy = config[env]["deploy"]["parameters"]
+        assert "CAPABILITY_IAM" in deploy["capabilities"]
+        assert deploy["confirm_changeset"] is True
+        assert deploy["resolve_s3"] is True
+        unknown = set(overrides(env)) - known
+        assert not unknown, f"[{env}] overrides unknown parameters {sorted(unknown)}"
+    assert config["default"]["local_invoke"]["parameters"]["env_vars"] == "env.json"
+    # `lint = true` would make plain `sam validate` skip SAM's own validation.
+    assert not config["default"].get("validate", {}).get("parameters", {}).get("lint")
+    prod = overrides("prod")
+    for name, param in template()["Parameters"].items():
+        if name in prod and "AllowedPattern" in param and param.get("Type") == "String":
+            assert re.fullmatch(param["AllowedPattern"], prod[name]), (name, prod[name])
+
+
+# ---------------------------------------------------------------- IAM
+
+
+SAM_PYTHON_HELP = (
+    "the IAM checks translate the template with aws-sam-translator, which lives in the SAM "
+    "CLI's venv: create it (python -m venv .venv-sam && .venv-sam/bin/pip install -r "
+    "requirements-sam.txt) or point SAM at its sam executable"
+)
+
+TRANSLATE = r"""
+import json, sys
+from samtranslator.translator.transform import transform
+
+class NoManagedPolicies:
+    def load(self):
+        return {}
+
+template = json.load(sys.stdin)
+parameters = json.loads(sys.argv[1])
+print(json.dumps(transform(template, parameters, NoManagedPolicies())))
+"""
+
+
+@cache
+def translated() -> dict[str, Any]:
+    """template.yaml as CloudFormation, translated offline with every optional feature on."""
+    sam_template = json.loads(json.dumps(template()))
+    for function in FUNCTIONS:
+        sam_template["Resources"][function]["Properties"]["CodeUri"] = f"s3://bucket/{function}.zip"
+    parameters = {
+        "LskyBaseUrl": "https://img.example.com",
+        "DbSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:db-AbCdEf",
+        "LskyTokenSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:tok-AbCdEf",
+    }
+    sam = Path(os.environ.get("SAM", ROOT / ".venv-sam" / "bin" / "sam"))
+    if not sam.is_absolute():
+        sam = ROOT / sam
+    python = sam.parent / "python"
+    assert python.exists(), f"{python} not found: {SAM_PYTHON_HELP}"
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    result = subprocess.run(
+        [str(python), "-c", TRANSLATE, json.dumps(parameters)],
+        input=json.dumps(sam_template),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"translation failed:\n{result.stderr}"
+    return json.loads(result.stdout)
+
+
+def _branches(value: Any) -> list[Any]:
+    """Both outcomes of an Fn::If (without AWS::NoValue), or the value itself."""
+    if isinstance(value, dict) and "Fn::If" in value:
+        _, yes, no = value["Fn::If"]
+        outcomes = [b for branch in (yes, no) for b in _branches(branch)]
+        return [b for b in outcomes if b != {"Ref": "AWS::NoValue"}]
+    return [value]
+
+
+def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    statements = []
+    for policy in role["Properties"].get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            statements.extend(_branches(statement))
+    return statements
+
+
+def _listify(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_no_wildcards_in_iam_policies() -> None:
+    resources = translated()["Resources"]
+    roles = {name: r for name, r in resources.items() if r["Type"] == "AWS::IAM::Role"}
+    assert {"ArchiveFunctionRole", "SweeperFunctionRole"} <= set(roles)
+    for name, role in roles.items():
+        for statement in _statements(role):
+            assert statement["Effect"] == "Allow", (name, statement)
+            for target in _listify(statement.get("Resource")):
+                assert "*" not in json.dumps(target), f"{name}: wildcard resource in {statement}"
+            for action in _listify(statement["Action"]):
+                assert "*" not in action, f"{name}: wildcard action in {statement}"
+            assert "NotResource" not in statement, name
+            assert "NotAction" not in statement, name
+    for function in FUNCTIONS:
+        role = resources[function]["Properties"]["Role"]
+        assert role == {"Fn::GetAtt": [f"{function}Role", "Arn"]}, (
+            f"{function} must use its explicit role (SAM's generated one attaches "
+            "AWSLambdaSQSQueueExecutionRole, whose Resource is *)"
+        )
+
+
+def test_managed_policies_only_when_their_feature_is_on() -> None:
+    allowed = {
+        "AttachToVpc": "AWSLambdaENIManagementAccess",
+        "TracingEnabled": "AWSXRayDaemonWriteAccess",
+    }
+    for role_name in ("ArchiveFunctionRole", "SweeperFunctionRole"):
+        for arn in resource(role_name)["Properties"].get("ManagedPolicyArns", []):
+            assert "Fn::If" in arn, f"{role_name}: unconditional managed policy {arn}"
+            condition, policy, otherwise = arn["Fn::If"]
+            assert otherwise == {"Ref": "AWS::NoValue"}
+            assert condition in allowed, (role_name, condition)
+            assert policy["Fn::Sub"].endswith(f"/{allowed[condition]}"), (role_name, policy)
+
+
+def _grants(role: str) -> dict[str, list[Any]]:
+    """action -> resources granted by a role of the translated template."""
+    grants: dict[str, list[Any]] = {}
+    for statement in _statements(translated()["Resources"][role]):
+        for action in _listify(statement["Action"]):
+            grants.setdefault(action, []).extend(_listify(statement["Resource"]))
+    return grants
+
+
+def test_each_function_can_touch_only_its_own_queues_and_secrets() -> None:
+    queue = {"Fn::GetAtt": ["ArchiveQueue", "Arn"]}
+    dlq = {"Fn::GetAtt": ["ArchiveDLQ", "Arn"]}
+    archive, sweeper = _grants("ArchiveFunctionRole"), _grants("SweeperFunctionRole")
+    for action in (
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:ChangeMessageVisibility",
+        "sqs:GetQueueAttributes",
+    ):
+        assert archive[action] == [queue], action
+    assert archive["sqs:SendMessage"] == [dlq], "the archive function sends only to the DLQ"
+    assert archive["secretsmanager:GetSecretValue"] == [
+        {"Ref": "DbSecretArn"},
+        {"Ref": "LskyTokenSecretArn"},
+    ]
+    assert archive["logs:PutLogEvents"] == [{"Fn::GetAtt": ["ArchiveLogGroup", "Arn"]}]
+    assert sweeper["sqs:SendMessage"] == [queue], "the sweeper requeues to the archive queue"
+    assert not any(a.startswith("sqs:") and a != "sqs:SendMessage" for a in sweeper)
+    assert sweeper["secretsmanager:GetSecretValue"] == [{"Ref": "DbSecretArn"}]
+    assert sweeper["logs:PutLogEvents"] == [{"Fn::GetAtt": ["SweeperLogGroup", "Arn"]}]
+
+
+def test_secret_permissions_are_conditional_on_the_parameters() -> None:
+    conditions = template()["Conditions"]
+    statements = resource("ArchiveFunctionRole")["Properties"]["Policies"][0]["PolicyDocument"]
+    by_condition = {
+        s["Fn::If"][0]: s["Fn::If"][1]["Resource"] for s in statements["Statement"] if "Fn::If" in s
+    }
+    assert by_condition["HasDbSecret"] == {"Ref": "DbSecretArn"}
+    assert by_condition["HasLskyTokenSecret"] == {"Ref": "LskyTokenSecretArn"}
+    assert conditions["HasDbSecret"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DbSecretArn"}, ""]}]}
+
+
+def test_functions_attach_to_a_vpc_only_when_subnets_are_given() -> None:
+    vpc = globals_function()["VpcConfig"]
+    condition, config, otherwise = vpc["Fn::If"]
+    assert otherwise == {"Ref": "AWS::NoValue"}
+    assert condition == "AttachToVpc"
+    assert config == {
+        "SubnetIds": {"Ref": "SubnetIds"},
+        "SecurityGroupIds": {"Ref": "SecurityGroupIds"},
+    }
+    assert parameter("SubnetIds")["Default"] == "" == parameter("SecurityGroupIds")["Default"]
+
+
+# ---------------------------------------------------------------- alarms, dashboard, outputs
+
+
+def _alarms() -> list[dict[str, Any]]:
+    return [
+        r["Properties"]
+        for r in template()["Resources"].values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+    ]
+
+
+def _has_alarm(namespace: str, metric: str, dimension_value: Any) -> bool:
+    return any(
+        alarm["Namespace"] == namespace
+        and alarm["MetricName"] == metric
+        and any(d["Value"] == dimension_value for d in alarm["Dimensions"])
+        for alarm in _alarms()
+    )
+
+
+def test_alarms() -> None:
+    dlq_name = {"Fn::GetAtt": ["ArchiveDLQ", "QueueName"]}
+    queue_name = {"Fn::GetAtt": ["ArchiveQueue", "QueueName"]}
+    assert _has_alarm("AWS/SQS", "ApproximateNumberOfMessagesVisible", dlq_name)
+    assert _has_alarm("AWS/SQS", "ApproximateAgeOfOldestMessage", queue_name)
+    for function in FUNCTIONS:
+        for metric in ("Errors", "Throttles"):
+            assert _has_alarm("AWS/Lambda", metric, {"Ref": function}), (function, metric)
+    for alarm in _alarms():
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert alarm["AlarmActions"]["Fn::If"][0] == "HasAlarmTopic"
+    age = next(a for a in _alarms() if a["MetricName"] == "ApproximateAgeOfOldestMessage")
+    assert ref_of(age["Threshold"]) == "QueueAgeAlarmSeconds"
+
+
+def test_dashboard_shows_queues_outcomes_and_durations() -> None:
+    body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
+    assert set(re.findall(r"\$\{([^}!]+)\}", body)) <= (
+        set(variables)
+        | set(template()["Resources"])
+        | {"AWS::Region", "ServiceName"}
+        | {f"{name}.Arn" for name in template()["Resources"]}
+    )
+    dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    metrics = [
+        metric
+        for widget in dashboard["widgets"]
+        if widget["type"] == "metric"
+        for metric in widget["properties"]["metrics"]
+    ]
+    names = {m[1] for m in metrics if isinstance(m[1], str) and m[1] not in (".", "...")}
+    assert names >= EMF_METRICS, f"dashboard lacks {sorted(EMF_METRICS - names)}"
+    assert {"ApproximateNumberOfMessagesVisible", "Duration"} <= names
+    namespaces = {m[0] for m in metrics if m[0] not in (".", "...")}
+    assert "ImageArchive" in namespaces
+    # The EMF metrics carry service=<POWERTOOLS_SERVICE_NAME>: the dashboard must use the same.
+    assert declared_env("ArchiveFunction")["POWERTOOLS_SERVICE_NAME"] == {"Ref": "ServiceName"}
+    assert '"service", "${ServiceName}"' in body
+    assert '"${DlqName}"' in body
+    assert '"${QueueName}"' in body
+
+
+def test_outputs() -> None:
+    outputs = template()["Outputs"]
+    assert outputs["ArchiveQueueUrl"]["Value"] == {"Ref": "ArchiveQueue"}
+    assert outputs["ArchiveQueueArn"]["Value"] == {"Fn::GetAtt": ["ArchiveQueue", "Arn"]}
+    assert outputs["ArchiveDlqUrl"]["Value"] == {"Ref": "ArchiveDLQ"}
+    assert outputs["ArchiveFunctionName"]["Value"] == {"Ref": "ArchiveFunction"}
+    assert outputs["SweeperFunctionName"]["Value"] == {"Ref": "SweeperFunction"}
