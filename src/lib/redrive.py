@@ -168,7 +168,9 @@ def move_manually(
         if done:
             deleted = client.delete_message_batch(
                 QueueUrl=dlq_url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)],
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
+                ],
             )
             not_deleted = len(deleted.get("Failed", []))
             result.moved += len(done) - not_deleted
@@ -209,7 +211,8 @@ def peek(client: SQSClient, dlq_url: str, limit: int) -> list[DeadLetter]:
     for m in received:
         attributes = m.get("Attributes", {})
         sent_ms = attributes.get("SentTimestamp")
-        reason = m.get("MessageAttributes", {}).get("archive-error", {}).get("StringValue")
+        error_attribute = m.get("MessageAttributes", {}).get("archive-error")
+        reason = error_attribute.get("StringValue") if error_attribute else None
         letters.append(
             DeadLetter(
                 message_id=m["MessageId"],

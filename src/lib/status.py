@@ -42,12 +42,6 @@ GROUP BY 1
 ORDER BY 1
 """
 
-QUEUE_ATTRIBUTES = (
-    "ApproximateNumberOfMessages",
-    "ApproximateNumberOfMessagesNotVisible",
-    "ApproximateNumberOfMessagesDelayed",
-)
-
 
 @dataclass(frozen=True)
 class ArchiveCounts:
@@ -112,7 +106,12 @@ def archive_counts(db: Database, *, lock_ttl_seconds: int, include_all: bool) ->
 
 def queue_depth(client: SQSClient, name: str, url: str) -> QueueDepth:
     attributes = client.get_queue_attributes(
-        QueueUrl=url, AttributeNames=list(QUEUE_ATTRIBUTES)
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
     )["Attributes"]
     return QueueDepth(
         name=name,
