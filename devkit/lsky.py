@@ -46,6 +46,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from devkit import multipart
+from devkit._cli import exit_cleanly_on_signals
 from devkit._http import BackgroundServer, QuietHandler
 from devkit.images import sniff
 
@@ -811,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"LSKY_BASE_URL={server.base_url}", flush=True)
     print(f"LSKY_TOKEN={server.token}", flush=True)
     print(f"storage: {server.storage_dir}  (Ctrl-C to stop)", flush=True)
+    exit_cleanly_on_signals()
     try:
         server.serve_forever()
     except KeyboardInterrupt:

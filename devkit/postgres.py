@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import pg8000.native
 
+from devkit._cli import exit_cleanly_on_signals
 from lib import migrate
 
 __all__ = [
@@ -216,11 +217,18 @@ class PostgresCluster:
                     cwd=self._root,
                     **self._run_as,
                 )
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+            # pg_ctl normally suffices; SIGQUIT is the same immediate shutdown
+            # sent directly, and SIGKILL the last resort (it can leave
+            # orphaned backends, hence not first).
+            for escalate in (None, signal.SIGQUIT, signal.SIGKILL):
+                if escalate is not None:
+                    with contextlib.suppress(OSError):
+                        process.send_signal(escalate)
+                try:
+                    process.wait(timeout=5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
@@ -398,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_schema(dsn)
         print(f"DATABASE_URL={dsn}", flush=True)
         print("PostgreSQL is running; press Ctrl-C to stop (the data is deleted).", flush=True)
-        # SIGTERM (from `kill` or a Makefile) should clean up like Ctrl-C does.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        exit_cleanly_on_signals()
         with contextlib.suppress(KeyboardInterrupt):
             while cluster.running:
                 time.sleep(0.5)

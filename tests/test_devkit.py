@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import zlib
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from urllib3.exceptions import ProtocolError
 from devkit import images, multipart
 from devkit.lsky import Behaviour, GuestMode, LskyStandIn
 from devkit.postgres import PostgresCluster, connect, find_bindir, schema_statements
-from devkit.sqs import QueuePair, create_queue_pair, receive_as_lambda_event
+from devkit.sqs import MotoServer, QueuePair, create_queue_pair, receive_as_lambda_event
 from devkit.upstream import StreamBody, UpstreamServer
 from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record, sqs_event
 
@@ -236,6 +237,16 @@ def test_redrive_to_dlq_after_max_receive_count(sqs: SQSClient, queues: QueuePai
         "maxReceiveCount": 2,
     }
     assert attributes["VisibilityTimeout"] == "720"
+
+
+def test_moto_env_lets_plain_boto3_clients_find_the_server(
+    moto: MotoServer, queues: QueuePair
+) -> None:
+    import boto3
+
+    assert os.environ["AWS_ENDPOINT_URL_SQS"] == moto.endpoint_url
+    plain = boto3.client("sqs")  # what a handler does: no endpoint, region or keys given
+    assert queues.url in plain.list_queues(QueueNamePrefix=queues.name)["QueueUrls"]
 
 
 def test_sqs_event_synthetic_bodies() -> None:
