@@ -107,26 +107,30 @@ class _Capture(io.TextIOBase):
         return parsed
 
 
-def _serve(
-    conn: Connection,
-    handler_path: str,
-    env: dict[str, str],
-    log_path: str,
-    function_name: str,
-    timeout_seconds: float,
-) -> None:
+@dataclass(frozen=True)
+class _Spec:
+    """What a container process needs; pickled across the spawn."""
+
+    handler: str
+    env: dict[str, str]
+    log_path: str
+    function_name: str
+    timeout_seconds: float
+
+
+def _serve(conn: Connection, spec: _Spec) -> None:
     """The container process: init once, then invoke until told to stop (None)."""
     # The parent shuts containers down in order; a terminal's Ctrl-C (sent to the
     # whole process group) must not kill one mid-invocation.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.update(env)
-    with Path(log_path).open("a", encoding="utf-8", buffering=1) as log:
+    os.environ.update(spec.env)
+    with Path(spec.log_path).open("a", encoding="utf-8", buffering=1) as log:
         capture = _Capture(log)
         # Before the handler's import: Powertools binds its log stream to sys.stdout then.
         sys.stdout = capture
         sys.stderr = log
         try:
-            module_name, _, attribute = handler_path.partition(":")
+            module_name, _, attribute = spec.handler.partition(":")
             handler = getattr(importlib.import_module(module_name), attribute)
         except Exception:
             conn.send(("init-error", traceback.format_exc()))
@@ -139,7 +143,7 @@ def _serve(
                 return  # the parent went away
             if event is None:
                 return
-            context = LocalContext(function_name, timeout_seconds)
+            context = LocalContext(spec.function_name, spec.timeout_seconds)
             started = time.monotonic()
             capture.begin()
             try:
@@ -193,11 +197,13 @@ class Container:
             target=_serve,
             args=(
                 child,
-                self.handler,
-                self.env,
-                str(self.log_path),
-                self.function_name,
-                self.timeout_seconds,
+                _Spec(
+                    self.handler,
+                    self.env,
+                    str(self.log_path),
+                    self.function_name,
+                    self.timeout_seconds,
+                ),
             ),
             name=self.name,
             daemon=True,
@@ -241,20 +247,24 @@ class Container:
             started = time.monotonic()
             try:
                 conn.send(event)
-                deadline = started + self.timeout_seconds + 5
-                while not conn.poll(_POLL):
-                    if stop is not None and stop.is_set():
-                        return None
-                    if not self.alive or time.monotonic() > deadline:
-                        raise ContainerDied(f"{self.name}: died or timed out")
-                result: Invocation = conn.recv()
-                return result
+                return self._await(conn, started + self.timeout_seconds + 5, stop)
             except (ContainerDied, EOFError, OSError) as error:
                 if stop is not None and stop.is_set():
                     return None  # shutting down: no replacement container
                 self._restart()
                 elapsed = round((time.monotonic() - started) * 1000, 1)
                 return Invocation(None, f"container failure: {error}", [], elapsed)
+
+    def _await(
+        self, conn: Connection, deadline: float, stop: threading.Event | None
+    ) -> Invocation | None:
+        while not conn.poll(_POLL):
+            if stop is not None and stop.is_set():
+                return None
+            if not self.alive or time.monotonic() > deadline:
+                raise ContainerDied(f"{self.name}: died or timed out")
+        result: Invocation = conn.recv()
+        return result
 
     def _restart(self) -> None:
         self.stop()

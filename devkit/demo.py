@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 MAX_ATTEMPTS = 3
+STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED")
 
 
 @dataclass(frozen=True)
@@ -204,31 +205,35 @@ def _kb(size: Any) -> str:
     return f"{int(size) / 1024:.1f} KB" if isinstance(size, int | float) else "?"
 
 
+_OUTCOME_LINES = {
+    "archived": "archived     attempt {attempt}/{max}, {size} {mime_type}",
+    "retry": "retry in {retry_in_seconds} s  {error}",
+    "failed": "FAILED       {error}",
+    "duplicate": "duplicate    acknowledged: {reason}",
+    "malformed": "malformed    {reason}: parked in the DLQ",
+}
+
+
 def describe_log(entry: dict[str, Any]) -> str | None:
     """One progress line for an archive log line, or None for the ones not shown."""
-    outcome = entry.get("outcome")
     record = f"#{entry['record_id']}" if entry.get("record_id") else "-"
-    attempt = f"attempt {entry.get('attempt', '?')}/{MAX_ATTEMPTS}"
-    match outcome:
-        case "archived":
-            return f"{record:<5} archived     {attempt}, {_kb(entry.get('bytes'))} {entry.get('mime_type', '')}"
-        case "retry":
-            return (
-                f"{record:<5} retry in {entry.get('retry_in_seconds')} s  {entry.get('error', '')}"
-            )
-        case "failed":
-            return f"{record:<5} FAILED       {entry.get('error', '')}"
-        case "duplicate":
-            return f"{record:<5} duplicate    acknowledged: {entry.get('reason', '')}"
-        case "malformed":
-            return f"{'-':<5} malformed    {entry.get('reason', '')}: parked in the DLQ"
-        case None:
-            pass
-        case _:
-            return f"{record:<5} {outcome:<12} {entry.get('message', '')}"
-    if entry.get("level") in ("WARNING", "ERROR", "CRITICAL"):
-        return f"{record:<5} {str(entry.get('level')).lower():<12} {entry.get('message', '')}"
-    return None
+    outcome = entry.get("outcome")
+    if outcome is None:
+        level = str(entry.get("level", "")).lower()
+        if level in ("warning", "error", "critical"):
+            return f"{record:<5} {level:<12} {entry.get('message', '')}"
+        return None
+    template = _OUTCOME_LINES.get(str(outcome), f"{outcome:<12} {{message}}")
+    fields = {"attempt": "?", "retry_in_seconds": "?", "error": "", "reason": "", "message": ""}
+    fields |= {k: v for k, v in entry.items() if isinstance(k, str)}
+    return f"{record:<5} " + template.format_map(
+        {
+            **fields,
+            "max": MAX_ATTEMPTS,
+            "size": _kb(entry.get("bytes")),
+            "mime_type": entry.get("mime_type", ""),
+        }
+    )
 
 
 # -- the services ----------------------------------------------------------------------------
@@ -608,114 +613,155 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = (args.data_dir or REPO_ROOT / "local-data" / stamp).resolve()
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
     samples = plan(records)
+    # SIGINT re-armed: a non-interactive shell starts background jobs with it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with signals_as_interrupt():
         return _run(args, profile, samples, data_dir)
 
 
-def _run(args: argparse.Namespace, profile: Profile, samples: list[Sample], data_dir: Path) -> int:
-    printer = Printer()
-    summary: Summary | None = None
-    stack = contextlib.ExitStack()
-    run: Run | None = None
-    db: Database | None = None
-    sources: list[Any] = []
-    containers: list[Container] = []
-    started = time.monotonic()
-    try:
-        printer.plain(
-            f"image-archive, locally: {len(samples)} records, {args.concurrency} archive "
-            f"containers (BatchSize {args.batch_size}, MaximumConcurrency {args.concurrency}), "
-            f"sweeper every {profile.sweep_every:g} s; Ctrl-C stops everything"
+def make_containers(env: dict[str, str], concurrency: int, logs: Path) -> list[Container]:
+    """`concurrency` archive containers, then the sweeper's."""
+    from devkit.containers import Container  # noqa: PLC0415
+
+    archive = [
+        Container(
+            f"archive-{n}",
+            "handlers.archive:lambda_handler",
+            env=env,
+            log_path=logs / f"archive-{n}.log",
+            function_name="ArchiveFunction",
+            timeout_seconds=120,  # template.yaml
         )
-        services = start_services(stack, data_dir)
+        for n in range(1, concurrency + 1)
+    ]
+    sweeper = Container(
+        "sweeper",
+        "handlers.sweeper:lambda_handler",
+        env=env,
+        log_path=logs / "sweeper.log",
+        function_name="SweeperFunction",
+        timeout_seconds=60,
+    )
+    return [*archive, sweeper]
+
+
+class Demo:
+    """Owns everything a run starts, so that `close` can stop all of it."""
+
+    def __init__(
+        self, args: argparse.Namespace, profile: Profile, samples: list[Sample], data_dir: Path
+    ) -> None:
+        self.args = args
+        self.profile = profile
+        self.samples = samples
+        self.data_dir = data_dir
+        self.printer = Printer()
+        self.stack = contextlib.ExitStack()
+        self.containers: list[Container] = []
+        self.sources: list[Any] = []
+        self.run: Run | None = None
+        self.db: Database | None = None
+        self.started = time.monotonic()
+
+    def setup(self) -> Services:
+        from lib.config import DatabaseConfig  # noqa: PLC0415
+        from lib.db import Database  # noqa: PLC0415
+
+        printer, args = self.printer, self.args
+        printer.plain(
+            f"image-archive, locally: {len(self.samples)} records, {args.concurrency} archive "
+            f"containers (BatchSize {args.batch_size}, MaximumConcurrency {args.concurrency}), "
+            f"sweeper every {self.profile.sweep_every:g} s; Ctrl-C stops everything"
+        )
+        services = start_services(self.stack, self.data_dir)
         printer.line("postgres", f"127.0.0.1:{services.cluster.port} (throwaway cluster)")
         printer.line("sqs", f"{services.moto.endpoint_url} (moto), queue and DLQ local-archive")
         printer.line("lsky", f"{services.lsky.base_url}, files in {services.lsky.storage_dir}")
         printer.line("upstream", f"{services.upstream.base_url} (sample images)")
-
-        from devkit.containers import Container  # noqa: PLC0415
-        from devkit.event_sources import Schedule, SqsEventSource  # noqa: PLC0415
-        from lib.config import DatabaseConfig  # noqa: PLC0415
-        from lib.db import Database  # noqa: PLC0415
-
-        env = function_environment(services, profile)
-        logs = data_dir / "logs"
-        containers = [
-            Container(
-                f"archive-{n}",
-                "handlers.archive:lambda_handler",
-                env=env,
-                log_path=logs / f"archive-{n}.log",
-                function_name="ArchiveFunction",
-                timeout_seconds=120,
-            )
-            for n in range(1, args.concurrency + 1)
-        ]
-        sweeper = Container(
-            "sweeper",
-            "handlers.sweeper:lambda_handler",
-            env=env,
-            log_path=logs / "sweeper.log",
-            function_name="SweeperFunction",
-            timeout_seconds=60,
-        )
-        containers.append(sweeper)
-        for container in containers:
-            container.launch()  # inits run in parallel
-        for container in containers:
+        logs = self.data_dir / "logs"
+        env = function_environment(services, self.profile)
+        self.containers = make_containers(env, args.concurrency, logs)
+        for container in self.containers:
+            container.launch()  # the inits run in parallel
+        for container in self.containers:
             container.wait_ready()
-        pids = ", ".join(f"{c.name} pid {c.pid}" for c in containers)
-        printer.line("containers", f"{pids}; their logs in {logs}")
+        pids = ", ".join(f"{c.name} pid {c.pid}" for c in self.containers)
+        printer.line("containers", f"{pids}; logs in {logs}")
+        self.db = Database(DatabaseConfig(url=services.dsn), application_name="local-demo")
+        self.run = Run(services, self.samples, self.profile)
+        self.run.printer = printer
+        return services
 
-        db = Database(DatabaseConfig(url=services.dsn), application_name="local-demo")
-        run = Run(services, samples, profile)
-        run.printer = printer
-        sent = seed(services, db, samples, profile)
-        expected = Expected.of(samples)
-        printer.line(
-            "seed",
-            f"{len(samples)} records, {sent} messages (1 malformed); "
-            f"{expected.swept} left for the sweeper (lost message, expired lock); "
-            f"backoff {','.join(map(str, profile.retry_delays))} s, {MAX_ATTEMPTS} attempts",
-        )
-        started = time.monotonic()
+    def seed_and_drive(self, services: Services) -> Summary:
         import boto3  # noqa: PLC0415
 
-        clients = [boto3.client("sqs") for _ in containers[:-1]]
-        source = SqsEventSource(
-            clients=clients,
-            queue=services.queues,
-            containers=containers[:-1],
-            on_delivery=run.deliveries.put,
-            batch_size=args.batch_size,
-        ).start()
-        sources.append(source)
-        sources.append(
-            Schedule(
-                container=sweeper, interval=profile.sweep_every, on_delivery=run.deliveries.put
-            ).start()
+        from devkit.event_sources import Schedule, SqsEventSource  # noqa: PLC0415
+
+        assert self.run is not None
+        assert self.db is not None
+        run, db, profile = self.run, self.db, self.profile
+        sent = seed(services, db, self.samples, profile)
+        expected = Expected.of(self.samples)
+        self.printer.line(
+            "seed",
+            f"{len(self.samples)} records, {sent} messages (1 malformed); "
+            f"{expected.swept} left for the sweeper (a lost message, an expired lock); "
+            f"backoff {','.join(map(str, profile.retry_delays))} s, {MAX_ATTEMPTS} attempts",
         )
+        self.started = time.monotonic()
+        *archive, sweeper = self.containers
+        source = SqsEventSource(
+            clients=[boto3.client("sqs") for _ in archive],
+            queue=services.queues,
+            containers=archive,
+            on_delivery=run.deliveries.put,
+            batch_size=self.args.batch_size,
+        )
+        self.sources.append(source.start())
+        schedule = Schedule(
+            container=sweeper, interval=profile.sweep_every, on_delivery=run.deliveries.put
+        )
+        self.sources.append(schedule.start())
         completed = run.wait_until_settled(db, lambda: source.in_flight)
-        summary = summarise(run, db, time.monotonic() - started, completed=completed)
+        return summarise(run, db, time.monotonic() - self.started, completed=completed)
+
+    def interrupted_summary(self) -> Summary | None:
+        if self.run is None or self.db is None:
+            return None
+        try:
+            summary = summarise(self.run, self.db, time.monotonic() - self.started, completed=False)
+        except Exception:  # a half-started run has nothing worth summarising
+            return None
+        summary.interrupted = True
+        return summary
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.stop()
+        for container in self.containers:
+            container.stop()
+        if self.db is not None:
+            self.db.close()
+        self.stack.close()
+
+
+def _run(args: argparse.Namespace, profile: Profile, samples: list[Sample], data_dir: Path) -> int:
+    demo = Demo(args, profile, samples, data_dir)
+    summary: Summary | None = None
+    try:
+        services = demo.setup()
+        summary = demo.seed_and_drive(services)
     except KeyboardInterrupt:
-        printer.plain()
-        printer.line("stopping", "Ctrl-C: stopping the poller, containers, servers and cluster")
-        if run is not None and db is not None:
-            with contextlib.suppress(Exception), no_interrupts():
-                summary = summarise(run, db, time.monotonic() - started, completed=False)
-                summary.interrupted = True
+        demo.printer.plain()
+        demo.printer.line("stopping", "interrupted: stopping the poller, containers, servers")
+        with no_interrupts():
+            summary = demo.interrupted_summary()
     finally:
         with no_interrupts():
-            for event_source in sources:
-                event_source.stop()
-            for container in containers:
-                container.stop()
-            if db is not None:
-                db.close()
-            stack.close()
+            demo.close()
     if summary is None:
         return EXIT_INTERRUPTED
-    print_summary(summary, printer)
+    print_summary(summary, demo.printer)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary.__dict__, indent=2, default=str))
     if summary.interrupted:
