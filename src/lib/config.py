@@ -23,6 +23,12 @@ DEFAULT_RETRY_DELAYS = (30, 120, 600)
 # the time its message comes back.
 DEFAULT_LOCK_TTL_SECONDS = 180
 DEFAULT_MAX_IMAGE_BYTES = 50 * 1024 * 1024
+# Sweeper: a PENDING row is re-sent once its due time is this far past (the queue
+# normally delivers within seconds of it)...
+DEFAULT_SWEEP_GRACE_SECONDS = 300
+# ...and not more often than this per row, so a slow consumer is not flooded.
+DEFAULT_REQUEUE_INTERVAL_SECONDS = 900
+DEFAULT_SWEEP_MAX_ROWS = 5000
 
 
 class ConfigError(RuntimeError):
@@ -53,6 +59,19 @@ class Settings:
     # Resolved lazily by lib.credentials (a secret is fetched only when needed).
     lsky_token: str | None = field(default=None, repr=False)
     lsky_token_secret_arn: str | None = None
+
+
+@dataclass(frozen=True)
+class SweeperSettings:
+    database: DatabaseConfig
+    queue_url: str
+    grace_seconds: int = DEFAULT_SWEEP_GRACE_SECONDS
+    requeue_interval_seconds: int = DEFAULT_REQUEUE_INTERVAL_SECONDS
+    max_rows: int = DEFAULT_SWEEP_MAX_ROWS
+    # Shared with the archive function: the sweeper must agree with its claim on
+    # when a lock has expired and on when the attempts are used up.
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
@@ -155,4 +174,25 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         dlq_url=_text(env, "ARCHIVE_DLQ_URL"),
         lsky_token=_text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
+    )
+
+
+def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettings:
+    """Settings for the sweeper function; raises ConfigError naming what is missing."""
+    env = os.environ if env is None else env
+    queue_url = _text(env, "ARCHIVE_QUEUE_URL")
+    if queue_url is None:
+        raise ConfigError("missing required setting: ARCHIVE_QUEUE_URL")
+    if not queue_url.startswith(("http://", "https://")):
+        raise ConfigError("ARCHIVE_QUEUE_URL must be a queue URL (https://sqs...), not an ARN")
+    return SweeperSettings(
+        database=load_database_config(env),
+        queue_url=queue_url,
+        grace_seconds=positive_int(env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS),
+        requeue_interval_seconds=positive_int(
+            env, "ARCHIVE_REQUEUE_INTERVAL_SECONDS", DEFAULT_REQUEUE_INTERVAL_SECONDS
+        ),
+        max_rows=positive_int(env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS),
+        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        lock_ttl_seconds=positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS),
     )

@@ -1,4 +1,4 @@
-"""The few SQS calls the archive function makes itself (the event source mapping does the rest).
+"""The few SQS calls the functions make themselves (the event source mapping does the rest).
 
 boto3 is imported on first use: it is the largest import of the package and the
 happy path of an archive never needs it.
@@ -7,11 +7,16 @@ happy path of an archive never needs it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+
+# SendMessageBatch's limit on entries per call.
+MAX_BATCH_ENTRIES = 10
 
 
 def queue_url_from_arn(arn: str, endpoint_url: str | None = None) -> str:
@@ -26,14 +31,42 @@ def queue_url_from_arn(arn: str, endpoint_url: str | None = None) -> str:
     return f"https://sqs.{region}.{suffix}/{account}/{name}"
 
 
+def failed_entries(entry_ids: Sequence[str], response: Mapping[str, Any]) -> dict[str, str]:
+    """The entries of a SendMessageBatch call that were not sent, id -> error code.
+
+    An entry that SQS lists neither as Successful nor as Failed counts as failed: a
+    caller that records "sent" must never assume a send that did not happen.
+    """
+    succeeded = {str(entry["Id"]) for entry in response.get("Successful", [])}
+    reported = {
+        str(entry["Id"]): str(entry.get("Code") or "Failed") for entry in response.get("Failed", [])
+    }
+    return {
+        entry_id: reported.get(entry_id, "NotAcknowledged")
+        for entry_id in entry_ids
+        if entry_id in reported or entry_id not in succeeded
+    }
+
+
 class Queue:
+    def __init__(
+        self, *, connect_timeout: float = 3, read_timeout: float = 10, max_attempts: int = 3
+    ) -> None:
+        # Callers with a time budget (the sweeper) pass smaller values: one call can
+        # take about max_attempts x (connect or read timeout) when SQS is unreachable.
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max_attempts
+
     @cached_property
     def client(self) -> SQSClient:
         import boto3  # noqa: PLC0415 - deferred, see the docstring
         from botocore.config import Config  # noqa: PLC0415
 
         config = Config(
-            connect_timeout=3, read_timeout=10, retries={"max_attempts": 3, "mode": "standard"}
+            connect_timeout=self._connect_timeout,
+            read_timeout=self._read_timeout,
+            retries={"max_attempts": self._max_attempts, "mode": "standard"},
         )
         return boto3.client("sqs", config=config)
 
@@ -57,3 +90,18 @@ class Queue:
             },
         )
         return response["MessageId"]
+
+    def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """Send up to ten (entry id, body) pairs in one call; returns the failed ones (id -> code).
+
+        A failure of the whole call (SQS unreachable, access denied) raises, as boto3 does.
+        """
+        if not entries:
+            return {}
+        if len(entries) > MAX_BATCH_ENTRIES:
+            raise ValueError(f"at most {MAX_BATCH_ENTRIES} entries per batch, got {len(entries)}")
+        response = self.client.send_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": entry_id, "MessageBody": body} for entry_id, body in entries],
+        )
+        return failed_entries([entry_id for entry_id, _ in entries], response)

@@ -1,0 +1,45 @@
+"""The sweeper function's long-lived parts, built once per Lambda container.
+
+Kept apart from lib.runtime so the sweeper's cold start does not import the
+archive worker's HTTP stack (urllib3, the Lsky client).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from lib.config import SweeperSettings, load_sweeper_settings
+from lib.db import Database
+from lib.queue import Queue
+from lib.sweeper import Sweeper, SweepStore
+
+# A run has a time budget: SQS calls must fail fast enough to be checked against it
+# (see sweep_policy.SEND_RESERVE_MS), so the client retries once with short timeouts.
+SQS_CONNECT_TIMEOUT_SECONDS = 2
+SQS_READ_TIMEOUT_SECONDS = 5
+SQS_MAX_ATTEMPTS = 2
+
+
+def build_sweeper(settings: SweeperSettings) -> Sweeper:
+    return Sweeper(
+        settings=settings,
+        store=SweepStore(Database(settings.database, application_name="image-archive-sweeper")),
+        queue=Queue(
+            connect_timeout=SQS_CONNECT_TIMEOUT_SECONDS,
+            read_timeout=SQS_READ_TIMEOUT_SECONDS,
+            max_attempts=SQS_MAX_ATTEMPTS,
+        ),
+    )
+
+
+@cache
+def sweeper() -> Sweeper:
+    """The container's sweeper; raises ConfigError (naming the setting) when misconfigured."""
+    return build_sweeper(load_sweeper_settings())
+
+
+def reset() -> None:
+    """Forget the container's state (tests and local runs that change the environment)."""
+    if sweeper.cache_info().currsize:
+        sweeper().store.db.close()
+    sweeper.cache_clear()

@@ -1,0 +1,824 @@
+"""The sweeper against the real PostgreSQL and moto SQS (and the archive handler after it).
+
+Seeded times are seconds before the database's now() (tests.support): `locked_at=1000`
+is "locked 1000 s ago", `next_run_at=-60` is "due in 60 s". Defaults apply unless a
+test says otherwise: grace 300 s, requeue interval 900 s, lock TTL 180 s, 3 attempts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from devkit import images
+from devkit.postgres import apply_schema, connect
+from devkit.sqs import QueuePair
+from lib import sweeper as sql
+from lib import sweeper_runtime
+from lib.config import load_sweeper_settings
+from lib.message import encode, parse_record_id
+from lib.queue import Queue
+from lib.sweeper_runtime import build_sweeper
+from tests.integration.conftest import ArchiveHarness
+from tests.logcapture import capture_logs, parse
+from tests.support import FakeLambdaContext, fetch_record, seed_record
+
+PNG = images.png(8, 8)
+URL = "https://upstream.invalid/gen.png"
+UNREACHABLE_SQS = "http://127.0.0.1:9"
+
+
+@dataclass
+class SweepHarness:
+    sqs: Any
+    queues: QueuePair
+    raw_logs: list[str] = field(default_factory=list)
+
+    def run(self, context: FakeLambdaContext | None = None) -> dict[str, Any]:
+        """Invoke the handler as the EventBridge schedule does."""
+        from handlers.sweeper import lambda_handler
+
+        context = context or FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60)
+        result: dict[str, Any] = lambda_handler({}, context)
+        return result
+
+    def drain(self) -> list[int]:
+        """Record ids of every visible message (received, so hidden afterwards)."""
+        ids: list[int] = []
+        while True:
+            response = self.sqs.receive_message(
+                QueueUrl=self.queues.url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            )
+            messages = response.get("Messages", [])
+            if not messages:
+                return ids
+            for message in messages:
+                assert message["Body"] == encode(parse_record_id(message["Body"]))
+                ids.append(parse_record_id(message["Body"]))
+
+    def logs(self) -> list[dict[str, Any]]:
+        return parse(self.raw_logs)
+
+    def log_for(self, message: str) -> dict[str, Any]:
+        matches = [line for line in self.logs() if line.get("message") == message]
+        assert matches, f"no log line {message!r} in {[x.get('message') for x in self.logs()]}"
+        return matches[-1]
+
+
+@pytest.fixture(autouse=True)
+def _no_metric_leaks() -> Iterator[None]:
+    # Tests that call Sweeper.run directly add metrics that no handler flushes.
+    from lib.observability import metrics
+
+    metrics.clear_metrics()
+    yield
+    metrics.clear_metrics()
+
+
+@pytest.fixture
+def sweep_env(archive_env: Callable[..., dict[str, str]]) -> Iterator[Callable[..., None]]:
+    """Set the functions' shared environment (overrides as keyword args), reset the sweeper."""
+
+    def apply(**overrides: str | None) -> None:
+        archive_env(**overrides)
+        sweeper_runtime.reset()
+
+    apply()
+    yield apply
+    sweeper_runtime.reset()
+
+
+@pytest.fixture
+def sweep(sweep_env: Callable[..., None], sqs: Any, queues: QueuePair) -> Iterator[SweepHarness]:
+    with capture_logs() as raw:
+        yield SweepHarness(sqs=sqs, queues=queues, raw_logs=raw)
+
+
+def all_rows(db: Any) -> dict[int, dict[str, Any]]:
+    ids = [row[0] for row in db.run("SELECT id FROM image_generation_records ORDER BY id")]
+    return {record_id: fetch_record(db, record_id) for record_id in ids}
+
+
+def seconds_ago(db: Any, value: Any) -> float:
+    return float(
+        db.run("SELECT EXTRACT(EPOCH FROM now() - CAST(:t AS timestamptz))", t=value)[0][0]
+    )
+
+
+# -- (a) lost messages ------------------------------------------------------------------
+
+
+def test_lost_message_is_sent_again_once_per_interval(sweep: SweepHarness, db: Any) -> None:
+    # The generation service committed PENDING, then its SendMessage failed.
+    seed_record(db, 1, image_url=URL, next_run_at=1000, enqueued_at=None)
+    # Sent before, more than an interval ago, and still not archived: lost too.
+    seed_record(db, 2, image_url=URL, next_run_at=5000, enqueued_at=2000)
+
+    summary = sweep.run()
+
+    assert summary["requeued"] == 2
+    assert summary["failed"] == 0
+    assert summary["send_failures"] == 0
+    assert summary["pages"] == 1
+    assert summary["stopped_early"] is False
+    assert sorted(sweep.drain()) == [1, 2]
+    for record_id in (1, 2):
+        row = fetch_record(db, record_id)
+        assert row["archive_status"] == "PENDING"
+        assert seconds_ago(db, row["archive_enqueued_at"]) < 5
+        assert row["archive_attempts"] == 0
+    # The oldest due first, and the due time is not changed by a resend.
+    assert seconds_ago(db, fetch_record(db, 2)["archive_next_run_at"]) >= 5000
+
+    # The next run (or a second sweeper) within the interval sends nothing again.
+    again = sweep.run()
+    assert again["requeued"] == 0
+    assert again["pages"] == 0
+    assert sweep.drain() == []
+    finished = sweep.log_for("sweep finished")
+    assert finished["requeued"] == 0
+    assert finished["stop_reason"] == "done"
+
+
+def test_fresh_rows_are_left_alone(sweep: SweepHarness, db: Any) -> None:
+    seed_record(db, 1, image_url=URL, next_run_at=-60, attempts=1)  # backoff still running
+    seed_record(db, 2, image_url=URL, next_run_at=100)  # due, within the grace period
+    seed_record(db, 3, image_url=URL, next_run_at=1000, enqueued_at=100)  # sent recently
+    seed_record(  # lock still valid
+        db, 4, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="w", locked_at=10
+    )
+    seed_record(  # lock about to expire, not yet
+        db, 5, image_url=URL, archive_status="RUNNING", attempts=3, locked_by="w", locked_at=170
+    )
+    seed_record(db, 6, image_url=URL, archive_status="SUCCEEDED", next_run_at=None)
+    seed_record(db, 7, image_url=URL, archive_status="FAILED", attempts=3, archive_error="x")
+    seed_record(db, 8, image_url=URL, archive_status=None)  # never queued
+    before = all_rows(db)
+
+    summary = sweep.run()
+
+    assert all_rows(db) == before
+    assert sweep.drain() == []
+    assert summary["requeued"] == summary["failed"] == summary["expired_locks"] == 0
+    assert summary["pages"] == 0
+    # Row 3 is the oldest PENDING row: due 1000 s ago (its message is on its way).
+    assert 1000 <= summary["oldest_pending_age_seconds"] < 1010
+
+
+def test_undated_pending_row_gets_a_due_time_then_is_sent(sweep: SweepHarness, db: Any) -> None:
+    seed_record(db, 1, image_url=URL, next_run_at=None)
+
+    summary = sweep.run()
+
+    assert summary["dated"] == 1
+    assert summary["requeued"] == 0  # the grace period starts now: its message may be on its way
+    row = fetch_record(db, 1)
+    assert seconds_ago(db, row["archive_next_run_at"]) < 5
+    assert sweep.drain() == []
+
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() - interval '301 s'")
+    assert sweep.run()["requeued"] == 1
+    assert sweep.drain() == [1]
+
+
+def test_pending_row_of_a_generation_that_did_not_succeed_is_failed(
+    sweep: SweepHarness, db: Any
+) -> None:
+    seed_record(db, 1, image_url=URL, status="DELETED", next_run_at=1000)
+
+    summary = sweep.run()
+
+    assert summary["failed"] == 1
+    assert summary["requeued"] == 0
+    row = fetch_record(db, 1)
+    assert row["archive_status"] == "FAILED"
+    assert row["archive_error"] == "generation status is DELETED; nothing to archive"
+    assert row["status"] == "DELETED"
+    assert row["archive_next_run_at"] is None
+    assert sweep.drain() == []
+
+
+# -- (b) expired locks ------------------------------------------------------------------
+
+
+def test_crashed_worker_row_is_recovered_then_archived(
+    sweep_env: Callable[..., None],
+    sweep: SweepHarness,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+) -> None:
+    sweep_env(LSKY_TOKEN=lsky.token)  # whatever token the stand-in was started with
+    upstream.add("/gen/9.png", PNG)
+    # Attempt 1 started 1000 s ago and its worker died: the lock (TTL 180 s) expired.
+    seed_record(
+        db,
+        9,
+        image_url=upstream.url("/gen/9.png"),
+        archive_status="RUNNING",
+        attempts=1,
+        locked_by="dead-request/dead-message",
+        locked_at=1000,
+        next_run_at=1000,
+        enqueued_at=1000,
+        archive_error="download failed: earlier problem [attempt 1/3]",
+    )
+
+    summary = sweep.run()
+
+    assert summary["expired_locks"] == 1
+    assert summary["requeued"] == 1
+    assert summary["failed"] == 0
+    row = fetch_record(db, 9)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_attempts"] == 1  # that attempt was spent; the claim counts the next
+    assert row["archive_error"] == "lock expired during attempt 1/3; sent again"
+    assert row["archive_locked_by"] is None
+    assert row["archive_locked_at"] is None
+    assert seconds_ago(db, row["archive_enqueued_at"]) < 5
+    assert seconds_ago(db, row["archive_next_run_at"]) >= 1000
+
+    # The archive function gets the new message and finishes the job.
+    event = archive.receive()
+    assert [json.loads(r["body"]) for r in event["Records"]] == [{"recordId": "9"}]
+    assert archive.invoke(event) == {"batchItemFailures": []}
+    row = fetch_record(db, 9)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["archive_attempts"] == 2
+    assert row["archive_error"] is None
+    assert row["hosted_image_url"].startswith(lsky.base_url)
+    assert lsky.successful_uploads == 1
+    assert sweep.run()["requeued"] == 0
+
+
+@pytest.mark.parametrize(("max_attempts", "expected"), [("3", "FAILED"), ("5", "PENDING")])
+def test_exhausted_row_is_failed(
+    sweep_env: Callable[..., None],
+    sweep: SweepHarness,
+    db: Any,
+    max_attempts: str,
+    expected: str,
+) -> None:
+    sweep_env(ARCHIVE_MAX_ATTEMPTS=max_attempts)
+    seed_record(
+        db,
+        3,
+        image_url=URL,
+        archive_status="RUNNING",
+        attempts=3,
+        locked_by="w",
+        locked_at=600,
+        next_run_at=600,
+        enqueued_at=900,
+    )
+
+    summary = sweep.run()
+
+    row = fetch_record(db, 3)
+    assert row["archive_status"] == expected
+    assert row["archive_attempts"] == 3
+    assert row["status"] == "SUCCEEDED"  # the generation itself is never touched
+    assert row["archive_locked_by"] is None
+    assert row["archive_locked_at"] is None
+    if expected == "FAILED":
+        assert row["archive_error"] == "lock expired after the last attempt"
+        assert row["archive_next_run_at"] is None
+        assert seconds_ago(db, row["archive_enqueued_at"]) >= 900  # nothing was sent
+        assert (summary["failed"], summary["requeued"]) == (1, 0)
+        assert sweep.drain() == []
+        failed = sweep.log_for("archive failed by the sweeper")
+        assert failed["record_ids"] == ["3"]
+        assert failed["level"] == "ERROR"
+    else:
+        assert row["archive_error"] == "lock expired during attempt 3/5; sent again"
+        assert (summary["failed"], summary["requeued"]) == (0, 1)
+        assert sweep.drain() == [3]
+
+
+def test_running_row_without_a_lock_time_is_taken_over(sweep: SweepHarness, db: Any) -> None:
+    seed_record(
+        db, 4, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="w", locked_at=None
+    )
+
+    summary = sweep.run()
+
+    assert (summary["expired_locks"], summary["requeued"]) == (1, 1)
+    assert fetch_record(db, 4)["archive_status"] == "PENDING"
+    assert sweep.drain() == [4]
+
+
+# -- failures, bounds, concurrency --------------------------------------------------------
+
+
+def test_sqs_down_loses_nothing(
+    sweep_env: Callable[..., None], sweep: SweepHarness, db: Any, moto: Any
+) -> None:
+    seed_record(db, 1, image_url=URL, next_run_at=1000)  # lost, never enqueued
+    seed_record(db, 2, image_url=URL, next_run_at=3000, enqueued_at=2000)  # lost again
+    seed_record(  # crashed
+        db, 3, image_url=URL, archive_status="RUNNING", attempts=2, locked_at=1000, next_run_at=1000
+    )
+    seed_record(  # crashed on its last attempt
+        db, 4, image_url=URL, archive_status="RUNNING", attempts=3, locked_at=1000
+    )
+    before = all_rows(db)
+    sweep_env(AWS_ENDPOINT_URL_SQS=UNREACHABLE_SQS)
+
+    started = time.monotonic()
+    summary = sweep.run()
+
+    assert time.monotonic() - started < 5  # one call, one retry, then the run stops
+    assert summary["requeued"] == 0
+    assert summary["send_failures"] == 2  # the first page (rows 1, 2); nothing more was tried
+    assert summary["stop_reason"] == "sqs_error"
+    assert summary["stopped_early"] is True
+    error = sweep.log_for("could not send to the archive queue; stopping this run")
+    assert error["level"] == "ERROR"
+    assert error["error"] == "EndpointConnectionError"
+    assert sweep.log_for("sweep finished")["level"] == "WARNING"
+    assert all_rows(db) == before  # the stamps were put back: all still eligible
+
+    sweep_env(AWS_ENDPOINT_URL_SQS=moto.endpoint_url)
+    summary = sweep.run()
+
+    assert (summary["requeued"], summary["failed"], summary["send_failures"]) == (3, 1, 0)
+    assert sorted(sweep.drain()) == [1, 2, 3]
+    assert fetch_record(db, 4)["archive_status"] == "FAILED"
+
+
+def test_sqs_down_after_taking_over_an_expired_lock(
+    sweep_env: Callable[..., None], sweep: SweepHarness, db: Any, moto: Any
+) -> None:
+    seed_record(
+        db, 3, image_url=URL, archive_status="RUNNING", attempts=2, locked_at=1000, next_run_at=1000
+    )
+    sweep_env(AWS_ENDPOINT_URL_SQS=UNREACHABLE_SQS)
+
+    summary = sweep.run()
+
+    assert (summary["expired_locks"], summary["requeued"], summary["send_failures"]) == (1, 0, 1)
+    # The lock is gone for good (its worker is dead) but the attempt is not counted twice,
+    # and without a stamp the row is a lost message for the next run.
+    row = fetch_record(db, 3)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_attempts"] == 2
+    assert row["archive_enqueued_at"] is None
+    assert seconds_ago(db, row["archive_next_run_at"]) >= 1000
+
+    sweep_env(AWS_ENDPOINT_URL_SQS=moto.endpoint_url)
+    assert sweep.run()["requeued"] == 1
+    assert sweep.drain() == [3]
+
+
+class DroppingQueue(Queue):
+    """The real queue, except that some entries come back Failed (as throttling does)."""
+
+    def __init__(self, drop: set[str]) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def send_batch(self, queue_url: str, entries: Any) -> dict[str, str]:
+        kept = [entry for entry in entries if entry[0] not in self.drop]
+        failed = super().send_batch(queue_url, kept)
+        failed.update(
+            {entry[0]: "ThrottlingException" for entry in entries if entry[0] in self.drop}
+        )
+        return failed
+
+
+def test_partial_batch_failure_leaves_only_the_failed_rows_eligible(
+    sweep: SweepHarness, db: Any
+) -> None:
+    for record_id in range(1, 26):
+        seed_record(
+            db,
+            record_id,
+            image_url=URL,
+            next_run_at=1000,
+            enqueued_at=2000 if record_id % 2 else None,
+        )
+    before = {i: fetch_record(db, i)["archive_enqueued_at"] for i in range(1, 26)}
+    sweeper = build_sweeper(load_sweeper_settings())
+    sweeper.queue = DroppingQueue({"4", "15", "25"})
+    try:
+        summary = sweeper.run(remaining_ms=lambda: 60_000)
+    finally:
+        sweeper.store.db.close()
+
+    assert summary.requeued == 22
+    assert summary.send_failures == 3
+    assert summary.stop_reason == "done"
+    assert sorted(sweep.drain()) == sorted(set(range(1, 26)) - {4, 15, 25})
+    for record_id in range(1, 26):
+        stamp = fetch_record(db, record_id)["archive_enqueued_at"]
+        if record_id in (4, 15, 25):
+            assert stamp == before[record_id]
+        else:
+            assert seconds_ago(db, stamp) < 5
+    warning = sweep.log_for("some messages were not sent")
+    assert warning["codes"] == ["ThrottlingException"]
+
+    # The next run sends exactly the rows that failed.
+    assert sweep.run()["requeued"] == 3
+    assert sorted(sweep.drain()) == [4, 15, 25]
+
+
+def test_a_run_is_bounded_and_the_next_continues(
+    sweep_env: Callable[..., None], sweep: SweepHarness, db: Any
+) -> None:
+    sweep_env(ARCHIVE_SWEEP_MAX_ROWS="25")
+    for record_id in range(1, 41):
+        seed_record(db, record_id, image_url=URL, next_run_at=2000 - record_id)
+
+    first = sweep.run()
+    assert (first["requeued"], first["stop_reason"], first["stopped_early"]) == (
+        25,
+        "max_rows",
+        True,
+    )
+    assert sorted(sweep.drain()) == list(range(1, 26))  # the longest overdue first
+
+    second = sweep.run()
+    assert (second["requeued"], second["stop_reason"]) == (15, "done")
+    assert sorted(sweep.drain()) == list(range(26, 41))
+
+
+def test_small_pages(sweep: SweepHarness, db: Any) -> None:
+    for record_id in range(1, 36):
+        seed_record(db, record_id, image_url=URL, next_run_at=1000 + record_id)
+    sweeper = build_sweeper(load_sweeper_settings())
+    sweeper.page_size = 10
+    try:
+        summary = sweeper.run(remaining_ms=lambda: 60_000)
+    finally:
+        sweeper.store.db.close()
+    assert (summary.pages, summary.requeued) == (4, 35)
+    assert sorted(sweep.drain()) == list(range(1, 36))
+
+
+def test_stops_before_the_time_runs_out(sweep: SweepHarness, db: Any) -> None:
+    seed_record(db, 1, image_url=URL, next_run_at=1000)
+    seed_record(db, 2, image_url=URL, archive_status="RUNNING", attempts=1, locked_at=1000)
+    before = all_rows(db)
+
+    summary = sweep.run(FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=10))
+
+    assert summary["stopped_early"] is True
+    assert summary["stop_reason"] == "time"
+    assert summary["pages"] == 0
+    assert all_rows(db) == before
+    assert sweep.drain() == []
+
+
+def test_rows_held_by_another_sweeper_are_skipped(
+    sweep: SweepHarness, db: Any, pg_dsn: str
+) -> None:
+    for record_id in (1, 2, 3):
+        seed_record(db, record_id, image_url=URL, next_run_at=1000)
+    other = connect(pg_dsn)
+    try:
+        other.run("BEGIN")
+        other.run("SELECT id FROM image_generation_records WHERE id = 2 FOR UPDATE")
+        started = time.monotonic()
+        assert sweep.run()["requeued"] == 2
+        assert time.monotonic() - started < 5  # skipped, not waited for
+        assert sorted(sweep.drain()) == [1, 3]
+        other.run("ROLLBACK")
+    finally:
+        other.close()
+    # Released without being stamped: the next run takes it.
+    assert sweep.run()["requeued"] == 1
+    assert sweep.drain() == [2]
+
+
+def test_two_sweepers_at_once_do_not_double_send(sweep: SweepHarness, db: Any) -> None:
+    # Few rows and small pages: moto's receive slows down with the queue's length.
+    total = 120
+    db.run("INSERT INTO users (id, username) VALUES (1, 'alice') ON CONFLICT (id) DO NOTHING")
+    db.run(
+        "INSERT INTO image_generation_records (id, user_id, status, image_url, archive_status,"
+        " archive_next_run_at) SELECT g, 1, 'SUCCEEDED', :url, 'PENDING',"
+        " now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, :n) AS g",
+        url=URL,
+        n=total,
+    )
+    sweepers = [build_sweeper(load_sweeper_settings()) for _ in range(2)]
+    barrier = threading.Barrier(len(sweepers))
+    summaries: list[Any] = []
+
+    def run(sweeper: Any) -> None:
+        sweeper.page_size = 5
+        barrier.wait()
+        summaries.append(sweeper.run(remaining_ms=lambda: 60_000))
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in sweepers]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        for sweeper in sweepers:
+            sweeper.store.db.close()
+
+    assert len(summaries) == 2
+    assert sum(s.requeued for s in summaries) == total
+    assert all(s.requeued > 0 for s in summaries)  # both really ran at the same time
+    sent = sweep.drain()
+    assert len(sent) == total
+    assert sorted(sent) == list(range(1, total + 1))  # each row exactly once
+
+
+# -- handler contract: summary, metrics, logs ---------------------------------------------
+
+
+def test_handler_emits_metrics_and_logs_the_summary(
+    sweep: SweepHarness, db: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_record(db, 1, image_url=URL, next_run_at=1000)
+    seed_record(db, 2, image_url=URL, archive_status="RUNNING", attempts=3, locked_at=1000)
+    seed_record(db, 3, image_url=URL, next_run_at=700, enqueued_at=60)
+
+    summary = sweep.run()
+
+    assert summary == {
+        "requeued": 1,
+        "expired_locks": 1,
+        "failed": 1,
+        "send_failures": 0,
+        "dated": 0,
+        "oldest_pending_age_seconds": pytest.approx(1000, abs=10),
+        "pages": 2,
+        "claimed": 2,
+        "stopped_early": False,
+        "stop_reason": "done",
+        "duration_ms": pytest.approx(summary["duration_ms"]),
+    }
+    emf = [
+        json.loads(line)
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("{") and '"_aws"' in line
+    ]
+    assert len(emf) == 1
+    [directive] = emf[0]["_aws"]["CloudWatchMetrics"]
+    units = {metric["Name"]: metric["Unit"] for metric in directive["Metrics"]}
+    assert units == {
+        "Requeued": "Count",
+        "SweepFailed": "Count",
+        "OldestPendingAgeSeconds": "Seconds",
+    }
+    assert directive["Namespace"] == "ImageArchive"
+    assert emf[0]["Requeued"] == [1.0]
+    assert emf[0]["SweepFailed"] == [1.0]
+    [age] = emf[0]["OldestPendingAgeSeconds"]
+    assert age == pytest.approx(1000, abs=10)
+    finished = sweep.log_for("sweep finished")
+    assert finished["requeued"] == 1
+    assert finished["function_name"] == "SweeperFunction"  # Lambda context injected
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_missing_queue_url_fails_loudly(
+    sweep_env: Callable[..., None], sweep: SweepHarness
+) -> None:
+    from lib.config import ConfigError
+
+    sweep_env(ARCHIVE_QUEUE_URL=None)
+    with pytest.raises(ConfigError, match="ARCHIVE_QUEUE_URL"):
+        sweep.run()
+
+
+def test_sweeper_function_with_its_event_file_and_env_json(
+    monkeypatch: pytest.MonkeyPatch, db: Any, pg_dsn: str, lsky: Any, moto: Any, sqs: Any
+) -> None:
+    """As `sam local invoke SweeperFunction -e events/sweeper_schedule.json --env-vars env.json`."""
+    from handlers.sweeper import lambda_handler
+    from tests.integration.test_sam_events import load_json, local_env
+
+    env = local_env(
+        "SweeperFunction", pg_dsn=pg_dsn, lsky_url=lsky.base_url, sqs_url=moto.endpoint_url
+    )
+    queue_url = sqs.create_queue(QueueName=env["ARCHIVE_QUEUE_URL"].rsplit("/", 1)[1])["QueueUrl"]
+    assert queue_url == env["ARCHIVE_QUEUE_URL"]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    sweeper_runtime.reset()
+    seed_record(db, 1, image_url=URL, next_run_at=1000)
+    try:
+        summary = lambda_handler(
+            load_json("events/sweeper_schedule.json"),
+            FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60),
+        )
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
+    finally:
+        sweeper_runtime.reset()
+    # The queue's name is fixed (shared with test_sam_events), and moto allows one
+    # PurgeQueue a minute: clean up by deleting what was received.
+    for message in messages:
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    assert summary["requeued"] == 1
+    assert [m["Body"] for m in messages] == [encode(1)]
+
+
+# -- point 3: indexes on a big table --------------------------------------------------------
+
+BIG_DATABASE = "archive_sweeper_explain"
+BIG_ROWS = 1_000_000
+PENDING_INDEX = "image_generation_records_archive_pending_idx"
+RUNNING_INDEX = "image_generation_records_archive_running_idx"
+PRIMARY_KEY = "image_generation_records_pkey"
+
+# 1,000 stale rows: 1-400 lost messages, 401-800 expired locks, 801-1000 expired on their
+# last attempt. Everything else must not be read: 2,000 in backoff, 500 due within the
+# grace period, 100 under a live lock, and 996,400 archived, failed or never queued.
+BIG_TABLE_SQL = """
+INSERT INTO image_generation_records (
+    id, user_id, status, image_url, archive_status, archive_attempts, archive_next_run_at,
+    archive_locked_by, archive_locked_at, archive_enqueued_at, hosted_image_url)
+SELECT g, 1, 'SUCCEEDED', 'https://upstream.invalid/' || g || '.png',
+    CASE WHEN g <= 400 THEN 'PENDING' WHEN g <= 1000 THEN 'RUNNING'
+         WHEN g <= 3500 THEN 'PENDING' WHEN g <= 3600 THEN 'RUNNING'
+         WHEN g <= 990000 THEN 'SUCCEEDED' WHEN g <= 995000 THEN 'FAILED' END,
+    CASE WHEN g BETWEEN 801 AND 1000 THEN 3 WHEN g <= 3600 THEN 1 ELSE 0 END,
+    CASE WHEN g <= 1000 THEN now() - interval '1 hour' - g * interval '1 ms'
+         WHEN g <= 3000 THEN now() + interval '10 minutes' + g * interval '1 ms'
+         WHEN g <= 3500 THEN now() - interval '60 seconds' + g * interval '1 ms' END,
+    CASE WHEN g BETWEEN 401 AND 1000 OR g BETWEEN 3501 AND 3600 THEN 'worker' END,
+    CASE WHEN g BETWEEN 401 AND 1000 THEN now() - interval '1 hour' - g * interval '1 ms'
+         WHEN g BETWEEN 3501 AND 3600 THEN now() - g * interval '1 ms' END,
+    CASE WHEN g <= 3600 THEN now() - interval '2 hours' END,
+    CASE WHEN g BETWEEN 3601 AND 990000 THEN 'https://img.invalid/' || g || '.png' END
+FROM generate_series(1, :rows) AS g
+"""
+
+
+@dataclass
+class PlanNode:
+    node_type: str
+    relation: str | None
+    index: str | None
+    index_cond: str | None
+    actual_rows: float | None
+    removed_by_filter: float | None
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[PlanNode]:
+    node = PlanNode(
+        node_type=plan["Node Type"],
+        relation=plan.get("Relation Name"),
+        index=plan.get("Index Name"),
+        index_cond=plan.get("Index Cond"),
+        actual_rows=plan.get("Actual Rows"),
+        removed_by_filter=plan.get("Rows Removed by Filter"),
+    )
+    return [node] + [n for child in plan.get("Plans", []) for n in plan_nodes(child)]
+
+
+def explain(conn: Any, sql: str, *, analyze: bool = False, **params: Any) -> list[PlanNode]:
+    """The plan's nodes; with analyze the statement runs in a transaction rolled back."""
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    conn.run("BEGIN")
+    try:
+        [[document]] = conn.run(f"EXPLAIN ({options}) {sql}", **params)
+    finally:
+        conn.run("ROLLBACK")
+    if isinstance(document, str):
+        document = json.loads(document)
+    return plan_nodes(document[0]["Plan"])
+
+
+class CountingQueue(Queue):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def send_batch(self, queue_url: str, entries: Any) -> dict[str, str]:
+        self.sent += [entry_id for entry_id, _ in entries]
+        return {}
+
+
+def table_stats(conn: Any) -> dict[str, int]:
+    [[seq_scan, idx_tup_fetch, n_tup_ins, n_tup_upd]] = conn.run(
+        "SELECT seq_scan, idx_tup_fetch, n_tup_ins, n_tup_upd FROM pg_stat_user_tables"
+        " WHERE relname = 'image_generation_records'"
+    )
+    return {
+        "seq_scan": seq_scan,
+        "idx_tup_fetch": idx_tup_fetch or 0,
+        "n_tup_ins": n_tup_ins,
+        "n_tup_upd": n_tup_upd,
+    }
+
+
+@pytest.fixture
+def big_table(pg_dsn: str) -> Iterator[str]:
+    """A separate database with the schema and 1,000,000 records; its DSN."""
+    admin = connect(urlunsplit(urlsplit(pg_dsn)._replace(path="/postgres")))
+    admin.run(f'DROP DATABASE IF EXISTS "{BIG_DATABASE}" WITH (FORCE)')
+    admin.run(f'CREATE DATABASE "{BIG_DATABASE}"')
+    dsn = urlunsplit(urlsplit(pg_dsn)._replace(path=f"/{BIG_DATABASE}"))
+    try:
+        apply_schema(dsn)
+        conn = connect(dsn)
+        try:
+            conn.run("INSERT INTO users (id, username) VALUES (1, 'alice')")
+            # Skip the per-row foreign key check (3x faster); needs a superuser, as the
+            # throwaway cluster's is. Without one the load is just slower.
+            with contextlib.suppress(Exception):
+                conn.run("SET session_replication_role = replica")
+            conn.run(BIG_TABLE_SQL, rows=BIG_ROWS)
+            conn.run("RESET session_replication_role")
+            conn.run("ANALYZE image_generation_records")
+        finally:
+            conn.close()
+        yield dsn
+    finally:
+        admin.run(f'DROP DATABASE IF EXISTS "{BIG_DATABASE}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.mark.slow
+def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
+    conn = connect(big_table)
+    try:
+        assert conn.run("SELECT count(*) FROM image_generation_records") == [[BIG_ROWS]]
+        limit = 5000  # the per-run bound: a page could be that large
+        claims = {
+            "expired locks": (sql.EXPIRED_LOCK_SQL, RUNNING_INDEX, 600, {"lock_ttl": 180}),
+            "lockless": (sql.LOCKLESS_SQL, RUNNING_INDEX, 0, {}),
+            "lost messages": (
+                sql.LOST_MESSAGE_SQL,
+                PENDING_INDEX,
+                400,
+                {"grace": 300, "interval": 900, "after": "-infinity"},
+            ),
+            "undated": (sql.DATE_UNDATED_SQL, PENDING_INDEX, 0, {}),
+        }
+        for name, (statement, index, stale, params) in claims.items():
+            bound = {"limit": limit, **params}
+            if "max_attempts" in statement:
+                bound["max_attempts"] = 3
+            nodes = explain(conn, statement, analyze=True, **bound)
+            assert not [n for n in nodes if n.node_type == "Seq Scan"], (name, nodes)
+            # A range scan of the partial index (plain or bitmap, as the planner likes)...
+            [scan] = [n for n in nodes if n.index == index]
+            assert scan.node_type in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
+            assert scan.index_cond, f"{name}: a scan of the whole index, not a range"
+            # ...that reads only the stale rows: nothing read and then filtered out.
+            assert scan.actual_rows == stale, (name, scan)
+            assert not any(n.removed_by_filter for n in nodes), (name, nodes)
+            # The UPDATE finds the picked rows by primary key.
+            assert {n.index for n in nodes if n.index} <= {index, PRIMARY_KEY}, (name, nodes)
+
+        [[stamp]] = conn.run("SELECT now()")
+        nodes = explain(conn, sql.RESTORE_SQL, ids=[1, 2], previous=[None, stamp], stamp=stamp)
+        assert not [n for n in nodes if n.node_type == "Seq Scan"]
+        assert PRIMARY_KEY in {n.index for n in nodes}
+        nodes = explain(conn, sql.OLDEST_PENDING_SQL)
+        assert not [n for n in nodes if n.node_type == "Seq Scan"]
+        assert PENDING_INDEX in {n.index for n in nodes}
+
+        # A whole run on the table: it updates the 1,000 stale rows and reads little else.
+        # Statistics are flushed lazily: first make this session's own (the EXPLAINs
+        # above) and the loader's visible, so that the baseline is complete.
+        conn.run("SELECT pg_stat_force_next_flush()")
+        deadline = time.monotonic() + 10
+        while table_stats(conn)["n_tup_ins"] < BIG_ROWS:
+            assert time.monotonic() < deadline, "the loader's statistics were not flushed"
+            time.sleep(0.05)
+        before = table_stats(conn)
+        sweeper = build_sweeper(
+            load_sweeper_settings(
+                {"DATABASE_URL": big_table, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q"}
+            )
+        )
+        queue = CountingQueue()
+        sweeper.queue = queue
+        try:
+            summary = sweeper.run(remaining_ms=lambda: 600_000)
+        finally:
+            sweeper.store.db.close()  # its statistics are flushed when the session ends
+        assert (summary.requeued, summary.failed, summary.expired_locks) == (800, 200, 600)
+        assert sorted(map(int, queue.sent)) == list(range(1, 801))
+        assert summary.pages == 10  # 600 expired locks and 400 lost messages, 100 a page
+
+        deadline = time.monotonic() + 10
+        while (after := table_stats(conn))["n_tup_upd"] - before["n_tup_upd"] < 1000:
+            assert time.monotonic() < deadline, "statistics were not flushed"
+            time.sleep(0.1)
+        assert after["seq_scan"] == before["seq_scan"]
+        assert after["n_tup_upd"] - before["n_tup_upd"] == 1000
+        # Each stale row is read twice (partial index, then primary key for the UPDATE).
+        assert after["idx_tup_fetch"] - before["idx_tup_fetch"] <= 2 * 1000 + 100, (before, after)
+    finally:
+        conn.close()
