@@ -15,14 +15,16 @@ can also be given as options. Reports go to stdout, errors and warnings to stder
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
@@ -395,6 +397,20 @@ def _database_hint(error: BaseException) -> str:
     return ""
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's wrapping for prose, but indented blocks (the exit codes) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.split("\n\n"):
+            lines = block.strip("\n").splitlines()
+            if any(line.startswith("  ") for line in lines):
+                blocks.append("\n".join(indent + line for line in lines))
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
+
+
 # -- parser --------------------------------------------------------------------------------
 
 
@@ -416,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
         "redrive the DLQ, apply the schema. The database comes from DATABASE_URL or "
         "DB_SECRET_ARN; SQS from the usual AWS_* settings (AWS_ENDPOINT_URL_SQS for a local one).",
         epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -429,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=summary,
             description=description,
             epilog=EXIT_CODES,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         sub.set_defaults(handler=handler)
         return sub
@@ -476,7 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only generations started since WHEN: a duration (24h, 90m, 7d) or an ISO "
         "date/time (2026-12-01, 2026-12-01T08:00+08:00; UTC without an offset)",
     )
-    p.add_argument("--limit", type=positive, default=1000, help="at most this many (default 1000)")
+    p.add_argument(
+        "--limit", type=positive, default=1000, metavar="N", help="at most N records (default 1000)"
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be requeued")
     p.add_argument("--show", type=positive, default=50, help=argparse.SUPPRESS)
 
@@ -493,7 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--manual", action="store_true", help="move the messages here, not by a task")
     p.add_argument(
-        "--max-messages", type=positive, default=1000, help="manual move: at most this many"
+        "--max-messages",
+        type=positive,
+        default=1000,
+        metavar="N",
+        help="manual move: at most N messages (default 1000)",
     )
     p.add_argument(
         "--rate", type=positive, metavar="N", help="move task: at most N messages a second"
@@ -523,41 +545,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(verbose: bool) -> None:
-    # The service's Powertools logger writes JSON to stdout for CloudWatch; on a
-    # terminal stdout is the report, so its lines (warnings only, unless -v) go to stderr.
+@contextmanager
+def _terminal_logging(verbose: bool) -> Iterator[None]:
+    """The service's Powertools logger writes JSON to stdout for CloudWatch; on a
+    terminal stdout is the report, so its lines (warnings only, unless -v) go to stderr.
+    Restored afterwards, so that `main` can be called from other code and tests."""
     handler = logger.registered_handler
-    if hasattr(handler, "setStream"):
+    stream = getattr(handler, "stream", None)
+    level = logger.log_level
+    if isinstance(handler, logging.StreamHandler):
         handler.setStream(sys.stderr)
     logger.setLevel("DEBUG" if verbose else "WARNING")
+    try:
+        yield
+    finally:
+        if isinstance(handler, logging.StreamHandler) and stream is not None:
+            handler.setStream(stream)
+        logger.setLevel(level)
 
 
-def fail(message: str) -> NoReturn:
+def error(message: str) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_ERROR)
+    return EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose)
     ctx = Context(args)
     handler: Callable[[Context], int] = args.handler
-    try:
-        return handler(ctx)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except (
-        CommandError,
-        ConfigError,
-        DatabaseUnavailable,
-        pg8000.exceptions.Error,
-        BotoCoreError,
-        ClientError,
-    ) as error:
-        fail(_describe_error(error))
-    finally:
-        ctx.close()
+    with _terminal_logging(args.verbose):
+        try:
+            return handler(ctx)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except (
+            CommandError,
+            ConfigError,
+            DatabaseUnavailable,
+            pg8000.exceptions.Error,
+            BotoCoreError,
+            ClientError,
+        ) as failure:
+            return error(_describe_error(failure))
+        finally:
+            ctx.close()
 
 
 if __name__ == "__main__":
