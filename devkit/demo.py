@@ -241,7 +241,7 @@ def describe_log(entry: dict[str, Any]) -> str | None:
 
 @dataclass
 class Services:
-    cluster: PostgresCluster
+    cluster: PostgresCluster | None  # None: a database on an existing server (--database-url)
     dsn: str
     moto: MotoServer
     sqs: SQSClient
@@ -266,7 +266,27 @@ def _local_aws_environment(endpoint_url: str) -> None:
     )
 
 
-def start_services(stack: contextlib.ExitStack, data_dir: Path) -> Services:
+def _throwaway_database(stack: contextlib.ExitStack, server_url: str) -> str:
+    """A fresh database on an existing server, dropped when the run ends."""
+    from urllib.parse import urlsplit, urlunsplit  # noqa: PLC0415
+
+    from devkit.postgres import connect  # noqa: PLC0415
+
+    name = f"archive_demo_{os.getpid()}_{int(time.time())}"
+    admin = connect(server_url)
+    admin.run(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+    stack.callback(drop)
+    return urlunsplit(urlsplit(server_url)._replace(path="/" + name))
+
+
+def start_services(
+    stack: contextlib.ExitStack, data_dir: Path, database_url: str | None = None
+) -> Services:
     """Every service bound to 127.0.0.1 on a free port; `stack` stops them in reverse."""
     import boto3  # noqa: PLC0415 - the slow imports wait until they are needed
 
@@ -275,8 +295,12 @@ def start_services(stack: contextlib.ExitStack, data_dir: Path) -> Services:
     from devkit.sqs import create_queue_pair, start_moto_server  # noqa: PLC0415
     from devkit.upstream import UpstreamServer  # noqa: PLC0415
 
-    cluster = stack.enter_context(PostgresCluster())
-    dsn = cluster.create_database("archive")
+    cluster: PostgresCluster | None = None
+    if database_url:
+        dsn = _throwaway_database(stack, database_url)
+    else:
+        cluster = stack.enter_context(PostgresCluster())
+        dsn = cluster.create_database("archive")
     apply_schema(dsn)
     moto = stack.enter_context(start_moto_server())
     _local_aws_environment(moto.endpoint_url)
@@ -598,6 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout", type=float, help="give up after this many seconds")
     parser.add_argument("--summary-json", type=Path, help="also write the summary here")
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="use a fresh database on this server instead of a throwaway cluster "
+        "(for machines without PostgreSQL's binaries; the tests pass TEST_DATABASE_URL)",
+    )
     return parser
 
 
@@ -673,8 +703,13 @@ class Demo:
             f"containers (BatchSize {args.batch_size}, MaximumConcurrency {args.concurrency}), "
             f"sweeper every {self.profile.sweep_every:g} s; Ctrl-C stops everything"
         )
-        services = start_services(self.stack, self.data_dir)
-        printer.line("postgres", f"127.0.0.1:{services.cluster.port} (throwaway cluster)")
+        services = start_services(self.stack, self.data_dir, args.database_url)
+        if services.cluster is not None:
+            printer.line("postgres", f"127.0.0.1:{services.cluster.port} (throwaway cluster)")
+        else:
+            printer.line(
+                "postgres", f"database {services.dsn.rsplit('/', 1)[-1]} (dropped at exit)"
+            )
         printer.line("sqs", f"{services.moto.endpoint_url} (moto), queue and DLQ local-archive")
         printer.line("lsky", f"{services.lsky.base_url}, files in {services.lsky.storage_dir}")
         printer.line("upstream", f"{services.upstream.base_url} (sample images)")
