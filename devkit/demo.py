@@ -26,6 +26,7 @@ import queue
 import signal
 import sys
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -202,7 +203,15 @@ class Printer:
 
 
 def _kb(size: Any) -> str:
-    return f"{int(size) / 1024:.1f} KB" if isinstance(size, int | float) else "?"
+    if not isinstance(size, int | float):
+        return "?"
+    return f"{int(size)} B" if size < 1024 else f"{size / 1024:.1f} KB"
+
+
+def _ljust(text: str, width: int) -> str:
+    """Left-justify by display width: CJK characters take two terminal columns."""
+    shown = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return text + " " * max(0, width - shown)
 
 
 _OUTCOME_LINES = {
@@ -569,7 +578,9 @@ def print_summary(summary: Summary, printer: Printer) -> None:
         printer.plain()
         printer.plain("archived files (served by the Lsky stand-in while it ran; kept on disk):")
         for item in summary.files:
-            printer.plain(f"  #{item['record_id']:<4} {item['name'] or '?':<36} {item['path']}")
+            printer.plain(
+                f"  #{item['record_id']:<4} {_ljust(item['name'] or '?', 36)} {item['path']}"
+            )
     if summary.failures:
         printer.plain()
         printer.plain(
