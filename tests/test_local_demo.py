@@ -115,7 +115,10 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="process check reads /proc")
-def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["process", "terminal"])
+def test_ctrl_c_stops_everything_it_started(tmp_path: Path, target: str) -> None:
+    """`terminal`: SIGINT to the whole process group, as a terminal's Ctrl-C does (the
+    containers get it too); `process`: to the demo alone, as `kill -INT` does."""
     process = subprocess.Popen(
         demo_command(tmp_path, "--records", "60"),
         cwd=REPO_ROOT,
@@ -123,6 +126,7 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
     )
     lines: list[str] = []
     try:
@@ -133,7 +137,10 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path) -> None:
                 break
         time.sleep(1.0)  # mid-run: invocations in flight, the sweeper scheduled
         interrupted = time.monotonic()
-        process.send_signal(signal.SIGINT)
+        if target == "terminal":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=30)
         stopped_in = time.monotonic() - interrupted
     finally:
