@@ -56,6 +56,14 @@ EXIT_CODES = f"""exit codes:
   {EXIT_PARTIAL}    partly done: some records were not found or their message was not sent
 """
 
+EXAMPLES = f"""examples:
+  {PROG} status                                   how things stand
+  {PROG} enqueue 123 124                          queue records (row first, then message)
+  {PROG} requeue --failed --since 24h --dry-run   what failed today, and why
+  {PROG} redrive-dlq --dry-run                    look into the DLQ before moving it
+  {PROG} migrate                                  add the archive columns and indexes
+"""
+
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -431,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operate the image archive: inspect it, queue records, replay failures, "
         "redrive the DLQ, apply the schema. The database comes from DATABASE_URL or "
         "DB_SECRET_ARN; SQS from the usual AWS_* settings (AWS_ENDPOINT_URL_SQS for a local one).",
-        epilog=EXIT_CODES,
+        epilog=EXAMPLES + "\n" + EXIT_CODES,
         formatter_class=_HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

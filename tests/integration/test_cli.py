@@ -239,7 +239,8 @@ def test_enqueue_writes_the_row_then_sends_and_reports_every_id(
     seed_record(db, 5, image_url=URL, archive_status=None, status="FAILED")
     seed_record(db, 6, image_url=URL, archive_status="RUNNING", locked_by="x", locked_at=1)
 
-    assert ctl("enqueue", "1", "2", "3", "4", "5", "6", "99") == cli.EXIT_PARTIAL
+    biggest = str(2**63 - 1)
+    assert ctl("enqueue", "1", "2", "3", "4", "5", "6", "99", biggest) == cli.EXIT_PARTIAL
 
     assert record_ids(drain(sqs, queues.url)) == [1, 2]
     for record_id in (1, 2):
@@ -259,7 +260,8 @@ def test_enqueue_writes_the_row_then_sends_and_reports_every_id(
     assert "skipped   4: archive FAILED: use `requeue --failed`" in ctl.out
     assert "skipped   5: generation status is FAILED" in ctl.out
     assert "missing   99: no such record" in ctl.out
-    assert "2 sent, 4 skipped, 1 not found, 0 not sent" in ctl.out
+    assert f"missing   {biggest}: no such record" in ctl.out
+    assert "2 sent, 4 skipped, 2 not found, 0 not sent" in ctl.out
 
 
 def test_enqueue_reads_ids_from_stdin(
