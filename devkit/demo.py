@@ -28,7 +28,7 @@ import sys
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -411,7 +411,6 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     swept: int = 0  # messages the sweeper sent
     sweeper_failed: int = 0
-    invocations: int = 0
     function_errors: int = 0
 
 
@@ -425,7 +424,6 @@ class Run:
         self.deliveries: queue.Queue[Delivery] = queue.Queue()
 
     def show(self, delivery: Delivery) -> None:
-        self.tally.invocations += 1
         invocation = delivery.invocation
         if invocation.error is not None:
             self.tally.function_errors += 1
@@ -472,11 +470,12 @@ class Run:
             int(attributes["ApproximateNumberOfMessagesDelayed"]),
         )
 
-    def wait_until_settled(self, db: Database, in_flight: Any) -> bool:
+    def wait_until_settled(self, db: Database, in_flight: Callable[[], int]) -> bool:
         """Show deliveries until every record is concluded and the queue is empty;
         False on timeout."""
-        deadline = time.monotonic() + self.profile.timeout
-        next_check = next_status = time.monotonic() + self.profile.status_every
+        now = time.monotonic()
+        deadline = now + self.profile.timeout
+        next_check, next_status = now + 0.5, now + self.profile.status_every
         while True:
             try:
                 self.show(self.deliveries.get(timeout=0.25))
@@ -494,12 +493,10 @@ class Run:
             if now >= deadline:
                 return False
             if now >= next_status:
+                counts = ", ".join(f"{state} {states[state]}" for state in STATES)
                 self.printer.line(
                     "status",
-                    f"queue {visible} visible, {hidden} in flight or backing off | "
-                    + ", ".join(
-                        f"{k} {states[k]}" for k in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED")
-                    ),
+                    f"queue {visible} visible, {hidden} in flight or backing off | {counts}",
                 )
                 next_status = now + self.profile.status_every
             next_check = now + 0.5
@@ -523,6 +520,7 @@ class Summary:
     duplicates: int
     seconds: float
     completed: bool
+    function_errors: int = 0
     interrupted: bool = False
     files: list[dict[str, Any]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -545,6 +543,7 @@ def summarise(run: Run, db: Database, seconds: float, *, completed: bool) -> Sum
         duplicates=run.tally.outcomes["duplicate"],
         seconds=round(seconds, 1),
         completed=completed,
+        function_errors=run.tally.function_errors,
     )
     for record_id, state, attempts, url, error, origin in rows:
         if state == "SUCCEEDED" and url:
@@ -574,6 +573,11 @@ def print_summary(summary: Summary, printer: Printer) -> None:
     printer.plain(f"summary ({state})")
     printer.plain("  " + "  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
     printer.plain("  " + "  ".join(str(v).rjust(w) for v, w in zip(values, widths, strict=True)))
+    if summary.duplicates or summary.function_errors:
+        printer.plain(
+            f"  also: {summary.duplicates} duplicate deliveries acknowledged, "
+            f"{summary.function_errors} function errors"
+        )
     if summary.files:
         printer.plain()
         printer.plain("archived files (served by the Lsky stand-in while it ran; kept on disk):")

@@ -56,6 +56,7 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
     expected = demo.Expected.of(demo.plan(demo.SHORT.records))
     summary: dict[str, Any] = json.loads(summary_path.read_text())
     assert summary["completed"] is True
+    assert summary["function_errors"] == 0
     assert summary["records"] == demo.SHORT.records
     assert (summary["archived"], summary["failed"]) == (expected.archived, expected.failed)
     assert summary["retried"] == expected.retried

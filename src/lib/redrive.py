@@ -10,6 +10,7 @@ delete leaves a copy in both queues, which the archive claim makes harmless.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -54,8 +55,6 @@ def queue_arn(client: SQSClient, url: str) -> str:
 
 def dead_letter_queue_url(client: SQSClient, queue_url: str) -> str | None:
     """The DLQ named by the queue's RedrivePolicy, or None when it has none."""
-    import json  # noqa: PLC0415 - only this path parses the policy
-
     attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])
     policy = attributes.get("Attributes", {}).get("RedrivePolicy")
     if not policy:
