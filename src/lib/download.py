@@ -1,32 +1,60 @@
-"""Fetch the upstream image into a spooled temporary file, capped and verified.
+"""Fetch the upstream image: a URL we did not choose, from a server we do not trust.
 
-One module owns everything about reading a URL we did not choose, so the guard
-around it (address checks, redirects, deadlines) can harden here without the
-handler changing. Small images stay in memory; larger ones spill to /tmp, so
-memory use does not grow with the image.
+`Downloader.open(url, deadline)` returns an ImageStream once the guarded connection is
+made, redirects are followed (each hop checked again), the status and Content-Length
+are acceptable and the first bytes are an image. Iterating the stream yields the body,
+enforcing the size cap and the deadline. `spool(stream)` copies it to a temporary file
+(in memory up to 1 MiB, then /tmp), which is what the upload reads today; a streaming
+upload can iterate the ImageStream directly instead.
+
+The deadline is total, not per read: a watchdog shuts the socket when it passes, so a
+server that drips headers or body a byte at a time cannot hold the function.
+
+Why no connection pool: each download gets a fresh connection to the address the guard
+checked for that URL, closed when the stream closes. The watchdog needs to own the one
+socket of the request, and a pinned keep-alive connection would be valid only for the
+address checked when it was opened. The cost is one TCP/TLS handshake per image, small
+next to transferring it; provider URLs rarely repeat a host within one container.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import IO
-from urllib.parse import urljoin, urlsplit
+from types import TracebackType
+from typing import IO, Self
+from urllib.parse import urljoin
 
-import urllib3
-from urllib3.exceptions import HTTPError, ProtocolError, TimeoutError
+from urllib3.connection import HTTPConnection
+from urllib3.exceptions import (
+    HTTPError,
+    LocationParseError,
+    NewConnectionError,
+    TimeoutError,
+)
+from urllib3.response import HTTPResponse
+from urllib3.util import parse_url
 
-from lib.failures import Kind, Stage, fail
+from lib.failures import ArchiveFailure, Kind, Stage, fail
 from lib.imagetype import SNIFF_BYTES, ImageType, sniff
+from lib.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
+from lib.pinned import pinned_connection
 
 CONNECT_TIMEOUT_SECONDS = 5.0
-READ_TIMEOUT_SECONDS = 30.0
+READ_TIMEOUT_SECONDS = 30.0  # per read; the deadline bounds the total
 MAX_REDIRECTS = 3
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 USER_AGENT = "image-archive/1.0 (+https://github.com/lsky-org/lsky-pro uploader)"
+# Sent on every request; compressed bodies are refused, never inflated (see _check_framing).
+REQUEST_HEADERS = {"User-Agent": USER_AGENT, "Accept": "image/*", "Accept-Encoding": "identity"}
 
 
 @dataclass
@@ -42,158 +70,15 @@ class DownloadedImage:
 def safe_url(url: str) -> str:
     """A URL as it may appear in logs and errors: scheme, host and path, no query or userinfo
     (provider URLs are signed; the signature is a credential)."""
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    port = f":{parts.port}" if parts.port else ""
-    path = parts.path if len(parts.path) <= 80 else parts.path[:77] + "..."
-    return f"{parts.scheme}://{host}{port}{path}"
-
-
-def _check_url(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise fail(Stage.DOWNLOAD, Kind.REFUSED_URL, f"scheme {parts.scheme or 'none'!r} refused")
-    if not parts.hostname:
-        raise fail(Stage.DOWNLOAD, Kind.REFUSED_URL, "URL has no host")
-
-
-class Downloader:
-    def __init__(self, *, max_bytes: int, pool: urllib3.PoolManager | None = None) -> None:
-        self.max_bytes = max_bytes
-        self.pool = pool or urllib3.PoolManager(
-            num_pools=8,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),
-            retries=False,
-            headers={"User-Agent": USER_AGENT},
-        )
-
-    def fetch(self, url: str, *, deadline: float) -> DownloadedImage:
-        """Download `url`; raises ArchiveFailure (stage download) on every failure."""
-        for _ in range(MAX_REDIRECTS + 1):
-            _check_url(url)
-            response = self._open(url, deadline)
-            try:
-                if response.status in (301, 302, 303, 307, 308):
-                    location = response.headers.get("Location")
-                    if not location:
-                        raise fail(
-                            Stage.DOWNLOAD,
-                            Kind.HTTP_STATUS,
-                            "redirect without Location",
-                            status=response.status,
-                        )
-                    url = urljoin(url, location)
-                    continue
-                if response.status != 200:
-                    raise fail(
-                        Stage.DOWNLOAD,
-                        Kind.HTTP_STATUS,
-                        f"upstream answered HTTP {response.status} for {safe_url(url)}",
-                        status=response.status,
-                        retry_after=retry_after_seconds(response.headers.get("Retry-After")),
-                    )
-                return self._read_body(response, url, deadline)
-            finally:
-                response.drain_conn()
-                response.release_conn()
-        raise fail(Stage.DOWNLOAD, Kind.REFUSED_URL, f"more than {MAX_REDIRECTS} redirects")
-
-    def _open(self, url: str, deadline: float) -> urllib3.BaseHTTPResponse:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "no time left to download")
-        timeout = urllib3.Timeout(
-            connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
-            read=min(READ_TIMEOUT_SECONDS, remaining),
-        )
-        try:
-            return self.pool.request(
-                "GET",
-                url,
-                preload_content=False,
-                redirect=False,
-                timeout=timeout,
-                # Compressed transfer would let a small body inflate past the cap.
-                headers={"Accept-Encoding": "identity", "Accept": "image/*"},
-                decode_content=False,
-            )
-        except TimeoutError:
-            raise fail(
-                Stage.DOWNLOAD, Kind.TIMEOUT, f"timed out connecting to {safe_url(url)}"
-            ) from None
-        except HTTPError as error:
-            raise fail(
-                Stage.DOWNLOAD,
-                Kind.CONNECTION,
-                f"could not connect to {safe_url(url)} ({type(error).__name__})",
-            ) from None
-
-    def _read_body(
-        self, response: urllib3.BaseHTTPResponse, url: str, deadline: float
-    ) -> DownloadedImage:
-        declared = response.headers.get("Content-Length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            raise fail(
-                Stage.DOWNLOAD,
-                Kind.TOO_LARGE,
-                f"image is {int(declared)} bytes, over the {self.max_bytes}-byte limit",
-            )
-        spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-        try:
-            size, head = self._copy(response, spool, url, deadline)
-            image_type = _verify(head, size, declared)
-        except BaseException:
-            spool.close()
-            raise
-        spool.seek(0)
-        return DownloadedImage(file=spool, size=size, image_type=image_type)
-
-    def _copy(
-        self, response: urllib3.BaseHTTPResponse, spool: IO[bytes], url: str, deadline: float
-    ) -> tuple[int, bytes]:
-        """Copy the body into `spool`, enforcing the size cap and the deadline as it streams."""
-        size, head = 0, b""
-        while chunk := _read_chunk(response, url):
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise fail(
-                    Stage.DOWNLOAD, Kind.TOO_LARGE, f"image is over the {self.max_bytes}-byte limit"
-                )
-            if time.monotonic() > deadline:
-                raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, "download ran past the attempt's deadline")
-            if len(head) < SNIFF_BYTES:
-                head += chunk[: SNIFF_BYTES - len(head)]
-            spool.write(chunk)
-        return size, head
-
-
-def _verify(head: bytes, size: int, declared: str | None) -> ImageType:
-    """The image type of a complete body, or the reason it cannot be archived."""
-    image_type = sniff(head)
-    if image_type is None:
-        raise fail(
-            Stage.DOWNLOAD,
-            Kind.NOT_IMAGE,
-            "upstream body is not a PNG, JPEG, GIF, WebP or AVIF image",
-        )
-    if declared and declared.isdigit() and int(declared) != size:
-        raise fail(
-            Stage.DOWNLOAD,
-            Kind.CONNECTION,
-            f"body was {size} bytes, Content-Length said {declared}",
-        )
-    return image_type
-
-
-def _read_chunk(response: urllib3.BaseHTTPResponse, url: str) -> bytes:
     try:
-        return response.read(READ_CHUNK_BYTES, decode_content=False)
-    except TimeoutError:
-        raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, f"timed out reading {safe_url(url)}") from None
-    except (ProtocolError, HTTPError, OSError):
-        raise fail(
-            Stage.DOWNLOAD, Kind.CONNECTION, f"connection dropped while reading {safe_url(url)}"
-        ) from None
+        parts = parse_url(url)
+    except LocationParseError:
+        return "(unparseable URL)"
+    host = parts.host or "?"
+    port = f":{parts.port}" if parts.port else ""
+    path = parts.path or ""
+    path = path if len(path) <= 80 else path[:77] + "..."
+    return f"{parts.scheme}://{host}{port}{path}"
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -208,3 +93,326 @@ def retry_after_seconds(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+class _Watchdog:
+    """Shuts a connection's socket when the deadline passes, whatever it is blocked on
+    (connect, TLS handshake, headers, body)."""
+
+    def __init__(self, conn: HTTPConnection, deadline: float) -> None:
+        self._conn = conn
+        # The socket, once connected: http.client drops conn.sock as soon as it has read
+        # the headers of a "Connection: close" response, while the body still flows on it.
+        self.sock: socket.socket | None = None
+        self.fired = False
+        self._timer: threading.Timer | None = None
+        self.rearm(deadline)
+
+    def rearm(self, deadline: float) -> None:
+        self.cancel()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def attach(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self.sock or self._conn.sock  # before attach: mid-connect or TLS handshake
+        if sock is not None:
+            # The plain socket's shutdown, also for an SSLSocket: it wakes the blocked
+            # reader without touching the TLS object that thread is using. OSError: the
+            # socket is already closed, nothing left to interrupt.
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class ImageStream:
+    """An upstream image body being read: iterate for its chunks (the sniffed head first).
+
+    The size cap and the deadline are enforced while iterating; a body that ends early
+    raises. Close it (or use `with`) to release the connection and the watchdog.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        conn: HTTPConnection,
+        response: HTTPResponse,
+        watchdog: _Watchdog,
+        deadline: float,
+        max_bytes: int,
+        declared_length: int | None,
+    ) -> None:
+        self.url = url  # safe form, for messages
+        self._conn = conn
+        self._response = response
+        self._watchdog = watchdog
+        self._deadline = deadline
+        self.max_bytes = max_bytes
+        self.declared_length = declared_length
+        self.bytes_read = 0
+        self._head = b""
+        self._started = False
+        self.image_type = self._sniff()
+
+    @property
+    def deadline(self) -> float:
+        return self._deadline
+
+    def set_deadline(self, deadline: float) -> None:
+        """Move the deadline (e.g. to keep time for the upload once the size is known)."""
+        self._deadline = deadline
+        self._watchdog.rearm(deadline)
+
+    def _sniff(self) -> ImageType:
+        while len(self._head) < SNIFF_BYTES:
+            chunk = self._read()
+            if not chunk:
+                break
+            self._head += chunk
+        image_type = sniff(self._head[:SNIFF_BYTES])
+        if image_type is None:
+            raise fail(
+                Stage.DOWNLOAD,
+                Kind.NOT_IMAGE,
+                "upstream body is not a PNG, JPEG, GIF, WebP or AVIF image",
+            )
+        return image_type
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._started:
+            raise RuntimeError("an ImageStream can be iterated once")
+        self._started = True
+        if self._head:
+            yield self._head
+            self._head = b""
+        while chunk := self._read():
+            yield chunk
+        if self.declared_length is not None and self.bytes_read != self.declared_length:
+            raise fail(
+                Stage.DOWNLOAD,
+                Kind.CONNECTION,
+                f"body was {self.bytes_read} bytes, Content-Length said {self.declared_length}",
+            )
+
+    def _read(self) -> bytes:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0 or self._watchdog.fired:
+            raise self._too_slow()
+        sock = self._watchdog.sock
+        if sock is not None and sock.fileno() != -1:  # -1: the body is done, socket closed
+            # Each read may wait at most until the deadline (the watchdog is the backstop).
+            sock.settimeout(min(READ_TIMEOUT_SECONDS, remaining))
+        try:
+            chunk = self._response.read1(READ_CHUNK_BYTES, decode_content=False)
+        except (HTTPError, OSError) as error:
+            if self._watchdog.fired or isinstance(error, TimeoutError | socket.timeout):
+                raise self._too_slow() from None
+            raise fail(
+                Stage.DOWNLOAD, Kind.CONNECTION, f"connection dropped while reading {self.url}"
+            ) from None
+        if not chunk and self._watchdog.fired:
+            raise self._too_slow()  # the watchdog's shutdown looks like an early EOF
+        self.bytes_read += len(chunk)
+        if self.bytes_read > self.max_bytes:
+            raise fail(
+                Stage.DOWNLOAD, Kind.TOO_LARGE, f"image is over the {self.max_bytes}-byte limit"
+            )
+        return chunk
+
+    def _too_slow(self) -> ArchiveFailure:
+        return fail(
+            Stage.DOWNLOAD, Kind.TIMEOUT, f"reading {self.url} ran past the attempt's deadline"
+        )
+
+    def close(self) -> None:
+        self._watchdog.cancel()
+        self._response.close()
+        self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def spool(stream: ImageStream) -> DownloadedImage:
+    """Copy the whole body to a temporary file (memory up to 1 MiB, then /tmp)."""
+    file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
+    try:
+        for chunk in stream:
+            file.write(chunk)
+    except BaseException:
+        file.close()
+        raise
+    file.seek(0)
+    return DownloadedImage(file=file, size=stream.bytes_read, image_type=stream.image_type)
+
+
+class Downloader:
+    def __init__(
+        self,
+        *,
+        max_bytes: int,
+        allow_private_networks: tuple[IPNetwork, ...] = (),
+        resolver: Resolver = resolve,
+        ca_certs: str | None = None,
+    ) -> None:
+        """ca_certs: an extra CA bundle for HTTPS (a private provider's CA; tests)."""
+        self.max_bytes = max_bytes
+        self.guard = UrlGuard(allow_private_networks, resolver)
+        self._tls = {"ca_certs": ca_certs} if ca_certs else {}
+
+    def fetch(self, url: str, *, deadline: float) -> DownloadedImage:
+        """The whole image in a temporary file; raises ArchiveFailure (stage download)."""
+        with self.open(url, deadline=deadline) as stream:
+            return spool(stream)
+
+    def open(self, url: str, *, deadline: float) -> ImageStream:
+        """Connect, follow redirects and check the answer; raises ArchiveFailure."""
+        for _ in range(MAX_REDIRECTS + 1):
+            target = self.guard.check(url)
+            conn, response, watchdog = self._request(target, url, deadline)
+            try:
+                location = _redirect_location(response, url)
+                if location is None:
+                    return self._stream(url, conn, response, watchdog, deadline)
+            except BaseException:
+                watchdog.cancel()
+                conn.close()
+                raise
+            # A redirect: this connection is done; the next hop is checked from scratch.
+            watchdog.cancel()
+            conn.close()
+            url = urljoin(url, location)
+        raise fail(Stage.DOWNLOAD, Kind.REFUSED_URL, f"more than {MAX_REDIRECTS} redirects")
+
+    def _request(
+        self, target: Target, url: str, deadline: float
+    ) -> tuple[HTTPConnection, HTTPResponse, _Watchdog]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "no time left to download")
+        conn = pinned_connection(
+            target.scheme,
+            target.host,
+            target.port,
+            addresses=target.addresses,
+            deadline=deadline,
+            timeout=min(CONNECT_TIMEOUT_SECONDS, remaining),
+            **self._tls,
+        )
+        watchdog = _Watchdog(conn, deadline)
+        try:
+            conn.request(
+                "GET",
+                target.request_uri,
+                headers=REQUEST_HEADERS,
+                preload_content=False,
+                decode_content=False,
+            )
+            watchdog.attach(conn.sock)
+            # Waiting for the status line and headers is bounded by the time left
+            # per read and by the watchdog in total.
+            conn.timeout = min(READ_TIMEOUT_SECONDS, max(0.001, deadline - time.monotonic()))
+            response = conn.getresponse()
+        except (HTTPError, OSError) as error:
+            watchdog.cancel()
+            conn.close()
+            timed_out = isinstance(error, TimeoutError | socket.timeout) and not isinstance(
+                error,
+                NewConnectionError,  # a ConnectTimeoutError subclass, but a refusal
+            )
+            if watchdog.fired or timed_out:
+                raise fail(
+                    Stage.DOWNLOAD, Kind.TIMEOUT, f"timed out waiting for {safe_url(url)}"
+                ) from None
+            raise fail(
+                Stage.DOWNLOAD,
+                Kind.CONNECTION,
+                f"could not fetch {safe_url(url)} ({type(error).__name__})",
+            ) from None
+        return conn, response, watchdog
+
+    def _stream(
+        self,
+        url: str,
+        conn: HTTPConnection,
+        response: HTTPResponse,
+        watchdog: _Watchdog,
+        deadline: float,
+    ) -> ImageStream:
+        where = safe_url(url)
+        if response.status != 200:
+            raise fail(
+                Stage.DOWNLOAD,
+                Kind.HTTP_STATUS,
+                f"upstream answered HTTP {response.status} for {where}",
+                status=response.status,
+                retry_after=retry_after_seconds(response.headers.get("Retry-After")),
+            )
+        _check_framing(response, where)
+        declared = response.length_remaining
+        if declared is not None and declared > self.max_bytes:
+            raise fail(
+                Stage.DOWNLOAD,
+                Kind.TOO_LARGE,
+                f"image is {declared} bytes, over the {self.max_bytes}-byte limit",
+            )
+        return ImageStream(
+            url=where,
+            conn=conn,
+            response=response,
+            watchdog=watchdog,
+            deadline=deadline,
+            max_bytes=self.max_bytes,
+            declared_length=declared,
+        )
+
+
+def _redirect_location(response: HTTPResponse, url: str) -> str | None:
+    """Where a redirect points, None when the response is not a redirect."""
+    if response.status not in REDIRECT_STATUSES:
+        return None
+    location = response.headers.get("Location")
+    if not location:
+        raise fail(
+            Stage.DOWNLOAD,
+            Kind.HTTP_STATUS,
+            f"redirect without Location from {safe_url(url)}",
+            status=response.status,
+        )
+    return str(location)
+
+
+def _check_framing(response: HTTPResponse, where: str) -> None:
+    """Refuse compressed bodies: inflating them would let a small body grow past the cap,
+    and we asked for identity. Bytes are counted and stored exactly as received."""
+    encoding = response.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise fail(
+            Stage.DOWNLOAD,
+            Kind.NOT_IMAGE,
+            f"upstream sent a {encoding}-encoded body for {where}; compressed bodies are refused",
+        )
+    transfer = response.headers.get("Transfer-Encoding", "").strip().lower()
+    if transfer not in ("", "identity", "chunked"):
+        raise fail(
+            Stage.DOWNLOAD,
+            Kind.NOT_IMAGE,
+            f"upstream used transfer encoding {transfer!r} for {where}; only chunked is accepted",
+        )

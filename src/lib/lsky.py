@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-from urllib3.exceptions import HTTPError, TimeoutError
+from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from lib.download import DownloadedImage, retry_after_seconds
-from lib.failures import ArchiveFailure, Kind, Stage, fail
+from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.multipart import MultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -70,21 +71,38 @@ class LskyClient:
             fields["album_id"] = str(self.album_id)
         return fields
 
-    def upload(self, image: DownloadedImage, *, filename: str) -> HostedImage:
-        """Upload; raises ArchiveFailure (stage upload) for every failure."""
+    def upload(self, image: DownloadedImage, *, filename: str, deadline: float) -> HostedImage:
+        """Upload, finishing by `deadline` (time.monotonic()); raises ArchiveFailure
+        (stage upload) for every failure."""
         token = self._token(False)
-        try:
-            return self._upload(image, filename, token)
-        except ArchiveFailure as error:
-            if error.failure.status != 401:
-                raise
+        outcome = self._attempt(image, filename, token, deadline)
+        used = [token]
+        if isinstance(outcome, ArchiveFailure) and outcome.failure.status == 401:
             # A 401 may mean the token was rotated since we cached it: refetch once.
             fresh = self._token(True)
-            if fresh == token:
-                raise
-        return self._upload(image, filename, fresh)
+            if fresh != token:
+                used.append(fresh)
+                outcome = self._attempt(image, filename, fresh, deadline)
+        if isinstance(outcome, ArchiveFailure):
+            # Raised here, outside any except block, so no exception carrying the
+            # unredacted text is chained to it.
+            raise _redacted(outcome, used)
+        return outcome
 
-    def _upload(self, image: DownloadedImage, filename: str, token: str) -> HostedImage:
+    def _attempt(
+        self, image: DownloadedImage, filename: str, token: str, deadline: float
+    ) -> HostedImage | ArchiveFailure:
+        try:
+            return self._upload(image, filename, token, deadline)
+        except ArchiveFailure as error:
+            return error
+
+    def _upload(
+        self, image: DownloadedImage, filename: str, token: str, deadline: float
+    ) -> HostedImage:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise fail(Stage.UPLOAD, Kind.NO_TIME, "no time left to upload")
         body = MultipartBody(
             fields=self._fields(),
             file_field="file",
@@ -103,21 +121,31 @@ class LskyClient:
             response = self.pool.urlopen(
                 "POST",
                 self.upload_url,
-                body=body,
+                body=_until(deadline, body),
                 headers=headers,
                 redirect=False,
                 preload_content=False,
                 chunked=False,
+                # Lsky answers only after storing the file: wait for it, but never past
+                # the attempt's deadline.
+                timeout=urllib3.Timeout(
+                    connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
+                    read=min(READ_TIMEOUT_SECONDS, remaining),
+                ),
             )
+        except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
+            raise fail(Stage.UPLOAD, Kind.CONNECTION, "could not connect to Lsky") from None
         except TimeoutError:
-            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out talking to Lsky") from None
+            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out waiting for Lsky") from None
         except HTTPError as error:
             raise fail(
                 Stage.UPLOAD, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
             ) from None
         try:
             raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except (TimeoutError, HTTPError):
+        except TimeoutError:
+            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out reading Lsky's answer") from None
+        except HTTPError:
             raise fail(Stage.UPLOAD, Kind.CONNECTION, "Lsky dropped the response") from None
         finally:
             response.release_conn()
@@ -127,6 +155,36 @@ class LskyClient:
             location=response.headers.get("Location"),
             retry_after=response.headers.get("Retry-After"),
         )
+
+
+def _until(deadline: float, chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The request body, abandoned (the request aborted) once the deadline has passed."""
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise fail(
+                Stage.UPLOAD, Kind.TIMEOUT, "sending the image to Lsky ran past the deadline"
+            )
+        yield chunk
+
+
+def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
+    """The failure with the tokens (and their secret halves) cut out of the message: Lsky's
+    message is stored and logged, and a misconfigured server may echo request headers."""
+    failure = error.failure
+    message = failure.message
+    for token in tokens:
+        for secret in (token, token.partition("|")[2]):
+            if len(secret) >= 4:
+                message = message.replace(secret, "[redacted]")
+    return ArchiveFailure(
+        Failure(
+            failure.stage,
+            failure.kind,
+            message,
+            status=failure.status,
+            retry_after=failure.retry_after,
+        )
+    )
 
 
 def parse_upload_response(

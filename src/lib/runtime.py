@@ -24,7 +24,10 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     return ArchiveWorker(
         settings=settings,
         records=Records(Database(settings.database, application_name="image-archive")),
-        downloader=Downloader(max_bytes=settings.max_image_bytes),
+        downloader=Downloader(
+            max_bytes=settings.max_image_bytes,
+            allow_private_networks=settings.allow_private_networks,
+        ),
         lsky=LskyClient(
             base_url=settings.lsky_base_url,
             token=token,

@@ -11,21 +11,21 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib import policy
 from lib.config import Settings
 from lib.db import DatabaseUnavailable
-from lib.download import Downloader
-from lib.failures import ArchiveFailure, Failure, Kind, Stage
-from lib.lsky import LskyClient
+from lib.download import Downloader, spool
+from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.lsky import HostedImage, LskyClient
 from lib.message import MalformedMessage, parse_record_id
 from lib.naming import hosted_file_name
 from lib.observability import logger, metrics
 from lib.queue import Queue
 from lib.records import Records, Task
+from lib.timeguard import download_needs, time_left, upload_needs
 
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
@@ -125,7 +125,7 @@ class ArchiveWorker:
             hosted, size = self._transfer(task, deadline)
         except ArchiveFailure as error:
             if error.failure.kind is Kind.NO_TIME:
-                return self._release(message, task, owner)
+                return self._release(message, task, owner, error.failure.message)
             return self._failed_attempt(message, task, owner, error.failure)
         except Exception as error:  # noqa: BLE001 - a bug must spend an attempt, not loop forever
             logger.exception("unexpected error during archive")
@@ -152,9 +152,29 @@ class ArchiveWorker:
         metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
 
-    def _transfer(self, task: Task, deadline: float) -> tuple[Any, int]:
-        image = self.downloader.fetch(task.image_url, deadline=deadline)
+    def _transfer(self, task: Task, deadline: float) -> tuple[HostedImage, int]:
+        """Download then upload, by `deadline`. Raises ArchiveFailure; Kind.NO_TIME means
+        nothing that could not finish was started, so the attempt is given back."""
+        if time_left(deadline) < download_needs(0) + upload_needs(0):
+            raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "not enough time left to start a transfer")
+        with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)) as stream:
+            declared = stream.declared_length
+            # The body must end early enough to leave the upload its share; with no
+            # Content-Length, assume the largest image we accept.
+            body_deadline = deadline - upload_needs(
+                declared if declared is not None else self.settings.max_image_bytes
+            )
+            if time_left(body_deadline) < download_needs(declared or 0):
+                raise fail(
+                    Stage.DOWNLOAD,
+                    Kind.NO_TIME,
+                    f"not enough time left to transfer a {declared}-byte image",
+                )
+            stream.set_deadline(body_deadline)
+            image = spool(stream)
         try:
+            if time_left(deadline) < upload_needs(image.size):
+                raise fail(Stage.UPLOAD, Kind.NO_TIME, "not enough time left to upload")
             filename = hosted_file_name(
                 username=task.username,
                 user_id=task.user_id,
@@ -162,7 +182,7 @@ class ArchiveWorker:
                 started_at=task.started_at,
                 extension=image.image_type.extension,
             )
-            return self.lsky.upload(image, filename=filename), image.size
+            return self.lsky.upload(image, filename=filename, deadline=deadline), image.size
         finally:
             image.close()
 
@@ -199,10 +219,17 @@ class ArchiveWorker:
         metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RETRY, task.record_id, error, redeliver=True)
 
-    def _release(self, message: Message, task: Task, owner: str) -> Result:
+    def _release(self, message: Message, task: Task, owner: str, reason: str) -> Result:
+        # Nothing that could not finish was started: the claim's attempt is handed back.
         self.records.release(task, owner=owner, delay_seconds=NO_TIME_RETRY_SECONDS)
         self._delay(message, NO_TIME_RETRY_SECONDS)
-        logger.warning("not enough time left for an attempt; given back", outcome=Outcome.RELEASED)
+        logger.warning(
+            "not enough time left for an attempt; given back",
+            outcome=Outcome.RELEASED,
+            reason=reason,
+            retry_in_seconds=NO_TIME_RETRY_SECONDS,
+        )
+        metrics.add_metric(name="Released", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
 
     def _unconcluded(self, message: Message, record_id: int, error: str) -> Result:

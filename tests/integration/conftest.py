@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devkit.lsky import DEFAULT_TOKEN
+from devkit.postgres import connect
 from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib import runtime
+from lib.message import encode
 from tests.logcapture import capture_logs, parse
-from tests.support import FakeLambdaContext
+from tests.support import FakeLambdaContext, sqs_event
 
 TOKEN = DEFAULT_TOKEN
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -122,3 +130,97 @@ def archive(
     env = archive_env()
     with capture_logs() as raw:
         yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw)
+
+
+@dataclass
+class Child:
+    """The archive handler running in a subprocess (tests.integration.invoke_child)."""
+
+    process: subprocess.Popen[str]
+    out: str = ""
+
+    def response(self, timeout: float = 30) -> dict[str, Any]:
+        out = self.output(timeout)
+        lines = [line for line in out.splitlines() if line.startswith("RESPONSE ")]
+        assert lines, f"the child printed no response (exit {self.process.returncode}):\n{out}"
+        result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESPONSE "))
+        return result
+
+    def output(self, timeout: float = 30) -> str:
+        if self.process.returncode is None:
+            self.out, _ = self.process.communicate(timeout=timeout)
+        return self.out
+
+    def logs(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.output().splitlines() if '"level"' in line]
+
+
+def start_child(event: dict[str, Any], tmp: Path, name: str, *, gate: Path | None = None) -> Child:
+    """Start a handler process for `event` with the current (monkeypatched) environment.
+    With `gate`, it waits after its imports until that file exists (tmp/<name>.ready says
+    it is waiting)."""
+    event_file = tmp / f"{name}.json"
+    event_file.write_text(json.dumps(event))
+    args = [sys.executable, "-m", "tests.integration.invoke_child", str(event_file)]
+    if gate is not None:
+        args += [str(tmp / f"{name}.ready"), str(gate)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    process = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return Child(process)
+
+
+# -- a cheaper harness for long parametrised tables ------------------------------------
+# Creating queues and a connection per test costs ~0.1 s; tables of dozens of cases that
+# only need the handler, the database and the HTTP stand-ins share them per module.
+
+QUICK_ENV = {
+    "LSKY_TOKEN": TOKEN,
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_env(pg_dsn: str, _lsky_server: Any, moto: Any) -> Iterator[Callable[..., None]]:
+    """`quick_env(**overrides)` sets the archive function's environment for a test;
+    its cached state is rebuilt only when the environment actually changes."""
+    current: list[dict[str, str]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("DB_SECRET_ARN", "LSKY_TOKEN_SECRET_ARN", "LSKY_STRATEGY_ID", "LSKY_ALBUM_ID"):
+            patch.delenv(name, raising=False)
+        base = {"DATABASE_URL": pg_dsn, "LSKY_BASE_URL": _lsky_server.base_url, **QUICK_ENV}
+
+        def apply(**overrides: str) -> None:
+            wanted = {**base, **overrides}
+            if current != [wanted]:
+                for name, value in wanted.items():
+                    patch.setenv(name, value)
+                for name in set(current[0] if current else {}) - set(wanted):
+                    patch.delenv(name, raising=False)
+                runtime.reset()
+                current[:] = [wanted]
+
+        yield apply
+    runtime.reset()
+
+
+@pytest.fixture(scope="module")
+def quick_conn(pg_dsn: str) -> Iterator[Any]:
+    connection = connect(pg_dsn)
+    yield connection
+    connection.close()
+
+
+def quick_invoke(record_id: int, context: FakeLambdaContext | None = None) -> Any:
+    """Invoke the handler with a synthetic one-record event (fake receipt handle: setting
+    its visibility fails with a logged warning, which these tests do not look at)."""
+    from handlers.archive import lambda_handler
+
+    return lambda_handler(sqs_event([encode(record_id)]), context or FakeLambdaContext())

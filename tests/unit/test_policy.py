@@ -28,10 +28,35 @@ P, T = ErrorClass.PERMANENT, ErrorClass.TRANSIENT
         (Failure(D, Kind.TIMEOUT, "slow"), T),
         (Failure(D, Kind.CONNECTION, "reset"), T),
         (Failure(D, Kind.NO_TIME, "late"), T),
+        (Failure(D, Kind.REFUSED_URL, "address 169.254.169.254 refused: link-local"), P),
+        (Failure(D, Kind.REFUSED_URL, "URL carries userinfo (credentials) before the host"), P),
+        (Failure(D, Kind.REFUSED_URL, "more than 3 redirects"), P),
+        (Failure(D, Kind.NOT_IMAGE, "upstream sent a gzip-encoded body"), P),
+        (Failure(D, Kind.TOO_LARGE, "image is 60000000 bytes, over the limit"), P),
+        (Failure(D, Kind.HTTP_STATUS, "bad request", status=400), P),
+        (Failure(D, Kind.HTTP_STATUS, "unauthorized", status=401), P),
+        (Failure(D, Kind.HTTP_STATUS, "legal", status=451), P),
+        (Failure(D, Kind.HTTP_STATUS, "redirect without Location", status=302), T),
+        (Failure(D, Kind.HTTP_STATUS, "unavailable", status=503), T),
+        (Failure(D, Kind.HTTP_STATUS, "gateway timeout", status=504), T),
+        (Failure(D, Kind.TIMEOUT, "ran past the attempt's deadline"), T),
+        (Failure(D, Kind.CONNECTION, "body was 10 bytes, Content-Length said 20"), T),
+        (Failure(D, Kind.CONNECTION, "could not resolve cdn.example.com"), T),
+        (Failure(D, Kind.CONNECTION, "could not fetch (SSLError)"), T),
         (Failure(U, Kind.HTTP_STATUS, "Authentication failed.", status=401), P),
         (Failure(U, Kind.HTTP_STATUS, "API disabled", status=403), P),
         (Failure(U, Kind.HTTP_STATUS, "nginx 413", status=413), P),
         (Failure(U, Kind.HTTP_STATUS, "unprocessable", status=422), P),
+        (Failure(U, Kind.HTTP_STATUS, "CSRF token mismatch.", status=419), P),
+        (Failure(U, Kind.HTTP_STATUS, "route not found (wrong LSKY_BASE_URL)", status=404), P),
+        (Failure(U, Kind.HTTP_STATUS, "method not allowed", status=405), P),
+        (Failure(U, Kind.HTTP_STATUS, "Lsky redirected to /login", status=401), P),
+        (Failure(U, Kind.HTTP_STATUS, "bad gateway", status=502), T),
+        (Failure(U, Kind.HTTP_STATUS, "gateway timeout", status=504), T),
+        (Failure(U, Kind.HTTP_STATUS, "Lsky redirected (HTTP 307)", status=307), T),
+        (Failure(U, Kind.NO_TIME, "not enough time left to upload"), T),
+        (Failure(U, Kind.REJECTED, "Lsky refused the upload: Too Many Attempts."), T),
+        (Failure(U, Kind.REJECTED, "Lsky refused the upload: no message"), T),
         (Failure(U, Kind.HTTP_STATUS, "Too Many Attempts.", status=429), T),
         (Failure(U, Kind.HTTP_STATUS, "Server Error", status=500), T),
         (Failure(U, Kind.HTTP_STATUS, "unavailable", status=503), T),
@@ -55,6 +80,13 @@ P, T = ErrorClass.PERMANENT, ErrorClass.TRANSIENT
 )
 def test_classify(failure: Failure, expected: ErrorClass) -> None:
     assert policy.classify(failure) is expected
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+@pytest.mark.parametrize("kind", list(Kind))
+def test_every_kind_has_a_class(stage: Stage, kind: Kind) -> None:
+    # classify is the one place: no kind may fall through it, at either stage.
+    assert policy.classify(Failure(stage, kind, "x", status=500)) in ErrorClass
 
 
 @pytest.mark.parametrize(

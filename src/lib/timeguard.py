@@ -1,0 +1,36 @@
+"""How long a transfer may take, so an attempt never starts what it cannot finish (pure).
+
+The estimates are deliberately pessimistic: a transfer that would not fit is given back
+unspent (the row goes back to PENDING without using an attempt), while one that starts
+and then runs past the deadline is a timeout and does spend its attempt. Each estimate
+is capped so that a fresh invocation (120 s timeout, minus the finish reserve) always
+has room for the largest allowed image: a row can never be given back forever.
+"""
+
+from __future__ import annotations
+
+import time
+
+# Slow enough for a small self-hosted Lsky behind a home uplink (16 Mbit/s).
+CONSERVATIVE_BYTES_PER_SECOND = 2 * 1024 * 1024
+DOWNLOAD_OVERHEAD_SECONDS = 2.0  # connect, TLS, time to first byte
+UPLOAD_OVERHEAD_SECONDS = 5.0  # connect, then Lsky re-encodes, hashes and stores the file
+MAX_ESTIMATE_SECONDS = 45.0  # per direction: 2 x 45 s fits in a fresh invocation
+
+
+def _estimate(size: int, overhead: float) -> float:
+    return min(overhead + size / CONSERVATIVE_BYTES_PER_SECOND, MAX_ESTIMATE_SECONDS)
+
+
+def download_needs(size: int) -> float:
+    """Seconds to allow for downloading `size` bytes (0 when the size is unknown yet)."""
+    return _estimate(size, DOWNLOAD_OVERHEAD_SECONDS)
+
+
+def upload_needs(size: int) -> float:
+    """Seconds to allow for uploading `size` bytes to Lsky and reading its answer."""
+    return _estimate(size, UPLOAD_OVERHEAD_SECONDS)
+
+
+def time_left(deadline: float, now: float | None = None) -> float:
+    return deadline - (time.monotonic() if now is None else now)

@@ -1,0 +1,127 @@
+"""Every Lsky answer of DESIGN.md's v1 contract, through the handler: the row's end state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from devkit import images
+from devkit.lsky import Behaviour
+from tests.integration.conftest import quick_invoke
+from tests.support import fetch_record, seed_record
+
+PNG = images.png(8, 8)
+RECORD = 950
+
+P = "FAILED"  # permanent: failed on the first attempt
+T = "PENDING"  # transient: scheduled for a retry
+
+STATUS_FALSE = {
+    "不支持的文件类型": P,  # type
+    "图片大小超出限制": P,  # size
+    "选定的策略不存在": P,  # strategy
+    "储存空间不足": P,  # quota
+    "管理员关闭了游客上传": P,  # guest uploads off: the token was not applied
+    "账户未验证": P,  # account not verified
+    "账号状态异常": P,  # account suspended
+    "图片涉嫌违规": P,  # moderation
+    "每分钟内你最多可以上传 20 张图片": T,  # upload-count window
+    "图片上传失败": T,  # storage write failed
+    "图片记录保存失败": T,  # database write failed
+    "服务异常，请稍后再试": T,  # the catch-all, Lsky's exact text
+    "一个新的错误": T,  # unknown text: bounded retries, never an irreversible guess
+}
+
+SCRIPTED: dict[str, tuple[Behaviour, str, str]] = {
+    "http-401": (Behaviour.unauthorized(), P, "HTTP 401: Authentication failed."),
+    "http-403": (Behaviour.forbidden(), P, "HTTP 403: 管理员未启用 API"),
+    "http-413-nginx-html": (Behaviour.too_large(), P, "HTTP 413"),
+    "http-429": (Behaviour.rate_limited(retry_after=90), T, "HTTP 429: Too Many Attempts."),
+    "http-500": (Behaviour.server_error(), T, "HTTP 500: Server Error"),
+    "html-200": (Behaviour.html_200(), T, "non-JSON"),
+    "drop-half-answer": (Behaviour.drop(), T, "dropped the response"),
+    "drop-no-answer": (Behaviour.drop(partial=False), T, "upload failed"),
+    **{
+        f"status-false-{message}": (Behaviour.status_false(message), outcome, message)
+        for message, outcome in STATUS_FALSE.items()
+    },
+}
+
+
+@pytest.fixture
+def db(quick_conn: Any) -> Any:
+    quick_conn.run("DELETE FROM image_generation_records WHERE id = :id", id=RECORD)
+    return quick_conn
+
+
+@pytest.mark.parametrize(("behaviour", "outcome", "fragment"), SCRIPTED.values(), ids=SCRIPTED)
+def test_scripted_lsky_answer(
+    quick_env: Callable[..., None],
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    behaviour: Behaviour,
+    outcome: str,
+    fragment: str,
+) -> None:
+    quick_env()
+    seed_record(db, RECORD, image_url=upstream.add("/c.png", PNG))
+    lsky.script(behaviour)
+
+    before = time.time()
+    response = quick_invoke(RECORD)
+
+    row = fetch_record(db, RECORD)
+    assert row["archive_status"] == outcome, row["archive_error"]
+    assert row["archive_attempts"] == 1
+    assert fragment in row["archive_error"]
+    assert row["archive_error"].startswith("upload failed")
+    assert len(response["batchItemFailures"]) == (1 if outcome == T else 0)
+    if behaviour.retry_after != 60:  # the 429 case: a longer Retry-After wins
+        assert row["archive_next_run_at"].timestamp() - before >= 89
+    elif outcome == T:
+        assert row["archive_next_run_at"].timestamp() - before == pytest.approx(30, abs=3)
+
+
+@pytest.mark.parametrize(
+    ("config", "env", "fragment"),
+    [
+        ({"max_file_kb": 0.1}, {}, "图片大小超出限制"),
+        ({"accepted_suffixes": frozenset({"jpg"})}, {}, "不支持的文件类型"),
+        ({}, {"LSKY_STRATEGY_ID": "99"}, "选定的策略不存在"),
+    ],
+    ids=["group-size-limit", "suffix-not-accepted", "unknown-strategy"],
+)
+def test_lsky_validation_failures_are_permanent(
+    quick_env: Callable[..., None],
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    config: dict[str, Any],
+    env: dict[str, str],
+    fragment: str,
+) -> None:
+    quick_env(**env)
+    lsky.config = replace(lsky.config, **config)
+    seed_record(db, RECORD, image_url=upstream.add("/v.png", PNG))
+
+    assert quick_invoke(RECORD) == {"batchItemFailures": []}
+    row = fetch_record(db, RECORD)
+    assert row["archive_status"] == "FAILED"
+    assert fragment in row["archive_error"]
+
+
+def test_a_revoked_token_is_refetched_once_then_fails(
+    quick_env: Callable[..., None], db: Any, upstream: Any, lsky: Any
+) -> None:
+    quick_env()
+    seed_record(db, RECORD, image_url=upstream.add("/t.png", PNG))
+    lsky.script(Behaviour.unauthorized())
+    quick_invoke(RECORD)
+    # A plain LSKY_TOKEN cannot be refetched: one request, no silent guest upload.
+    assert [u.authorization for u in lsky.uploads] == [f"Bearer {lsky.token}"]
+    assert fetch_record(db, RECORD)["archive_status"] == "FAILED"
