@@ -11,7 +11,7 @@ Prints a line per event, a summary table and the archived files' paths.
 
     python -m devkit.demo [--records N] [--short] [--concurrency N] [--batch-size N]
 
-`--short` is the CI mode: few records, 1 s / 2 s backoff, done in about 15 s.
+`--short` is the CI mode: few records, 1 s / 2 s backoff, done in about 10 s.
 Ctrl-C stops everything it started (containers, servers, the cluster) and exits 130.
 """
 
