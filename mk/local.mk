@@ -1,4 +1,4 @@
-# `make local`: the whole pipeline on this machine (devkit/demo.py); the main Makefile
+# `make local`: the whole pipeline on this machine (devkit/demo/); the main Makefile
 # includes this file. Same setup as `make test`: the venv and PostgreSQL's binaries.
 #
 #   make local                      24 records, backoff 2 s / 5 s, about 15 s

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from devkit import demo
+from devkit.demo import report, run, scenario
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -53,11 +53,11 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
     assert result.returncode == 0, result.stdout + result.stderr
     assert elapsed < 45, f"short mode took {elapsed:.0f}s"
 
-    expected = demo.Expected.of(demo.plan(demo.SHORT.records))
+    expected = scenario.Expected.of(scenario.plan(scenario.SHORT.records))
     summary: dict[str, Any] = json.loads(summary_path.read_text())
     assert summary["completed"] is True
     assert summary["function_errors"] == 0
-    assert summary["records"] == demo.SHORT.records
+    assert summary["records"] == scenario.SHORT.records
     assert (summary["archived"], summary["failed"]) == (expected.archived, expected.failed)
     assert summary["retried"] == expected.retried
     assert summary["dlq"] == expected.dlq
@@ -73,7 +73,7 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
     assert numbers[:6] == [
         str(n)
         for n in (
-            demo.SHORT.records,
+            scenario.SHORT.records,
             expected.archived,
             expected.retried,
             expected.failed,
@@ -90,10 +90,12 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
         path = Path(item["path"])
         assert path.is_file(), path
         assert str(path) in out
-        sample = next(s for s in demo.plan(demo.SHORT.records) if s.record_id == item["record_id"])
+        sample = next(
+            s for s in scenario.plan(scenario.SHORT.records) if s.record_id == item["record_id"]
+        )
         assert path.read_bytes() == sample.body()
     assert {f["record_id"] for f in summary["failures"]} == {
-        s.record_id for s in demo.plan(demo.SHORT.records) if s.kind in demo.FAILS
+        s.record_id for s in scenario.plan(scenario.SHORT.records) if s.kind in scenario.FAILS
     }
 
 
@@ -149,7 +151,7 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path, target: str) -> None
             process.kill()
             process.wait()
     output = "".join(lines) + rest
-    assert process.returncode == demo.EXIT_INTERRUPTED, output
+    assert process.returncode == run.EXIT_INTERRUPTED, output
     assert "summary (interrupted)" in output
     assert stopped_in < 15
 
@@ -166,19 +168,24 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path, target: str) -> None
 
 
 def test_the_scenario_covers_every_path_in_short_mode() -> None:
-    kinds = {s.kind for s in demo.plan(demo.SHORT.records)}
-    assert {demo.Kind.SLOW, demo.Kind.FLAKY, demo.Kind.GONE, demo.Kind.BROKEN} <= kinds
-    assert {demo.Kind.LOST, demo.Kind.STALE} <= kinds
-    assert demo.plan(30)[-1].kind is demo.Kind.OK
-    assert [s.record_id for s in demo.plan(5)] == [1, 2, 3, 4, 5]
+    kinds = {s.kind for s in scenario.plan(scenario.SHORT.records)}
+    assert {
+        scenario.Kind.SLOW,
+        scenario.Kind.FLAKY,
+        scenario.Kind.GONE,
+        scenario.Kind.BROKEN,
+    } <= kinds
+    assert {scenario.Kind.LOST, scenario.Kind.STALE} <= kinds
+    assert scenario.plan(30)[-1].kind is scenario.Kind.OK
+    assert [s.record_id for s in scenario.plan(5)] == [1, 2, 3, 4, 5]
 
 
 def test_progress_lines_for_each_outcome() -> None:
-    line = demo.describe_log(
+    line = report.describe_log(
         {"outcome": "retry", "record_id": "7", "retry_in_seconds": 2, "error": "boom"}
     )
     assert line == "#7    retry in 2 s  boom"
-    assert demo.describe_log({"message": "archive started", "level": "INFO"}) is None
-    assert demo.describe_log({"message": "odd", "level": "WARNING", "record_id": "3"}) == (
+    assert report.describe_log({"message": "archive started", "level": "INFO"}) is None
+    assert report.describe_log({"message": "odd", "level": "WARNING", "record_id": "3"}) == (
         "#3    warning      odd"
     )
