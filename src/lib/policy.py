@@ -4,6 +4,7 @@ can be tested from a table without servers."""
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from lib.failures import Failure, Kind, Stage
@@ -116,6 +117,21 @@ class ClaimSnapshot:
     status: str | None = None
     archive_status: str | None = None
     lock_expired: bool = False
+    due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
+
+
+def early_delay(snapshot: ClaimSnapshot) -> int | None:
+    """Seconds to hold a message that came for a PENDING row before its due time, or None.
+
+    The claim refuses such a row so a duplicate cannot cut a backoff (or a Retry-After)
+    short and spend an attempt early; the message is kept, not dropped, in case it is
+    the row's only one.
+    """
+    if snapshot.status != "SUCCEEDED" or snapshot.archive_status != "PENDING":
+        return None
+    if snapshot.due_in_seconds <= 0:
+        return None
+    return min(math.ceil(snapshot.due_in_seconds), MAX_VISIBILITY_SECONDS)
 
 
 def skip_reason(snapshot: ClaimSnapshot) -> str:

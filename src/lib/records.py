@@ -23,7 +23,8 @@ from lib.policy import ClaimSnapshot
 CLAIM_SQL = """
 WITH target AS (
     SELECT id, status, archive_status,
-           archive_locked_at < now() - make_interval(secs => :lock_ttl) AS lock_expired
+           archive_locked_at < now() - make_interval(secs => :lock_ttl) AS lock_expired,
+           EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
     FROM image_generation_records
     WHERE id = :record_id
 ),
@@ -36,14 +37,16 @@ claimed AS (
         archive_locked_at = now()
     WHERE r.id = :record_id
       AND r.status = 'SUCCEEDED'
-      AND (r.archive_status = 'PENDING'
+      AND ((r.archive_status = 'PENDING'
+            AND (r.archive_next_run_at IS NULL
+                 OR r.archive_next_run_at <= now() + make_interval(secs => :early_slack)))
            OR (r.archive_status = 'RUNNING'
                AND (r.archive_locked_by = :owner
                     OR r.archive_locked_at IS NULL
                     OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))))
     RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
 )
-SELECT target.status, target.archive_status, target.lock_expired,
+SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts
 FROM (SELECT 1) AS one
@@ -109,6 +112,12 @@ RETURNING id
 """
 
 
+# A message may come back a little before the row's due time (clock skew between SQS
+# and PostgreSQL); within this slack it is on time. Earlier than that it is a second
+# copy arriving during a backoff (or a Retry-After) and is held back until due.
+EARLY_SLACK_SECONDS = 5
+
+
 @dataclass(frozen=True)
 class Task:
     """What an attempt needs, as returned by the claim."""
@@ -132,15 +141,31 @@ class Records:
         self.db = db
 
     def claim(self, record_id: int, *, owner: str, lock_ttl_seconds: int) -> ClaimResult:
-        rows = self.db.run(CLAIM_SQL, record_id=record_id, owner=owner, lock_ttl=lock_ttl_seconds)
-        status, archive_status, lock_expired, claimed_id, user_id, username, url, started, n = rows[
-            0
-        ]
+        rows = self.db.run(
+            CLAIM_SQL,
+            record_id=record_id,
+            owner=owner,
+            lock_ttl=lock_ttl_seconds,
+            early_slack=EARLY_SLACK_SECONDS,
+        )
+        (
+            status,
+            archive_status,
+            lock_expired,
+            due_in,
+            claimed_id,
+            user_id,
+            username,
+            url,
+            started,
+            n,
+        ) = rows[0]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
             archive_status=archive_status,
             lock_expired=bool(lock_expired),
+            due_in_seconds=float(due_in) if due_in is not None else 0.0,
         )
         if claimed_id is None:
             return ClaimResult(None, snapshot)

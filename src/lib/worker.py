@@ -41,6 +41,7 @@ class Outcome(enum.StrEnum):
     RETRY = "retry"
     FAILED = "failed"
     DUPLICATE = "duplicate"
+    EARLY = "early"  # a copy that came during the row's backoff: held until due
     MALFORMED = "malformed"
     RELEASED = "released"  # given back unspent: not enough time left
     UNCONCLUDED = "unconcluded"  # database unreachable: SQS redelivers, then the DLQ
@@ -113,10 +114,7 @@ class ArchiveWorker:
         )
         task = claim.task
         if task is None:
-            reason = policy.skip_reason(claim.snapshot)
-            logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
-            metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
-            return Result(Outcome.DUPLICATE, record_id, reason)
+            return self._skip(message, record_id, claim.snapshot)
         logger.append_keys(attempt=task.attempt)
 
         deadline = time.monotonic() + (remaining_ms() - FINISH_RESERVE_MS) / 1000
@@ -151,6 +149,23 @@ class ArchiveWorker:
         metrics.add_metric(name="Archived", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
+
+    def _skip(self, message: Message, record_id: int, snapshot: policy.ClaimSnapshot) -> Result:
+        """The claim did not win: a copy that came early is held back, anything else is
+        a duplicate or a stray and is acknowledged."""
+        hold = policy.early_delay(snapshot)
+        if hold is not None:
+            self._delay(message, hold)
+            logger.info(
+                "message arrived before the row is due; held back",
+                outcome=Outcome.EARLY,
+                retry_in_seconds=hold,
+            )
+            return Result(Outcome.EARLY, record_id, f"due in {hold} s", redeliver=True)
+        reason = policy.skip_reason(snapshot)
+        logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
+        metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.DUPLICATE, record_id, reason)
 
     def _transfer(self, task: Task, deadline: float) -> tuple[HostedImage, int]:
         """Download then upload, by `deadline`. Raises ArchiveFailure; Kind.NO_TIME means

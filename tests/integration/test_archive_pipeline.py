@@ -425,3 +425,30 @@ def test_credentials_from_secrets_manager_are_cached(
     assert fetch_record(db, 51)["archive_status"] == "SUCCEEDED"
     assert lsky.uploads[-1].authorization == f"Bearer {TOKEN}"
     parameters.clear_caches()
+
+
+def test_a_copy_arriving_during_the_backoff_is_held_until_due(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    upstream.add("/e.png", PNG)
+    seed_record(db, 60, image_url=upstream.url("/e.png"), attempts=1, next_run_at=-60)
+    before = fetch_record(db, 60)
+
+    response = archive.deliver(encode(60))
+
+    assert len(response["batchItemFailures"]) == 1  # kept, not dropped
+    assert fetch_record(db, 60) == before  # no attempt spent, nothing changed
+    assert upstream.hits("/e.png") == 0
+    assert lsky.upload_count == 0
+    held = archive.log_for("message arrived before the row is due; held back")
+    assert 55 <= held["retry_in_seconds"] <= 61
+    assert archive.receive(wait_seconds=0)["Records"] == []
+
+
+def test_a_message_a_moment_before_the_due_time_is_on_time(
+    archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    upstream.add("/f.png", PNG)
+    seed_record(db, 61, image_url=upstream.url("/f.png"), attempts=1, next_run_at=-2)
+    assert archive.deliver(encode(61)) == {"batchItemFailures": []}
+    assert fetch_record(db, 61)["archive_status"] == "SUCCEEDED"

@@ -169,3 +169,22 @@ def test_skip_reason(snapshot: ClaimSnapshot, reason: str) -> None:
 def test_redelivery_waits_for_the_lock_to_expire() -> None:
     assert policy.redelivery_delay(180) > 180
     assert policy.redelivery_delay(10**6) == policy.MAX_VISIBILITY_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "hold"),
+    [
+        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=90.2), 91),
+        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=-3.0), None),  # past due
+        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=0.0), None),
+        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=10**6), 43_200),
+        (ClaimSnapshot(True, "SUCCEEDED", "RUNNING", due_in_seconds=90.0), None),
+        (ClaimSnapshot(True, "SUCCEEDED", "FAILED", due_in_seconds=90.0), None),
+        (ClaimSnapshot(True, "RUNNING", "PENDING", due_in_seconds=90.0), None),
+        (ClaimSnapshot(exists=False), None),
+    ],
+)
+def test_early_delay_holds_only_pending_rows_not_yet_due(
+    snapshot: ClaimSnapshot, hold: int | None
+) -> None:
+    assert policy.early_delay(snapshot) == hold
