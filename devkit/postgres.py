@@ -19,7 +19,6 @@ import atexit
 import contextlib
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -35,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import pg8000.native
 
 from devkit._cli import exit_cleanly_on_signals
+from lib import migrate
 
 __all__ = [
     "PostgresCluster",
@@ -49,11 +49,9 @@ NOT_FOUND_MESSAGE = (
     "(apt-get install -y postgresql) or set TEST_DATABASE_URL"
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_FILES = (
-    REPO_ROOT / "src" / "lib" / "sql" / "base_schema.sql",
-    REPO_ROOT / "src" / "lib" / "sql" / "archive_migration.sql",
-)
+SCHEMA_FILES = migrate.schema_files(with_base_schema=True)
+# Kept under its old name for callers of devkit; the one splitter lives in lib.migrate.
+schema_statements = migrate.split_statements
 
 # Durability is pointless for a cluster that is deleted on exit, and turning it
 # off makes initdb + schema + TRUNCATE-per-test noticeably faster.
@@ -123,31 +121,16 @@ def connect(dsn: str, **kwargs: Any) -> Any:
     )
 
 
-def schema_statements(sql: str) -> list[str]:
-    """Split a schema file into statements: on ';' at a line end, comments dropped.
-
-    Good enough for our own SQL files (no functions with ';' inside bodies).
-    """
-    statements = []
-    for chunk in re.split(r";[ \t]*$", sql, flags=re.MULTILINE):
-        lines = [line for line in chunk.splitlines() if not line.lstrip().startswith("--")]
-        statement = "\n".join(lines).strip()
-        if statement:
-            statements.append(statement)
-    return statements
-
-
 def apply_schema(dsn: str) -> None:
     """Apply base_schema.sql then archive_migration.sql, one statement at a time.
 
     pg8000.native runs each statement outside a transaction block, which
-    CREATE INDEX CONCURRENTLY requires. Both files are idempotent.
+    CREATE INDEX CONCURRENTLY requires. Both files are idempotent; the splitter
+    and runner are the ones `archive-ctl migrate` uses (lib.migrate).
     """
     conn = connect(dsn)
     try:
-        for path in SCHEMA_FILES:
-            for statement in schema_statements(path.read_text(encoding="utf-8")):
-                conn.run(statement)
+        migrate.apply(conn.run, migrate.load(migrate.schema_files(with_base_schema=True)))
     finally:
         conn.close()
 

@@ -2,7 +2,7 @@
 -- Idempotent and safe on a live table: every statement is IF NOT EXISTS, ADD COLUMN
 -- with a constant default is metadata-only (PostgreSQL 11+), and indexes are built
 -- CONCURRENTLY. Run each statement on its own, outside a transaction
--- (`python -m lib.migrate` does; psql does too when the file is fed with -f).
+-- (`archive-ctl migrate` does; psql does too when the file is fed with -f).
 SET lock_timeout = '5s';
 
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_status TEXT;

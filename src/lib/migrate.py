@@ -1,0 +1,118 @@
+"""Applying the schema SQL shipped in lib/sql: the one statement splitter and runner.
+
+`archive_migration.sql` is idempotent and safe on the generation service's live
+table; `base_schema.sql` creates that table for local runs and tests. Statements
+run one at a time in autocommit, because CREATE INDEX CONCURRENTLY refuses to run
+inside a transaction block. `archive-ctl migrate` and devkit both come through here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pg8000.native
+
+    from lib.credentials import DatabaseParams
+
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+BASE_SCHEMA = SQL_DIR / "base_schema.sql"
+ARCHIVE_MIGRATION = SQL_DIR / "archive_migration.sql"
+
+# An index build that was interrupted (lock timeout, lost connection, Ctrl-C) leaves
+# an INVALID index behind, and `CREATE INDEX ... IF NOT EXISTS` would then skip it
+# for good. Such leftovers are dropped before the file is applied again.
+_CONCURRENT_INDEX = re.compile(
+    r"CREATE\s+INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.IGNORECASE
+)
+INVALID_INDEXES_SQL = """
+SELECT c.relname
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE NOT i.indisvalid AND c.relname = ANY(CAST(:names AS text[]))
+"""
+
+# conn.run / Database.run: (sql, **params) -> rows
+Run = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Statement:
+    source: Path
+    sql: str
+
+    @property
+    def summary(self) -> str:
+        """The statement's first line, for progress output."""
+        return self.sql.splitlines()[0][:100]
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a schema file into statements: on ';' at a line end, comment lines dropped.
+
+    Good enough for our own SQL files (no function bodies with ';' inside).
+    """
+    statements = []
+    for chunk in re.split(r";[ \t]*$", sql, flags=re.MULTILINE):
+        lines = [line for line in chunk.splitlines() if not line.lstrip().startswith("--")]
+        statement = "\n".join(lines).strip()
+        if statement:
+            statements.append(statement)
+    return statements
+
+
+def schema_files(*, with_base_schema: bool) -> tuple[Path, ...]:
+    return (BASE_SCHEMA, ARCHIVE_MIGRATION) if with_base_schema else (ARCHIVE_MIGRATION,)
+
+
+def load(paths: Sequence[Path]) -> list[Statement]:
+    return [
+        Statement(path, sql)
+        for path in paths
+        for sql in split_statements(path.read_text(encoding="utf-8"))
+    ]
+
+
+def concurrent_index_names(statements: Sequence[Statement]) -> list[str]:
+    return [m.group(1) for s in statements if (m := _CONCURRENT_INDEX.search(s.sql))]
+
+
+def apply(
+    run: Run,
+    statements: Sequence[Statement],
+    *,
+    on_statement: Callable[[Statement], None] | None = None,
+) -> list[str]:
+    """Run each statement in order on an autocommit connection; returns the names of
+    invalid indexes that were dropped first (normally none)."""
+    names = concurrent_index_names(statements)
+    dropped: list[str] = []
+    if names:
+        for (name,) in run(INVALID_INDEXES_SQL, names=names) or []:
+            # Names come from our own SQL file, matched by \w+: safe to interpolate.
+            run(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            dropped.append(str(name))
+    for statement in statements:
+        if on_statement is not None:
+            on_statement(statement)
+        run(statement.sql)
+    return dropped
+
+
+def open_migration_connection(
+    params: DatabaseParams, *, application_name: str
+) -> pg8000.native.Connection:
+    """A connection without the handlers' statement timeout: building an index
+    CONCURRENTLY on a large live table can take minutes. The SQL file sets its own
+    lock_timeout, so waiting for a busy table still fails fast."""
+    # Deferred: devkit imports this module for the splitter alone, without the
+    # database client's logging stack.
+    from lib.db import open_connection  # noqa: PLC0415
+
+    conn = open_connection(params, application_name=application_name)
+    conn.run("SET statement_timeout = 0")
+    return conn

@@ -1,0 +1,224 @@
+"""Moving messages from the DLQ back to the archive queue (`archive-ctl redrive-dlq`).
+
+On AWS this is one StartMessageMoveTask: SQS moves the messages itself, at a rate
+it chooses (or MaxNumberOfMessagesPerSecond), and reports progress through
+ListMessageMoveTasks. Local SQS emulators (moto) do not implement that API, so
+there is a manual path too: receive from the DLQ, SendMessageBatch to the queue,
+delete what was sent. That is at-least-once: a crash between the send and the
+delete leaves a copy in both queues, which the archive claim makes harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import (
+        ListMessageMoveTasksResultEntryTypeDef,
+        MessageAttributeValueTypeDef,
+        MessageTypeDef,
+    )
+
+# What an endpoint says when it does not have an operation at all. moto answers
+# with a bare HTTP 500 whose "code" is just the status number.
+NOT_IMPLEMENTED_CODES = frozenset(
+    {"NotImplemented", "InvalidAction", "UnknownOperationException", "UnknownOperation"}
+)
+TASK_DONE_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED"})
+BATCH = 10  # ReceiveMessage / SendMessageBatch / DeleteMessageBatch limit
+# Long polling even on a full DLQ: a short poll samples only some SQS servers and
+# can come back empty while messages remain, which would end the move early.
+RECEIVE_WAIT_SECONDS = 2
+# How long received messages stay hidden while they are sent and deleted.
+MOVE_VISIBILITY_SECONDS = 60
+PREVIEW_CHARS = 120
+
+
+def not_implemented(error: ClientError) -> bool:
+    """True when the endpoint lacks the operation (as opposed to refusing this request)."""
+    code = str(error.response.get("Error", {}).get("Code", ""))
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in NOT_IMPLEMENTED_CODES or status == 501 or (status == 500 and code.isdigit())
+
+
+def queue_arn(client: SQSClient, url: str) -> str:
+    attributes = client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return attributes["Attributes"]["QueueArn"]
+
+
+def dead_letter_queue_url(client: SQSClient, queue_url: str) -> str | None:
+    """The DLQ named by the queue's RedrivePolicy, or None when it has none."""
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["RedrivePolicy"])
+    policy = attributes.get("Attributes", {}).get("RedrivePolicy")
+    if not policy:
+        return None
+    arn = str(json.loads(policy)["deadLetterTargetArn"])
+    _, _, _, _, account, name = arn.split(":")
+    return client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+
+
+def start_move_task(
+    client: SQSClient, *, dlq_arn: str, destination_arn: str | None, max_per_second: int | None
+) -> str:
+    """Start StartMessageMoveTask; returns its TaskHandle. Without a destination, SQS
+    moves each message back to the queue it came from."""
+    kwargs: dict[str, Any] = {"SourceArn": dlq_arn}
+    if destination_arn:
+        kwargs["DestinationArn"] = destination_arn
+    if max_per_second:
+        kwargs["MaxNumberOfMessagesPerSecond"] = max_per_second
+    return client.start_message_move_task(**kwargs)["TaskHandle"]
+
+
+def move_task(
+    client: SQSClient, dlq_arn: str, handle: str
+) -> ListMessageMoveTasksResultEntryTypeDef | None:
+    tasks = client.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)
+    return next((t for t in tasks.get("Results", []) if t.get("TaskHandle") == handle), None)
+
+
+@dataclass
+class ManualMove:
+    moved: int = 0  # sent to the queue and deleted from the DLQ
+    not_deleted: int = 0  # sent, but the delete failed: a copy will reappear in the DLQ
+    send_failed: int = 0  # not sent; made visible again in the DLQ
+    stopped: str = "DLQ empty"
+
+
+def _attributes(message: MessageTypeDef) -> dict[str, MessageAttributeValueTypeDef]:
+    # Only the value fields: the list fields that ReceiveMessage returns are
+    # "reserved for future use" and refused when sent.
+    out: dict[str, MessageAttributeValueTypeDef] = {}
+    for name, value in message.get("MessageAttributes", {}).items():
+        kept: MessageAttributeValueTypeDef = {"DataType": value["DataType"]}
+        if "StringValue" in value:
+            kept["StringValue"] = value["StringValue"]
+        if "BinaryValue" in value:
+            kept["BinaryValue"] = value["BinaryValue"]
+        out[name] = kept
+    return out
+
+
+def _receive(client: SQSClient, url: str, count: int, visibility: int) -> list[MessageTypeDef]:
+    response = client.receive_message(
+        QueueUrl=url,
+        MaxNumberOfMessages=count,
+        WaitTimeSeconds=RECEIVE_WAIT_SECONDS,
+        VisibilityTimeout=visibility,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )
+    return list(response.get("Messages", []))
+
+
+def _release(client: SQSClient, url: str, messages: Sequence[MessageTypeDef]) -> None:
+    """Make received messages visible again at once."""
+    if messages:
+        client.change_message_visibility_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                for i, m in enumerate(messages)
+            ],
+        )
+
+
+def move_manually(
+    client: SQSClient,
+    *,
+    dlq_url: str,
+    queue_url: str,
+    max_messages: int,
+    on_batch: Callable[[ManualMove], None] | None = None,
+) -> ManualMove:
+    """Move up to `max_messages` from the DLQ to the queue, ten at a time.
+
+    Bounded on purpose: while the archive function runs, a message that fails again
+    can come back to the DLQ, and an unbounded loop would chase it forever.
+    """
+    result = ManualMove()
+    while True:
+        room = max_messages - result.moved - result.not_deleted
+        if room <= 0:
+            result.stopped = f"--max-messages {max_messages} reached"
+            break
+        messages = _receive(client, dlq_url, min(BATCH, room), MOVE_VISIBILITY_SECONDS)
+        if not messages:
+            break
+        sent = client.send_message_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(i), "MessageBody": m["Body"], "MessageAttributes": _attributes(m)}
+                for i, m in enumerate(messages)
+            ],
+        )
+        ok = {int(entry["Id"]) for entry in sent.get("Successful", [])}
+        unsent = [m for i, m in enumerate(messages) if i not in ok]
+        _release(client, dlq_url, unsent)
+        result.send_failed += len(unsent)
+        done = [m for i, m in enumerate(messages) if i in ok]
+        if done:
+            deleted = client.delete_message_batch(
+                QueueUrl=dlq_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
+                ],
+            )
+            not_deleted = len(deleted.get("Failed", []))
+            result.moved += len(done) - not_deleted
+            result.not_deleted += not_deleted
+        if on_batch is not None:
+            on_batch(result)
+        if not done:
+            # Nothing of this batch could be sent: stop rather than spin on it.
+            result.stopped = "the queue refused every message of a batch"
+            break
+    return result
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One DLQ message as `redrive-dlq --dry-run` shows it."""
+
+    message_id: str
+    sent_at: datetime | None
+    receive_count: int
+    reason: str | None  # the archive function's `archive-error` attribute (malformed bodies)
+    body_preview: str
+
+
+def peek(client: SQSClient, dlq_url: str, limit: int) -> list[DeadLetter]:
+    """Look at up to `limit` DLQ messages without moving them; they are visible again after."""
+    received: list[MessageTypeDef] = []
+    try:
+        while len(received) < limit:
+            batch = _receive(client, dlq_url, min(BATCH, limit - len(received)), 30)
+            if not batch:
+                break
+            received += batch
+    finally:
+        for start in range(0, len(received), BATCH):
+            _release(client, dlq_url, received[start : start + BATCH])
+    letters = []
+    for m in received:
+        attributes = m.get("Attributes", {})
+        sent_ms = attributes.get("SentTimestamp")
+        error_attribute = m.get("MessageAttributes", {}).get("archive-error")
+        reason = error_attribute.get("StringValue") if error_attribute else None
+        letters.append(
+            DeadLetter(
+                message_id=m["MessageId"],
+                sent_at=datetime.fromtimestamp(int(sent_ms) / 1000, UTC) if sent_ms else None,
+                receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
+                reason=reason,
+                body_preview=m["Body"][:PREVIEW_CHARS],
+            )
+        )
+    return letters

@@ -1,0 +1,158 @@
+"""What `archive-ctl status` reports: archive states in PostgreSQL, queue depths in SQS.
+
+The default query reads only the partial indexes of archive_migration.sql (PENDING,
+RUNNING, FAILED), so it is cheap on a table of millions of rows. SUCCEEDED and
+never-queued rows have no index: counting them scans the table, so only on request.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lib.db import Database
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+LIVE_STATES_SQL = """
+SELECT
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'PENDING'
+        AND (archive_next_run_at IS NULL OR archive_next_run_at <= now())),
+    (SELECT CAST(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0)
+                 AS double precision)
+       FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'RUNNING'
+        AND archive_locked_at < now() - make_interval(secs => :lock_ttl)),
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours')
+"""
+
+# Scans the whole table (no index covers SUCCEEDED or NULL): opt-in.
+ALL_STATES_SQL = """
+SELECT COALESCE(archive_status, 'not queued'), count(*)
+FROM image_generation_records
+GROUP BY 1
+ORDER BY 1
+"""
+
+
+@dataclass(frozen=True)
+class ArchiveCounts:
+    pending: int
+    pending_due: int
+    # How long the longest-waiting PENDING row has been due; 0 when none is due yet.
+    oldest_pending_age_seconds: float | None
+    running: int
+    running_expired: int
+    failed: int
+    failed_last_24h: int
+    # Every state including SUCCEEDED and never queued; only with --all.
+    all_states: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    name: str
+    url: str
+    visible: int
+    in_flight: int
+    delayed: int
+
+    @property
+    def total(self) -> int:
+        return self.visible + self.in_flight + self.delayed
+
+
+@dataclass
+class Status:
+    archive: ArchiveCounts
+    queues: list[QueueDepth] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for queue in data["queues"]:
+            queue["total"] = queue["visible"] + queue["in_flight"] + queue["delayed"]
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+
+def archive_counts(db: Database, *, lock_ttl_seconds: int, include_all: bool) -> ArchiveCounts:
+    [row] = db.run(LIVE_STATES_SQL, lock_ttl=lock_ttl_seconds)
+    pending, due, oldest, running, expired, failed, failed_24h = row
+    all_states = None
+    if include_all:
+        all_states = {str(state): int(count) for state, count in db.run(ALL_STATES_SQL)}
+    return ArchiveCounts(
+        pending=int(pending),
+        pending_due=int(due),
+        oldest_pending_age_seconds=None if oldest is None else round(float(oldest), 1),
+        running=int(running),
+        running_expired=int(expired),
+        failed=int(failed),
+        failed_last_24h=int(failed_24h),
+        all_states=all_states,
+    )
+
+
+def queue_depth(client: SQSClient, name: str, url: str) -> QueueDepth:
+    attributes = client.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=[
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ],
+    )["Attributes"]
+    return QueueDepth(
+        name=name,
+        url=url,
+        visible=int(attributes.get("ApproximateNumberOfMessages", 0)),
+        in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
+        delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)),
+    )
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def render(status: Status) -> str:
+    """The human-readable report."""
+    a = status.archive
+    lines = [
+        "archive states (PostgreSQL)",
+        f"  PENDING     {a.pending:>8}   due now: {a.pending_due}, "
+        f"oldest due for: {_age(a.oldest_pending_age_seconds) if a.pending_due else '-'}",
+        f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
+        f"  FAILED      {a.failed:>8}   generated in the last 24 h: {a.failed_last_24h}",
+    ]
+    if a.all_states is not None:
+        lines.append("  all states (full scan):")
+        lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
+    if status.queues:
+        lines.append("queues (SQS, approximate)")
+        lines.append(f"  {'':<6} {'visible':>8} {'in flight':>10} {'delayed':>8}   url")
+        lines += [
+            f"  {q.name:<6} {q.visible:>8} {q.in_flight:>10} {q.delayed:>8}   {q.url}"
+            for q in status.queues
+        ]
+    lines += [f"note: {note}" for note in status.notes]
+    return "\n".join(lines)

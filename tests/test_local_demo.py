@@ -1,0 +1,191 @@
+"""`make local` (python -m devkit.demo) as a user runs it: a subprocess, real services.
+
+The short mode is what CI runs: it must finish well under a minute, conclude every
+record, and print the summary the scenario predicts. Ctrl-C must leave nothing running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devkit.demo import report, run, scenario
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def demo_command(tmp_path: Path, *args: str) -> list[str]:
+    command = [sys.executable, "-m", "devkit.demo", "--data-dir", str(tmp_path / "run"), *args]
+    if os.environ.get("TEST_DATABASE_URL"):
+        command += ["--database-url", os.environ["TEST_DATABASE_URL"]]
+    return command
+
+
+def demo_env() -> dict[str, str]:
+    # The demo sets up its own AWS environment; nothing from the test session leaks in.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ARCHIVE_", "LSKY_"))}
+
+
+def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -> None:
+    summary_path = tmp_path / "summary.json"
+    started = time.monotonic()
+    result = subprocess.run(
+        demo_command(tmp_path, "--short", "--summary-json", str(summary_path)),
+        cwd=REPO_ROOT,
+        env=demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert elapsed < 45, f"short mode took {elapsed:.0f}s"
+
+    expected = scenario.Expected.of(scenario.plan(scenario.SHORT.records))
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    assert summary["completed"] is True
+    assert summary["function_errors"] == 0
+    assert summary["records"] == scenario.SHORT.records
+    assert (summary["archived"], summary["failed"]) == (expected.archived, expected.failed)
+    assert summary["retried"] == expected.retried
+    assert summary["dlq"] == expected.dlq
+    assert summary["swept"] == expected.swept
+
+    out = result.stdout
+    # The table, as printed.
+    header = re.search(
+        r"^\s+records\s+archived\s+retried\s+failed\s+DLQ\s+re-sent by sweeper\s+time$", out, re.M
+    )
+    assert header, out
+    numbers = out[header.end() :].splitlines()[1].split()
+    assert numbers[:6] == [
+        str(n)
+        for n in (
+            scenario.SHORT.records,
+            expected.archived,
+            expected.retried,
+            expected.failed,
+            expected.dlq,
+            expected.swept,
+        )
+    ]
+    # A line per event: each kind of outcome shows up.
+    for text in ("archived     attempt 1/3", "retry in 1 s", "FAILED", "malformed", "re-sent 1"):
+        assert text in out, text
+    # The archived files exist where the summary says, with the upstream's bytes.
+    assert len(summary["files"]) == expected.archived
+    for item in summary["files"]:
+        path = Path(item["path"])
+        assert path.is_file(), path
+        assert str(path) in out
+        sample = next(
+            s for s in scenario.plan(scenario.SHORT.records) if s.record_id == item["record_id"]
+        )
+        assert path.read_bytes() == sample.body()
+    assert {f["record_id"] for f in summary["failures"]} == {
+        s.record_id for s in scenario.plan(scenario.SHORT.records) if s.kind in scenario.FAILS
+    }
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append(f"{cmdline.parent.name}: {args}")
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="process check reads /proc")
+@pytest.mark.parametrize("target", ["process", "terminal"])
+def test_ctrl_c_stops_everything_it_started(tmp_path: Path, target: str) -> None:
+    """`terminal`: SIGINT to the whole process group, as a terminal's Ctrl-C does (the
+    containers get it too); `process`: to the demo alone, as `kill -INT` does."""
+    process = subprocess.Popen(
+        demo_command(tmp_path, "--records", "60"),
+        cwd=REPO_ROOT,
+        env=demo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, like a terminal's foreground job
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if " seed " in line:
+                break
+        time.sleep(1.0)  # mid-run: invocations in flight, the sweeper scheduled
+        interrupted = time.monotonic()
+        if target == "terminal":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+        stopped_in = time.monotonic() - interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = "".join(lines) + rest
+    assert process.returncode == run.EXIT_INTERRUPTED, output
+    assert "summary (interrupted)" in output
+    assert stopped_in < 15
+
+    ports = [int(p) for p in re.findall(r"http://127\.0\.0\.1:(\d+)", output)]
+    cluster = re.search(r"127\.0\.0\.1:(\d+) \(throwaway cluster\)", output)
+    if cluster:
+        ports.append(int(cluster.group(1)))
+        assert not _processes_mentioning(f"-p {cluster.group(1)} "), "postgres still running"
+    assert len(ports) >= 3, output  # sqs, lsky, upstream (+ postgres)
+    assert [p for p in ports if _port_open(p)] == []
+    pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
+    assert len(pids) == 3, output  # two archive containers and the sweeper's
+    assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
+
+
+def test_the_scenario_covers_every_path_in_short_mode() -> None:
+    kinds = {s.kind for s in scenario.plan(scenario.SHORT.records)}
+    assert {
+        scenario.Kind.SLOW,
+        scenario.Kind.FLAKY,
+        scenario.Kind.GONE,
+        scenario.Kind.BROKEN,
+    } <= kinds
+    assert {scenario.Kind.LOST, scenario.Kind.STALE} <= kinds
+    assert scenario.plan(30)[-1].kind is scenario.Kind.OK
+    assert [s.record_id for s in scenario.plan(5)] == [1, 2, 3, 4, 5]
+
+
+def test_progress_lines_for_each_outcome() -> None:
+    line = report.describe_log(
+        {"outcome": "retry", "record_id": "7", "retry_in_seconds": 2, "error": "boom"}
+    )
+    assert line == "#7    retry in 2 s  boom"
+    assert report.describe_log({"message": "archive started", "level": "INFO"}) is None
+    assert report.describe_log({"message": "odd", "level": "WARNING", "record_id": "3"}) == (
+        "#3    warning      odd"
+    )

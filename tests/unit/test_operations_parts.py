@@ -1,0 +1,125 @@
+"""The pure parts of archive-ctl: argument types, the schema splitter, error classes."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from botocore.exceptions import ClientError
+
+from lib import migrate, redrive
+from lib.cli import build_parser, parse_since, record_id
+from lib.message import MAX_RECORD_ID
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "ago"),
+    [
+        ("24h", timedelta(hours=24)),
+        ("90m", timedelta(minutes=90)),
+        ("45s", timedelta(seconds=45)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        ("1d12h", timedelta(days=1, hours=12)),
+        (" 3H ", timedelta(hours=3)),
+    ],
+)
+def test_since_durations_count_back_from_now(text: str, ago: timedelta) -> None:
+    assert parse_since(text, now=NOW) == NOW - ago
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01", datetime(2026, 12, 1, tzinfo=UTC)),
+        ("2026-12-01T08:30", datetime(2026, 12, 1, 8, 30, tzinfo=UTC)),
+        ("2026-12-01T08:30:00Z", datetime(2026, 12, 1, 8, 30, tzinfo=UTC)),
+        (
+            "2026-12-01T08:30+08:00",
+            datetime(2026, 12, 1, 8, 30, tzinfo=timezone(timedelta(hours=8))),
+        ),
+    ],
+)
+def test_since_accepts_iso_dates_and_times_utc_unless_an_offset_is_given(
+    text: str, expected: datetime
+) -> None:
+    assert parse_since(text) == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "24", "h24", "1d x", "", "-3h"])
+def test_since_rejects_anything_else_with_examples(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="24h"):
+        parse_since(text)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5", "abc", "١٢", str(MAX_RECORD_ID + 1)])
+def test_record_ids_follow_the_message_contract(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        record_id(text)
+
+
+def test_record_id_accepts_the_largest_bigint() -> None:
+    assert record_id(str(MAX_RECORD_ID)) == MAX_RECORD_ID
+
+
+def test_every_command_is_registered_with_a_handler() -> None:
+    parser = build_parser()
+    for argv in (
+        ["status"],
+        ["enqueue", "1"],
+        ["requeue", "--failed"],
+        ["redrive-dlq"],
+        ["migrate"],
+    ):
+        assert callable(parser.parse_args(argv).handler)
+
+
+def test_split_statements_on_line_end_semicolons_only() -> None:
+    sql = "-- c\nSET a = 1;\n\nCREATE INDEX x\n  ON t (c) -- tail; not an end\n  WHERE s = 'a;b';\n"
+    assert migrate.split_statements(sql) == [
+        "SET a = 1",
+        "CREATE INDEX x\n  ON t (c) -- tail; not an end\n  WHERE s = 'a;b'",
+    ]
+
+
+def test_the_migration_file_splits_into_its_statements() -> None:
+    statements = migrate.load(migrate.schema_files(with_base_schema=False))
+    assert statements[0].sql == "SET lock_timeout = '5s'"
+    assert sum(s.sql.startswith("ALTER TABLE") for s in statements) == 11
+    assert migrate.concurrent_index_names(statements) == [
+        "image_generation_records_archive_pending_idx",
+        "image_generation_records_archive_running_idx",
+        "image_generation_records_archive_failed_idx",
+    ]
+    with_base = migrate.load(migrate.schema_files(with_base_schema=True))
+    assert with_base[0].source.name == "base_schema.sql"
+    assert with_base[-len(statements) :] == statements
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "StartMessageMoveTask",
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("500", 500, True),  # moto: a bare 500 with no SQS error code
+        ("NotImplemented", 501, True),
+        ("InvalidAction", 400, True),
+        ("UnknownOperationException", 400, True),
+        ("InternalError", 500, False),  # AWS having a bad moment: do not hide it
+        ("UnsupportedOperation", 400, False),  # e.g. the source is not a DLQ: say so
+        ("AccessDenied", 403, False),
+        ("ResourceNotFoundException", 404, False),
+    ],
+)
+def test_only_a_missing_operation_triggers_the_manual_redrive(
+    code: str, status: int, expected: bool
+) -> None:
+    assert redrive.not_implemented(_client_error(code, status)) is expected
