@@ -1,0 +1,30 @@
+"""The bench plumbing that is not timing: process memory readers and the table."""
+
+from __future__ import annotations
+
+from bench.common import Row, peak_rss, reset_peak_rss, rss
+from bench.run import render
+
+
+def test_memory_readers_see_an_allocation() -> None:
+    reset_peak_rss()
+    before = rss()
+    block = b"\x01" * (32 * 1024 * 1024)  # written, so resident
+    assert peak_rss() >= before + 30 * 1024 * 1024
+    del block
+    if reset_peak_rss():
+        assert peak_rss() < before + 30 * 1024 * 1024
+
+
+def test_render_has_one_row_per_result_and_each_command_once() -> None:
+    rows = [
+        Row("1", "a", "1 MB", "<= 2 MB", True, "cmd one"),
+        Row("1", "b", "3 MB", "<= 2 MB", False, "cmd one"),
+        Row("3", "c", "5 ms", "reported", None, "cmd two"),
+    ]
+    table = render(rows, "header")
+    assert "| 1 | a | 1 MB | <= 2 MB | PASS |" in table
+    assert "| 1 | b | 3 MB | <= 2 MB | FAIL |" in table
+    assert "| 3 | c | 5 ms | reported | info |" in table
+    assert table.count("`cmd one`") == 1
+    assert table.count("`cmd two`") == 1
