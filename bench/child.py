@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT
+from bench.common import RESULTS, ROOT, SRC
 
 CHILD_TIMEOUT_SECONDS = 300
 
@@ -49,7 +49,26 @@ def run_child(module: str, args: dict[str, Any], env: dict[str, str], *, log_nam
         return json.loads(out_path.read_text(encoding="utf-8"))
 
 
+def _use_code_under_test() -> None:
+    """Make `lib` and `handlers` come from SRC (BENCH_SRC may point at another tree).
+
+    `import devkit` puts this checkout's src/ first on sys.path, and devkit.postgres
+    imports lib.migrate, so by now `lib` may be this checkout's: put SRC first and
+    forget the modules that came from elsewhere, before `measure` imports the handler.
+    """
+    src = str(SRC)
+    if src in sys.path:
+        sys.path.remove(src)
+    sys.path.insert(0, src)
+    for name in list(sys.modules):
+        if name.partition(".")[0] in ("lib", "handlers"):
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if not origin.startswith(src):
+                del sys.modules[name]
+
+
 def child_main(measure: Callable[[dict[str, Any]], Any]) -> None:
+    _use_code_under_test()
     args_path, out_path = Path(sys.argv[1]), Path(sys.argv[2])
     result = measure(json.loads(args_path.read_text(encoding="utf-8")))
     out_path.write_text(json.dumps(result), encoding="utf-8")
