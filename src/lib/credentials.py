@@ -7,6 +7,7 @@ do not call Secrets Manager; `force=True` refetches after a rotation.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -83,10 +84,16 @@ def database_params(config: DatabaseConfig, *, force: bool = False) -> DatabaseP
     return params
 
 
+# What an HTTP header value can carry: printable ASCII without spaces. Checked here, so
+# a pasted newline fails as a clear setting error instead of an exception from
+# http.client whose message would quote the whole Authorization header.
+_TOKEN_SHAPE = re.compile(r"[\x21-\x7e]+")
+
+
 def lsky_token(token: str | None, secret_arn: str | None, *, force: bool = False) -> str:
     """The Lsky personal token ("<id>|<token>"); a secret may hold it plain or as {"token": ...}."""
     if token:
-        return token
+        return _checked_token(token.strip(), "LSKY_TOKEN")
     if not secret_arn:
         raise ConfigError("missing required setting: set LSKY_TOKEN or LSKY_TOKEN_SECRET_ARN")
     text = _secret(secret_arn, force=force).strip()
@@ -97,4 +104,11 @@ def lsky_token(token: str | None, secret_arn: str | None, *, force: bool = False
             raise ConfigError("LSKY_TOKEN_SECRET_ARN secret is JSON without a token key") from None
     if not text:
         raise ConfigError("LSKY_TOKEN_SECRET_ARN secret is empty")
-    return text
+    return _checked_token(text, "LSKY_TOKEN_SECRET_ARN")
+
+
+def _checked_token(token: str, setting: str) -> str:
+    if not _TOKEN_SHAPE.fullmatch(token):
+        # Never quote the value: it is the secret.
+        raise ConfigError(f"{setting} holds characters a token cannot have (spaces, line breaks)")
+    return token

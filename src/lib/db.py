@@ -28,7 +28,8 @@ from lib.config import DatabaseConfig
 from lib.credentials import DatabaseParams, database_params
 from lib.observability import logger
 
-CONNECT_TIMEOUT_SECONDS = 10
+# Short: a reconnect may happen after the transfer, inside the time kept to record it.
+CONNECT_TIMEOUT_SECONDS = 5
 STATEMENT_TIMEOUT_MS = 15_000
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # SQLSTATEs after which the session is gone: connection exceptions and shutdowns.
@@ -66,12 +67,19 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-def _ssl_context(sslmode: str) -> ssl.SSLContext | None:
+def ssl_option(sslmode: str) -> ssl.SSLContext | bool | None:
+    """pg8000's `ssl_context` for a libpq-style sslmode.
+
+    pg8000 itself reads False as "no TLS" and None as "try TLS, stay plain if the
+    server refuses" (libpq's prefer); a context means TLS or nothing.
+    """
     if sslmode == "disable":
+        return False
+    if sslmode == "prefer":
         return None
     if sslmode == "verify-full":
         return ssl.create_default_context()
-    # require/prefer: encrypted, not verified (libpq's semantics for these modes).
+    # require: encrypted, not verified (libpq's semantics for this mode).
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -86,31 +94,20 @@ def effective_sslmode(params: DatabaseParams) -> str:
 
 
 def open_connection(params: DatabaseParams, *, application_name: str) -> pg8000.native.Connection:
-    sslmode = effective_sslmode(params)
-
-    def connect(context: ssl.SSLContext | None) -> pg8000.native.Connection:
-        conn = pg8000.native.Connection(
-            user=params.user,
-            password=params.password,
-            host=params.host,
-            port=params.port,
-            database=params.database,
-            ssl_context=context,
-            timeout=CONNECT_TIMEOUT_SECONDS,
-            application_name=application_name,
-            tcp_keepalive=True,
-        )
-        # A wedged statement must end before the function times out.
-        conn.run(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
-        return conn
-
-    try:
-        return connect(_ssl_context(sslmode))
-    except pg8000.exceptions.InterfaceError:
-        if sslmode != "prefer":
-            raise
-        # prefer: the server may not offer TLS at all; fall back like libpq does.
-        return connect(None)
+    conn = pg8000.native.Connection(
+        user=params.user,
+        password=params.password,
+        host=params.host,
+        port=params.port,
+        database=params.database,
+        ssl_context=ssl_option(effective_sslmode(params)),
+        timeout=CONNECT_TIMEOUT_SECONDS,
+        application_name=application_name,
+        tcp_keepalive=True,
+    )
+    # A wedged statement must end before the function times out.
+    conn.run(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    return conn
 
 
 class Database:

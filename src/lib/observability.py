@@ -7,6 +7,7 @@ botocore), so the Tracer is only built when POWERTOOLS_TRACE_DISABLED is false.
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -19,6 +20,16 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def log_unexpected(message: str, error: BaseException) -> None:
+    """Log a bug with its stack but without exception messages, which may quote values
+    (a header with the token, a parameter); the type and the frames locate it."""
+    logger.error(
+        message,
+        error_type=type(error).__name__,
+        stack="".join(traceback.format_tb(error.__traceback__)),
+    )
 
 
 def tracing_enabled() -> bool:

@@ -118,6 +118,7 @@ class ClaimSnapshot:
     archive_status: str | None = None
     lock_expired: bool = False
     due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
+    exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
 
 
 def early_delay(snapshot: ClaimSnapshot) -> int | None:
@@ -138,6 +139,8 @@ def skip_reason(snapshot: ClaimSnapshot) -> str:
     """Why a message whose claim did not win is a duplicate or a stray."""
     if not snapshot.exists:
         return "record not found"
+    if snapshot.exhausted:
+        return "lock expired after the last attempt: failed"
     if snapshot.status != "SUCCEEDED":
         return f"generation status is {snapshot.status}"
     if snapshot.archive_status in ("SUCCEEDED", "FAILED"):

@@ -50,10 +50,12 @@ def failed_entries(entry_ids: Sequence[str], response: Mapping[str, Any]) -> dic
 
 class Queue:
     def __init__(
-        self, *, connect_timeout: float = 3, read_timeout: float = 10, max_attempts: int = 3
+        self, *, connect_timeout: float = 2, read_timeout: float = 5, max_attempts: int = 2
     ) -> None:
-        # Callers with a time budget (the sweeper) pass smaller values: one call can
-        # take about max_attempts x (connect or read timeout) when SQS is unreachable.
+        # Short by default: both functions call SQS inside a time budget (the archive
+        # function after its transfer, the sweeper between pages), and one call can take
+        # about max_attempts x (connect or read timeout) when SQS is unreachable.
+        # Interactive tools may pass longer values.
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_attempts = max_attempts

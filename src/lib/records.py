@@ -42,16 +42,38 @@ claimed AS (
                  OR r.archive_next_run_at <= now() + make_interval(secs => :early_slack)))
            OR (r.archive_status = 'RUNNING'
                AND (r.archive_locked_by = :owner
-                    OR r.archive_locked_at IS NULL
-                    OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))))
+                    OR ((r.archive_locked_at IS NULL
+                         OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))
+                        AND r.archive_attempts < :max_attempts))))
     RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
+),
+-- An expired lock on the last attempt is concluded here, as the sweeper would: taking
+-- it over would run one attempt more than allowed. Its condition excludes `claimed`'s,
+-- so the two never touch the same row.
+exhausted AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'FAILED',
+        archive_error = 'lock expired after the last attempt',
+        archive_next_run_at = NULL,
+        archive_locked_by = NULL,
+        archive_locked_at = NULL
+    WHERE r.id = :record_id
+      AND r.status = 'SUCCEEDED'
+      AND r.archive_status = 'RUNNING'
+      AND r.archive_locked_by IS DISTINCT FROM :owner
+      AND (r.archive_locked_at IS NULL
+           OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))
+      AND r.archive_attempts >= :max_attempts
+    RETURNING r.id
 )
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
+       exhausted.id IS NOT NULL,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts
 FROM (SELECT 1) AS one
 LEFT JOIN target ON true
 LEFT JOIN claimed ON true
+LEFT JOIN exhausted ON true
 LEFT JOIN users AS u ON u.id = claimed.user_id
 """
 
@@ -140,12 +162,15 @@ class Records:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def claim(self, record_id: int, *, owner: str, lock_ttl_seconds: int) -> ClaimResult:
+    def claim(
+        self, record_id: int, *, owner: str, lock_ttl_seconds: int, max_attempts: int
+    ) -> ClaimResult:
         rows = self.db.run(
             CLAIM_SQL,
             record_id=record_id,
             owner=owner,
             lock_ttl=lock_ttl_seconds,
+            max_attempts=max_attempts,
             early_slack=EARLY_SLACK_SECONDS,
         )
         (
@@ -153,6 +178,7 @@ class Records:
             archive_status,
             lock_expired,
             due_in,
+            exhausted,
             claimed_id,
             user_id,
             username,
@@ -166,6 +192,7 @@ class Records:
             archive_status=archive_status,
             lock_expired=bool(lock_expired),
             due_in_seconds=float(due_in) if due_in is not None else 0.0,
+            exhausted=bool(exhausted),
         )
         if claimed_id is None:
             return ClaimResult(None, snapshot)

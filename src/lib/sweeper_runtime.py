@@ -13,22 +13,14 @@ from lib.db import Database
 from lib.queue import Queue
 from lib.sweeper import Sweeper, SweepStore
 
-# A run has a time budget: SQS calls must fail fast enough to be checked against it
-# (see sweep_policy.SEND_RESERVE_MS), so the client retries once with short timeouts.
-SQS_CONNECT_TIMEOUT_SECONDS = 2
-SQS_READ_TIMEOUT_SECONDS = 5
-SQS_MAX_ATTEMPTS = 2
-
 
 def build_sweeper(settings: SweeperSettings) -> Sweeper:
     return Sweeper(
         settings=settings,
         store=SweepStore(Database(settings.database, application_name="image-archive-sweeper")),
-        queue=Queue(
-            connect_timeout=SQS_CONNECT_TIMEOUT_SECONDS,
-            read_timeout=SQS_READ_TIMEOUT_SECONDS,
-            max_attempts=SQS_MAX_ATTEMPTS,
-        ),
+        # Queue's short default timeouts keep a send failure inside the run's time
+        # budget (see sweep_policy.SEND_RESERVE_MS).
+        queue=Queue(),
     )
 
 

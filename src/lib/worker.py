@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib import policy
-from lib.config import Settings
+from lib.config import ConfigError, Settings
 from lib.db import DatabaseUnavailable
 from lib.download import Downloader, ImageStream, spool
 from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
@@ -24,16 +24,16 @@ from lib.imagetype import ImageType
 from lib.lsky import HostedImage, LskyClient
 from lib.message import MalformedMessage, parse_record_id
 from lib.naming import hosted_file_name
-from lib.observability import logger, metrics
+from lib.observability import log_unexpected, logger, metrics
 from lib.queue import Queue
 from lib.records import Records, Task
 from lib.timeguard import download_needs, time_left, upload_needs
 
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
-MIN_ATTEMPT_MS = 15_000
+MIN_ATTEMPT_MS = 25_000
 # Stop transfers this long before Lambda's hard timeout, to leave time to record the outcome.
-FINISH_RESERVE_MS = 5_000
+FINISH_RESERVE_MS = 15_000
 # How soon a message comes back after the invocation ran out of time.
 NO_TIME_RETRY_SECONDS = 5
 
@@ -112,7 +112,10 @@ class ArchiveWorker:
             logger.warning("not enough time left to start; redelivering", outcome=Outcome.RELEASED)
             return Result(Outcome.RELEASED, record_id, "not enough time left", redeliver=True)
         claim = self.records.claim(
-            record_id, owner=owner, lock_ttl_seconds=self.settings.lock_ttl_seconds
+            record_id,
+            owner=owner,
+            lock_ttl_seconds=self.settings.lock_ttl_seconds,
+            max_attempts=self.settings.max_attempts,
         )
         task = claim.task
         if task is None:
@@ -127,8 +130,12 @@ class ArchiveWorker:
             if error.failure.kind is Kind.NO_TIME:
                 return self._release(message, task, owner, error.failure.message)
             return self._failed_attempt(message, task, owner, error.failure)
+        except ConfigError as error:
+            # A bad secret value (fetched lazily); its message names the setting, not the value.
+            failure = Failure(Stage.UPLOAD, Kind.BAD_RESPONSE, f"configuration: {error}")
+            return self._failed_attempt(message, task, owner, failure)
         except Exception as error:  # noqa: BLE001 - a bug must spend an attempt, not loop forever
-            logger.exception("unexpected error during archive")
+            log_unexpected("unexpected error during archive", error)
             failure = Failure(
                 Stage.DOWNLOAD, Kind.BAD_RESPONSE, f"internal error ({type(error).__name__})"
             )

@@ -452,3 +452,71 @@ def test_a_message_a_moment_before_the_due_time_is_on_time(
     seed_record(db, 61, image_url=upstream.url("/f.png"), attempts=1, next_run_at=-2)
     assert archive.deliver(encode(61)) == {"batchItemFailures": []}
     assert fetch_record(db, 61)["archive_status"] == "SUCCEEDED"
+
+
+def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    upstream.add("/x.png", PNG)
+    seed_record(
+        db,
+        70,
+        image_url=upstream.url("/x.png"),
+        archive_status="RUNNING",
+        attempts=3,
+        locked_by="crashed-invocation",
+        locked_at=3600,
+    )
+    assert archive.deliver(encode(70)) == {"batchItemFailures": []}
+    row = fetch_record(db, 70)
+    assert row["archive_status"] == "FAILED"
+    assert row["archive_attempts"] == 3
+    assert row["archive_error"] == "lock expired after the last attempt"
+    assert row["archive_locked_by"] is None
+    assert upstream.hits("/x.png") == 0
+    assert lsky.upload_count == 0
+    assert archive.log_for("message skipped")["reason"] == (
+        "lock expired after the last attempt: failed"
+    )
+
+
+def test_sslmode_require_against_a_server_without_tls_is_refused(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, pg_dsn: str
+) -> None:
+    upstream.add("/tls.png", PNG)
+    seed_record(db, 71, image_url=upstream.url("/tls.png"))
+    archive_env(DB_SSLMODE="require")  # the test cluster has no TLS
+    response = archive.deliver(encode(71))
+    assert len(response["batchItemFailures"]) == 1
+    assert (
+        "Server refuses SSL"
+        in archive.log_for("database unavailable; message will be redelivered")["error"]
+    )
+    assert fetch_record(db, 71)["archive_attempts"] == 0
+
+    archive_env(DB_SSLMODE="prefer")  # falls back to plain, as libpq does
+    seed_record(db, 72, image_url=upstream.url("/tls.png"))
+    assert archive.deliver(encode(72)) == {"batchItemFailures": []}
+
+
+def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
+    archive_env: Any,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    secret = "1|abc\ndef-secret-half"
+    archive_env(LSKY_TOKEN=secret)
+    upstream.add("/tok.png", PNG)
+    seed_record(db, 73, image_url=upstream.url("/tok.png"), attempts=2)
+
+    assert archive.deliver(encode(73)) == {"batchItemFailures": []}
+    row = fetch_record(db, 73)
+    assert row["archive_status"] == "FAILED"
+    assert "LSKY_TOKEN holds characters a token cannot have" in row["archive_error"]
+    out, err = capfd.readouterr()
+    for text in (out, err, json.dumps(archive.logs()), row["archive_error"]):
+        assert "def-secret-half" not in text
+    assert lsky.upload_count == 0

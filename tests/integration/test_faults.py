@@ -64,12 +64,14 @@ def test_too_little_time_to_start_gives_the_message_back_unclaimed(
 def test_a_transfer_that_cannot_finish_is_not_started_and_spends_no_attempt(
     archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
 ) -> None:
-    size = 20 * 1024 * 1024  # at 2 MiB/s: 12 s down + 15 s up, more than the 20 s left
+    # At 2 MiB/s: 15 s down + 15 s up (plus overheads), more than the 25 s a 40 s
+    # invocation has for transfers once the 15 s finish reserve is kept back.
+    size = 30 * 1024 * 1024
     upstream.add("/big.png", StreamBody.of(lambda: images.png_stream(size=size), size))
     seed_record(db, 61, image_url=upstream.url("/big.png"), attempts=1)
 
     before = time.time()
-    response = archive.deliver(encode(61), FakeLambdaContext(timeout_seconds=25))
+    response = archive.deliver(encode(61), FakeLambdaContext(timeout_seconds=40))
 
     assert len(response["batchItemFailures"]) == 1
     row = fetch_record(db, 61)

@@ -145,3 +145,29 @@ def test_database_url_and_secret() -> None:
         parse_database_url("mysql://x@y/z")
     override = database_params(DatabaseConfig(url="postgresql://u@h/d", sslmode="verify-full"))
     assert override.sslmode == "verify-full"
+
+
+def test_sslmode_maps_to_pg8000s_ssl_context() -> None:
+    import ssl
+
+    from lib.db import ssl_option
+
+    assert ssl_option("disable") is False  # pg8000: no TLS at all
+    assert ssl_option("prefer") is None  # pg8000: try TLS, stay plain if refused
+    require = ssl_option("require")
+    assert isinstance(require, ssl.SSLContext)
+    assert require.verify_mode is ssl.CERT_NONE
+    verify = ssl_option("verify-full")
+    assert isinstance(verify, ssl.SSLContext)
+    assert verify.verify_mode is ssl.CERT_REQUIRED
+    assert verify.check_hostname
+
+
+@pytest.mark.parametrize("token", ["1|abc def", "1|abc\ndef", "1|abc\tdef", "1|ключ"])
+def test_tokens_that_cannot_be_a_header_are_refused_without_quoting_them(token: str) -> None:
+    from lib.credentials import lsky_token
+
+    with pytest.raises(ConfigError, match="LSKY_TOKEN holds characters") as caught:
+        lsky_token(token, None)
+    assert token not in str(caught.value)
+    assert lsky_token(" 1|abc-DEF_123 ", None) == "1|abc-DEF_123"
