@@ -49,7 +49,6 @@ NOT_FOUND_MESSAGE = (
     "(apt-get install -y postgresql) or set TEST_DATABASE_URL"
 )
 
-SCHEMA_FILES = migrate.schema_files(with_base_schema=True)
 # Kept under its old name for callers of devkit; the one splitter lives in lib.migrate.
 schema_statements = migrate.split_statements
 

@@ -28,7 +28,9 @@ SELECT
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'RUNNING'
-        AND archive_locked_at < now() - make_interval(secs => :lock_ttl)),
+        -- no lock time counts as expired, as in the claim and the sweeper
+        AND (archive_locked_at IS NULL
+             OR archive_locked_at < now() - make_interval(secs => :lock_ttl))),
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours')

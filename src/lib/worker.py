@@ -317,6 +317,8 @@ class ArchiveWorker:
             outcome=Outcome.UNCONCLUDED,
             error=error,
             retry_in_seconds=delay,
+            # After maxReceiveCount receives the redrive policy parks it in the DLQ.
+            receive_count=message.receive_count,
         )
         metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
         return Result(Outcome.UNCONCLUDED, record_id, error, redeliver=True)

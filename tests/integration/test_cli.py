@@ -172,6 +172,7 @@ def test_status_counts_live_states_and_queue_depths(
     seed_record(db, 2, image_url=URL, archive_status="PENDING", next_run_at=-60)  # due in 1 min
     seed_record(db, 3, image_url=URL, archive_status="RUNNING", locked_by="x", locked_at=10)
     seed_record(db, 4, image_url=URL, archive_status="RUNNING", locked_by="y", locked_at=3600)
+    seed_record(db, 9, image_url=URL, archive_status="RUNNING")  # no lock time: expired too
     seed_record(db, 5, image_url=URL, archive_status="FAILED")
     seed_record(db, 6, image_url=URL, archive_status="FAILED", started_at=3 * 86400)
     seed_record(db, 7, image_url=URL, archive_status="SUCCEEDED")
@@ -186,12 +187,12 @@ def test_status_counts_live_states_and_queue_depths(
     assert archive["pending"] == 2
     assert archive["pending_due"] == 1
     assert 590 <= archive["oldest_pending_age_seconds"] <= 700
-    assert (archive["running"], archive["running_expired"]) == (2, 1)
+    assert (archive["running"], archive["running_expired"]) == (3, 2)
     assert (archive["failed"], archive["failed_last_24h"]) == (2, 1)
     assert archive["all_states"] == {
         "FAILED": 2,
         "PENDING": 2,
-        "RUNNING": 2,
+        "RUNNING": 3,
         "SUCCEEDED": 1,
         "not queued": 1,
     }
@@ -200,7 +201,7 @@ def test_status_counts_live_states_and_queue_depths(
 
     assert ctl("status") == cli.EXIT_OK
     assert "PENDING            2   due now: 1, oldest due for: 10 min" in ctl.out
-    assert "lock expired: 1" in ctl.out
+    assert "lock expired: 2" in ctl.out
     assert "SUCCEEDED" not in ctl.out  # the full scan is opt-in
 
 
