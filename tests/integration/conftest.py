@@ -90,7 +90,7 @@ class ArchiveHarness:
 @pytest.fixture
 def archive_env(
     monkeypatch: pytest.MonkeyPatch, pg_dsn: str, lsky: Any, queues: QueuePair
-) -> Callable[..., dict[str, str]]:
+) -> Iterator[Callable[..., dict[str, str]]]:
     """Set the archive function's environment (overrides as keyword args) and reset its state."""
 
     def apply(**overrides: str | None) -> dict[str, str]:
@@ -119,7 +119,7 @@ def archive_env(
         runtime.reset()
         return {k: v for k, v in env.items() if v is not None}
 
-    yield apply  # type: ignore[misc]
+    yield apply
     runtime.reset()
 
 

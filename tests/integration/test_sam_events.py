@@ -9,6 +9,7 @@ call; only the addresses of the local services are swapped for the test ones
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,7 +42,7 @@ def local_env(function: str, *, pg_dsn: str, lsky_url: str, sqs_url: str) -> dic
 
 
 @pytest.fixture
-def sam_queues(sqs: Any) -> dict[str, str]:
+def sam_queues(sqs: Any) -> Iterator[dict[str, str]]:
     """The queues env.json and the event file name (fixed names, as the template makes)."""
     dlq = sqs.create_queue(QueueName="image-archive-dlq")["QueueUrl"]
     queue = sqs.create_queue(QueueName="image-archive-queue")["QueueUrl"]
