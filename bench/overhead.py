@@ -32,7 +32,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     import boto3  # noqa: PLC0415 - the child imports what it measures
     import pg8000.core  # noqa: PLC0415
 
-    from bench.lambda_call import Context  # noqa: PLC0415
+    from devkit.context import LambdaContext  # noqa: PLC0415
     from devkit.postgres import connect  # noqa: PLC0415
     from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
     from handlers.archive import lambda_handler  # noqa: PLC0415
@@ -61,7 +61,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         statements0 = runtime.archive_worker().records.db.statements_run if warm else 0
         waits0 = waits
         started = time.perf_counter()
-        response = lambda_handler(event, Context())
+        response = lambda_handler(event, LambdaContext())
         seconds = time.perf_counter() - started
         if response["batchItemFailures"]:
             raise RuntimeError(f"record {record_id} failed: {response}")

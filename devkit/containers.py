@@ -24,13 +24,15 @@ import sys
 import threading
 import time
 import traceback
-import uuid
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["Container", "ContainerDied", "Invocation", "LocalContext"]
+from devkit.context import LambdaContext
+from devkit.sqs import DEFAULT_REGION
+
+__all__ = ["Container", "ContainerDied", "Invocation"]
 
 _READY_TIMEOUT = 60.0
 _POLL = 0.05
@@ -48,26 +50,6 @@ class Invocation:
 
 class ContainerDied(RuntimeError):
     """The container process exited or stopped answering."""
-
-
-class LocalContext:
-    """The parts of Lambda's context object that handlers and Powertools read."""
-
-    def __init__(self, function_name: str, timeout_seconds: float, memory_mb: int = 512) -> None:
-        region = os.environ.get("AWS_REGION", "us-east-1")
-        self.function_name = function_name
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = f"arn:aws:lambda:{region}:123456789012:function:{function_name}"
-        self.memory_limit_in_mb = memory_mb
-        self.aws_request_id = str(uuid.uuid4())
-        self.log_group_name = f"/aws/lambda/{function_name}"
-        self.log_stream_name = f"local/[$LATEST]{uuid.uuid4().hex}"
-        self.identity = None
-        self.client_context = None
-        self._deadline = time.monotonic() + timeout_seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 class _Capture(io.TextIOBase):
@@ -143,7 +125,11 @@ def _serve(conn: Connection, spec: _Spec) -> None:
                 return  # the parent went away
             if event is None:
                 return
-            context = LocalContext(spec.function_name, spec.timeout_seconds)
+            context = LambdaContext(
+                function_name=spec.function_name,
+                timeout_seconds=spec.timeout_seconds,
+                region=os.environ.get("AWS_REGION", DEFAULT_REGION),
+            )
             started = time.monotonic()
             capture.begin()
             try:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from devkit.context import LambdaContext
 from devkit.sqs import DEFAULT_ACCOUNT, DEFAULT_REGION, lambda_event
 
 if TYPE_CHECKING:
@@ -114,31 +114,8 @@ def fetch_record(conn: Any, record_id: int) -> dict[str, Any]:
     return dict(zip(names, rows[0], strict=True))
 
 
-class FakeLambdaContext:
-    """Enough of the Lambda context object for handlers and Powertools."""
-
-    def __init__(
-        self,
-        *,
-        timeout_seconds: float = 120.0,
-        function_name: str = "ArchiveFunction",
-        memory_limit_in_mb: int = 512,
-        region: str = DEFAULT_REGION,
-        account: str = DEFAULT_ACCOUNT,
-    ) -> None:
-        self.function_name = function_name
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = f"arn:aws:lambda:{region}:{account}:function:{function_name}"
-        self.memory_limit_in_mb = memory_limit_in_mb
-        self.aws_request_id = str(uuid.uuid4())
-        self.log_group_name = f"/aws/lambda/{function_name}"
-        self.log_stream_name = f"2024/01/01/[$LATEST]{uuid.uuid4().hex}"
-        self.identity = None
-        self.client_context = None
-        self._deadline = time.monotonic() + timeout_seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+# The one context object of devkit; the tests' historical name.
+FakeLambdaContext = LambdaContext
 
 
 def sqs_event(

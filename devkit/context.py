@@ -1,0 +1,39 @@
+"""A Lambda context object for calling handlers directly (tests, benches, `make local`)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from devkit.sqs import DEFAULT_ACCOUNT, DEFAULT_REGION
+
+
+class LambdaContext:
+    """The parts of Lambda's context object that handlers and Powertools read.
+
+    `get_remaining_time_in_millis` counts down from `timeout_seconds`, as the function's
+    timeout does, so time guards behave as they would deployed.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_seconds: float = 120.0,
+        function_name: str = "ArchiveFunction",
+        memory_limit_in_mb: int = 512,
+        region: str = DEFAULT_REGION,
+        account: str = DEFAULT_ACCOUNT,
+    ) -> None:
+        self.function_name = function_name
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:{account}:function:{function_name}"
+        self.memory_limit_in_mb = memory_limit_in_mb
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = f"local/[$LATEST]{uuid.uuid4().hex}"
+        self.identity = None
+        self.client_context = None
+        self._deadline = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
