@@ -19,7 +19,7 @@ from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib import runtime
 from lib.message import encode
 from tests.logcapture import capture_logs, parse
-from tests.support import FakeLambdaContext, sqs_event
+from tests.support import FakeLambdaContext, queue_attrs, sqs_event
 
 TOKEN = DEFAULT_TOKEN
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,18 +73,10 @@ class ArchiveHarness:
         return matches[-1]
 
     def visible(self, url: str | None = None) -> int:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=url or self.queues.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessages"])
+        return queue_attrs(self.sqs, url or self.queues.url).visible
 
     def in_flight(self, url: str | None = None) -> int:
-        attrs = self.sqs.get_queue_attributes(
-            QueueUrl=url or self.queues.url,
-            AttributeNames=["ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        return queue_attrs(self.sqs, url or self.queues.url).not_visible
 
 
 @pytest.fixture
