@@ -13,11 +13,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pg8000.exceptions
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib import policy
 from lib.config import ConfigError, Settings
-from lib.db import DatabaseUnavailable
+from lib.db import DatabaseUnavailable, describe
 from lib.download import Downloader, ImageStream, spool
 from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.imagetype import ImageType
@@ -46,7 +47,7 @@ class Outcome(enum.StrEnum):
     EARLY = "early"  # a copy that came during the row's backoff: held until due
     MALFORMED = "malformed"
     RELEASED = "released"  # given back unspent: not enough time left
-    UNCONCLUDED = "unconcluded"  # database unreachable: SQS redelivers, then the DLQ
+    UNCONCLUDED = "unconcluded"  # database unreachable or a bug: SQS redelivers, then the DLQ
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,14 @@ class ArchiveWorker:
         try:
             result = self._archive(message, record_id, owner=owner, remaining_ms=remaining_ms)
         except DatabaseUnavailable as error:
-            result = self._unconcluded(message, record_id, str(error))
+            result = self._unconcluded(message, record_id, "database unavailable", str(error))
+        except pg8000.exceptions.DatabaseError as error:
+            # The server refused a statement (e.g. the migration was not applied): nothing
+            # was concluded, and the SQLSTATE says why without quoting parameters.
+            result = self._unconcluded(message, record_id, "database error", describe(error))
+        except Exception as error:  # noqa: BLE001 - never let a message fail without a log line
+            log_unexpected("unexpected error while handling a message", error)
+            result = self._unconcluded(message, record_id, "internal error", type(error).__name__)
         finally:
             logger.remove_keys(["record_id", "attempt"])
         metrics.add_metric(
@@ -306,14 +314,14 @@ class ArchiveWorker:
         metrics.add_metric(name="Released", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
 
-    def _unconcluded(self, message: Message, record_id: int, error: str) -> Result:
+    def _unconcluded(self, message: Message, record_id: int, what: str, error: str) -> Result:
         # Whether or not the claim went through, the row is safe: PENDING rows and expired
         # locks are taken over on redelivery (or by the sweeper), attempts untouched
         # unless an attempt really started.
         delay = policy.redelivery_delay(self.settings.lock_ttl_seconds)
         self._delay(message, delay)
         logger.error(
-            "database unavailable; message will be redelivered",
+            f"{what}; message will be redelivered",
             outcome=Outcome.UNCONCLUDED,
             error=error,
             retry_in_seconds=delay,

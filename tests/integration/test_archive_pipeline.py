@@ -522,3 +522,22 @@ def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
     for text in (out, err, json.dumps(archive.logs()), row["archive_error"]):
         assert "def-secret-half" not in text
     assert lsky.upload_count == 0
+
+
+def test_a_database_without_the_schema_is_logged_and_redelivered(
+    archive_env: Any, archive: ArchiveHarness, db: Any, pg_dsn: str
+) -> None:
+    from urllib.parse import urlsplit, urlunsplit
+
+    name = f"no_schema_{time.time_ns()}"
+    db.run(f'CREATE DATABASE "{name}"')
+    try:
+        archive_env(DATABASE_URL=urlunsplit(urlsplit(pg_dsn)._replace(path=f"/{name}")))
+        response = archive.deliver(encode(80))
+        assert len(response["batchItemFailures"]) == 1
+        line = archive.log_for("database error; message will be redelivered")
+        assert line["error"].startswith("42P01")  # undefined_table: the migration is missing
+        assert line["outcome"] == "unconcluded"
+    finally:
+        runtime.reset()
+        db.run(f'DROP DATABASE "{name}" WITH (FORCE)')
