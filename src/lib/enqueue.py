@@ -16,12 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from lib.db import Database
-from lib.message import encode
+from lib.queue import BatchSender, send_records
 
-BATCH = 10  # SendMessageBatch's limit
 REQUEUE_PAGE = 100
 
 # One statement marks the rows that can take a message and reports on every id asked
@@ -99,13 +98,6 @@ WHERE id = ANY(CAST(:ids AS bigint[]))
 BEGINNING = "-infinity"
 
 
-class BatchSender(Protocol):
-    """lib.queue.Queue: SendMessageBatch of (entry id, body) pairs; returns the failed
-    entries (id -> error code) and raises when the whole call fails."""
-
-    def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]: ...
-
-
 @dataclass
 class EnqueueReport:
     sent: list[int] = field(default_factory=list)
@@ -142,19 +134,14 @@ def _send(
     stamp: datetime | None,
     report: EnqueueReport,
 ) -> None:
-    """Send one message per id, ten per call. After a call fails as a whole the rest
-    is not tried: SQS is unreachable or refusing, and the sweeper will catch up."""
-    unsent: dict[int, str] = {}
-    for start in range(0, len(record_ids), BATCH):
-        chunk = record_ids[start : start + BATCH]
-        try:
-            failed = sender.send_batch(queue_url, [(str(i), encode(i)) for i in chunk])
-        except Exception as error:  # noqa: BLE001 - reported per record; the rows stay PENDING
-            reason = f"{type(error).__name__}: {str(error)[:200]}"
-            unsent.update(dict.fromkeys(record_ids[start:], reason))
-            break
-        unsent.update({int(entry_id): code for entry_id, code in failed.items()})
-        report.sent += [i for i in chunk if str(i) not in failed]
+    """Send one message per id; rows whose message did not go out lose our stamp, so the
+    sweeper sends them after its grace period."""
+    sent = send_records(sender, queue_url, record_ids)
+    report.sent += sent.sent
+    unsent: dict[int, str] = dict(sent.failed)
+    if sent.error is not None:
+        reason = f"{type(sent.error).__name__}: {str(sent.error)[:200]}"
+        unsent.update(dict.fromkeys(sent.not_tried, reason))
     if unsent and stamp is not None:
         db.run(UNSTAMP_SQL, ids=list(unsent), stamp=stamp)
     report.unsent.update(unsent)

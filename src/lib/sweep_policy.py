@@ -10,7 +10,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 # Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
 # row locks are held for milliseconds and that a stop mid-run leaves little behind.
@@ -21,8 +21,6 @@ PAGE_SIZE = 100
 SEND_RESERVE_MS = 15_000
 # A page also needs its claim statement; after that the page is sent batch by batch.
 PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
-
-Item = TypeVar("Item")
 
 
 class Step(enum.StrEnum):
@@ -80,10 +78,6 @@ def next_page(
 
 def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
-
-
-def batches(items: Sequence[Item], size: int) -> list[list[Item]]:
-    return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
 def latest_due(rows: Sequence[ClaimedRow], after: datetime | None) -> datetime | None:

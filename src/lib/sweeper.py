@@ -30,9 +30,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib import sweep_policy
 from lib.config import SweeperSettings
 from lib.db import Database
-from lib.message import encode
 from lib.observability import logger, metrics
-from lib.queue import MAX_BATCH_ENTRIES, Queue
+from lib.queue import Queue, send_records
 from lib.sweep_policy import ClaimedRow, Step, StopReason, SweepSummary
 
 # Expired locks. The attempt was spent when the claim counted it, so archive_attempts
@@ -329,40 +328,37 @@ class Sweeper:
         remaining_ms: Callable[[], int],
     ) -> StopReason | None:
         """Send one page's messages; rows not sent get their stamp back."""
-        unsent: list[ClaimedRow] = []
+        report = send_records(
+            self.queue,
+            self.settings.queue_url,
+            [row.record_id for row in rows],
+            may_send=lambda: sweep_policy.can_send_batch(remaining_ms()),
+        )
+        summary.requeued += len(report.sent)
         stop: StopReason | None = None
-        chunks = sweep_policy.batches(rows, MAX_BATCH_ENTRIES)
-        for index, chunk in enumerate(chunks):
-            if not sweep_policy.can_send_batch(remaining_ms()):
-                unsent += [row for rest in chunks[index:] for row in rest]
-                stop = StopReason.TIME
-                break
-            entries = [(str(row.record_id), encode(row.record_id)) for row in chunk]
-            try:
-                failed = self.queue.send_batch(self.settings.queue_url, entries)
-            except Exception as error:  # noqa: BLE001 - nothing of this call was sent; retry next run
-                logger.error(
-                    "could not send to the archive queue; stopping this run",
-                    step=str(step),
-                    error=type(error).__name__,
-                    detail=str(error)[:200],
-                )
-                unsent += [row for rest in chunks[index:] for row in rest]
-                stop = StopReason.SQS_ERROR
-                break
-            if failed:
-                logger.warning(
-                    "some messages were not sent",
-                    step=str(step),
-                    count=len(failed),
-                    codes=sorted(set(failed.values())),
-                    record_ids=sorted(failed)[:_LOGGED_IDS],
-                )
-                unsent += [row for row in chunk if str(row.record_id) in failed]
-            summary.requeued += len(chunk) - len(failed)
+        if report.error is not None:
+            # Nothing of that call was sent; the rows stay eligible for the next run.
+            logger.error(
+                "could not send to the archive queue; stopping this run",
+                step=str(step),
+                error=type(report.error).__name__,
+                detail=str(report.error)[:200],
+            )
+            stop = StopReason.SQS_ERROR
+        elif report.out_of_time:
+            stop = StopReason.TIME
+        if report.failed:
+            logger.warning(
+                "some messages were not sent",
+                step=str(step),
+                count=len(report.failed),
+                codes=sorted(set(report.failed.values())),
+                record_ids=[str(record_id) for record_id in sorted(report.failed)[:_LOGGED_IDS]],
+            )
+        unsent = set(report.unsent)
         if unsent:
             summary.send_failures += len(unsent)
-            self.store.restore(unsent)
+            self.store.restore([row for row in rows if row.record_id in unsent])
         return stop
 
     @staticmethod

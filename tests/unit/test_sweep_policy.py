@@ -11,7 +11,6 @@ from lib.sweep_policy import (
     ClaimedRow,
     StopReason,
     SweepSummary,
-    batches,
     can_send_batch,
     latest_due,
     next_page,
@@ -39,11 +38,6 @@ def test_a_page_needs_time_for_its_claim_and_a_send() -> None:
     assert PAGE_RESERVE_MS > SEND_RESERVE_MS
     assert can_send_batch(SEND_RESERVE_MS)
     assert not can_send_batch(SEND_RESERVE_MS - 1)
-
-
-def test_batches_of_ten() -> None:
-    assert batches(list(range(23)), 10) == [list(range(10)), list(range(10, 20)), [20, 21, 22]]
-    assert batches([], 10) == []
 
 
 def row(record_id: int, status: str = "PENDING", due: datetime | None = None) -> ClaimedRow:
