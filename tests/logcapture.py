@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from lib.observability import logger
 
@@ -36,5 +37,20 @@ def capture_logs() -> Iterator[list[str]]:
         base.setLevel(previous)
 
 
-def parse(lines: list[str]) -> list[dict[str, object]]:
+def parse(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
+
+
+class LogAssertions:
+    """For test harnesses holding `raw_logs` from capture_logs()."""
+
+    raw_logs: list[str]
+
+    def logs(self) -> list[dict[str, Any]]:
+        return parse(self.raw_logs)
+
+    def log_for(self, message: str) -> dict[str, Any]:
+        """The last line with exactly this message; fails listing the messages seen."""
+        matches = [line for line in self.logs() if line.get("message") == message]
+        assert matches, f"no log line {message!r} in {[x.get('message') for x in self.logs()]}"
+        return matches[-1]

@@ -18,7 +18,7 @@ from devkit.postgres import connect
 from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib import runtime
 from lib.message import encode
-from tests.logcapture import capture_logs, parse
+from tests.logcapture import LogAssertions, capture_logs
 from tests.support import FakeLambdaContext, queue_attrs, sqs_event
 
 TOKEN = DEFAULT_TOKEN
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class ArchiveHarness:
+class ArchiveHarness(LogAssertions):
     sqs: Any
     queues: QueuePair
     env: dict[str, str]
@@ -63,14 +63,6 @@ class ArchiveHarness:
         response = self.invoke(event, context)
         self.settle(event, response)
         return response
-
-    def logs(self) -> list[dict[str, Any]]:
-        return parse(self.raw_logs)
-
-    def log_for(self, message: str) -> dict[str, Any]:
-        matches = [line for line in self.logs() if line.get("message") == message]
-        assert matches, f"no log line {message!r} in {[x.get('message') for x in self.logs()]}"
-        return matches[-1]
 
     def visible(self, url: str | None = None) -> int:
         return queue_attrs(self.sqs, url or self.queues.url).visible

@@ -28,7 +28,7 @@ from lib.message import encode, parse_record_id
 from lib.queue import Queue
 from lib.sweeper_runtime import build_sweeper
 from tests.integration.conftest import ArchiveHarness
-from tests.logcapture import capture_logs, parse
+from tests.logcapture import LogAssertions, capture_logs
 from tests.support import FakeLambdaContext, fetch_record, seed_record
 
 PNG = images.png(8, 8)
@@ -37,7 +37,7 @@ UNREACHABLE_SQS = "http://127.0.0.1:9"
 
 
 @dataclass
-class SweepHarness:
+class SweepHarness(LogAssertions):
     sqs: Any
     queues: QueuePair
     raw_logs: list[str] = field(default_factory=list)
@@ -63,14 +63,6 @@ class SweepHarness:
             for message in messages:
                 assert message["Body"] == encode(parse_record_id(message["Body"]))
                 ids.append(parse_record_id(message["Body"]))
-
-    def logs(self) -> list[dict[str, Any]]:
-        return parse(self.raw_logs)
-
-    def log_for(self, message: str) -> dict[str, Any]:
-        matches = [line for line in self.logs() if line.get("message") == message]
-        assert matches, f"no log line {message!r} in {[x.get('message') for x in self.logs()]}"
-        return matches[-1]
 
 
 @pytest.fixture(autouse=True)
