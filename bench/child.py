@@ -53,7 +53,7 @@ def _use_code_under_test() -> None:
     """Make `lib` and `handlers` come from SRC (BENCH_SRC may point at another tree).
 
     `import devkit` puts this checkout's src/ first on sys.path, and devkit.postgres
-    imports lib.migrate, so by now `lib` may be this checkout's: put SRC first and
+    imports lib.platform.schema, so by now `lib` may be this checkout's: put SRC first and
     forget the modules that came from elsewhere, before `measure` imports the handler.
     """
     src = str(SRC)

@@ -36,7 +36,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     from devkit.postgres import connect  # noqa: PLC0415
     from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
     from handlers.archive import lambda_handler  # noqa: PLC0415
-    from lib import runtime  # noqa: PLC0415
+    from lib.archive import runtime  # noqa: PLC0415
 
     waits = 0
     original = pg8000.core.CoreConnection.handle_messages

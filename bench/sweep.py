@@ -140,9 +140,9 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     import boto3  # noqa: PLC0415 - the child imports what it measures
 
     from devkit.postgres import connect  # noqa: PLC0415
-    from lib.config import load_sweeper_settings  # noqa: PLC0415
-    from lib.db import Database  # noqa: PLC0415
-    from lib.sweeper_runtime import build_sweeper  # noqa: PLC0415
+    from lib.archive.sweeper_runtime import build_sweeper  # noqa: PLC0415
+    from lib.platform.config import load_sweeper_settings  # noqa: PLC0415
+    from lib.platform.db import Database  # noqa: PLC0415
 
     sql_seconds = 0.0
     original_run = Database.run

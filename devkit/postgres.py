@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 import pg8000.native
 
 from devkit._cli import exit_cleanly_on_signals
-from lib import migrate
+from lib.platform import schema as migrate
 
 __all__ = [
     "PostgresCluster",
@@ -125,7 +125,7 @@ def apply_schema(dsn: str) -> None:
 
     pg8000.native runs each statement outside a transaction block, which
     CREATE INDEX CONCURRENTLY requires. Both files are idempotent; the splitter
-    and runner are the ones `archive-ctl migrate` uses (lib.migrate).
+    and runner are the ones `archive-ctl migrate` uses (lib.platform.schema).
     """
     conn = connect(dsn)
     try:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lib.observability import logger
+from lib.platform.observability import logger
 
 
 class _ListHandler(logging.Handler):

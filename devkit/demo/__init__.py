@@ -3,7 +3,7 @@
 Starts a throwaway PostgreSQL, moto's SQS, a Lsky Pro stand-in that stores files on
 disk and serves them, and an upstream that serves generated sample images (some
 slow, some failing at first, one gone, one failing for good). Seeds records the way
-the generation service would (lib.enqueue: row first, then message), plus a record
+the generation service would (lib.archive.enqueue: row first, then message), plus a record
 whose message was lost, one left RUNNING by a crashed attempt, and a malformed
 message. Then runs the real handlers: the archive function in MaximumConcurrency
 containers fed by an event-source-mapping poller, and the sweeper on a timer.

@@ -22,7 +22,7 @@ from devkit.demo.services import Services, function_environment, start_services
 if TYPE_CHECKING:
     from devkit.containers import Container
     from devkit.event_sources import Delivery
-    from lib.db import Database
+    from lib.platform.db import Database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -273,8 +273,8 @@ class Demo:
         self.started = time.monotonic()
 
     def setup(self) -> Services:
-        from lib.config import DatabaseConfig  # noqa: PLC0415
-        from lib.db import Database  # noqa: PLC0415
+        from lib.platform.config import DatabaseConfig  # noqa: PLC0415
+        from lib.platform.db import Database  # noqa: PLC0415
 
         printer, args = self.printer, self.args
         printer.plain(

@@ -17,7 +17,7 @@ from devkit import images
 
 if TYPE_CHECKING:
     from devkit.demo.services import Services
-    from lib.db import Database
+    from lib.platform.db import Database
 
 MAX_ATTEMPTS = 3
 
@@ -155,8 +155,8 @@ class Expected:
 
 def seed(services: Services, db: Database, samples: list[Sample], profile: Profile) -> int:
     """Rows and messages as the generation service makes them; returns messages sent."""
-    from lib.enqueue import enqueue  # noqa: PLC0415
-    from lib.queue import Queue  # noqa: PLC0415
+    from lib.archive.enqueue import enqueue  # noqa: PLC0415
+    from lib.platform.sqs import Queue  # noqa: PLC0415
 
     for user_id, username in USERS.items():
         db.run("INSERT INTO users (id, username) VALUES (:id, :name)", id=user_id, name=username)

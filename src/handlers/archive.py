@@ -17,9 +17,9 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lib.observability import logger, metrics, traced
-from lib.runtime import archive_worker
-from lib.worker import Message
+from lib.archive.runtime import archive_worker
+from lib.archive.worker import Message
+from lib.platform.observability import logger, metrics, traced
 
 # Every failure is a batch item failure, never a function error: with BatchSize 1 an
 # "entire batch failed" error would make Lambda back off the whole event source.

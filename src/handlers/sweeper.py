@@ -10,8 +10,8 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lib.observability import logger, metrics, traced
-from lib.sweeper_runtime import sweeper
+from lib.archive.sweeper_runtime import sweeper
+from lib.platform.observability import logger, metrics, traced
 
 
 @traced

@@ -16,8 +16,8 @@ import pytest
 from devkit.lsky import DEFAULT_TOKEN
 from devkit.postgres import connect
 from devkit.sqs import QueuePair, receive_as_lambda_event
-from lib import runtime
-from lib.message import encode
+from lib.archive import runtime
+from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
 from tests.support import FakeLambdaContext, queue_attrs, sqs_event
 

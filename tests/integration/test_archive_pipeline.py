@@ -11,9 +11,9 @@ import pytest
 
 from devkit import images
 from devkit.lsky import Behaviour
-from lib import runtime
-from lib.config import ConfigError
-from lib.message import encode
+from lib.archive import runtime
+from lib.archive.message import encode
+from lib.platform.config import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
 from tests.support import fetch_record, seed_record
 
@@ -387,7 +387,7 @@ def test_credentials_from_secrets_manager_are_cached(
     import boto3
     from aws_lambda_powertools.utilities import parameters
 
-    from lib.credentials import parse_database_url
+    from lib.platform.secrets import parse_database_url
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", moto.endpoint_url)
     parameters.clear_caches()

@@ -17,8 +17,9 @@ import pytest
 from devkit import images
 from devkit.postgres import apply_schema, connect
 from devkit.sqs import QueuePair
-from lib import cli, sweeper_runtime
-from lib.message import encode, parse_record_id
+from lib.archive import sweeper_runtime
+from lib.archive.message import encode, parse_record_id
+from lib.cli import main as cli
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record
 

@@ -3,8 +3,8 @@ come back is the same as pg8000's one-off execution."""
 
 from __future__ import annotations
 
-from lib.config import DatabaseConfig
-from lib.db import Database
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
 
 
 def test_one_server_side_statement_per_sql_text(pg_dsn: str) -> None:

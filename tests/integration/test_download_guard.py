@@ -19,9 +19,9 @@ import pytest
 
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
-from lib.download import Downloader, spool
-from lib.failures import ArchiveFailure, Kind
-from lib.imagetype import JPEG, PNG
+from lib.transfer.download import Downloader, spool
+from lib.transfer.failures import ArchiveFailure, Kind
+from lib.transfer.imagetype import JPEG, PNG
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)

@@ -15,8 +15,9 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour
 from devkit.upstream import StreamBody
-from lib import timeguard, worker
-from lib.message import encode
+from lib.archive import budget as timeguard
+from lib.archive import worker
+from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness, start_child
 from tests.support import (
     FakeLambdaContext,

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from devkit import images
-from lib import runtime
+from lib.archive import runtime
 from tests.support import FakeLambdaContext, fetch_record, seed_record
 
 ROOT = Path(__file__).resolve().parents[2]

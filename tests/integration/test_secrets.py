@@ -16,13 +16,13 @@ import pytest
 
 from devkit import images
 from devkit.lsky import Behaviour
-from lib.config import DatabaseConfig
-from lib.db import Database, DatabaseUnavailable
-from lib.download import DownloadedImage, Downloader
-from lib.failures import ArchiveFailure
-from lib.imagetype import PNG as PNG_TYPE
-from lib.lsky import LskyClient
-from lib.message import encode
+from lib.archive.message import encode
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database, DatabaseUnavailable
+from lib.transfer.download import DownloadedImage, Downloader
+from lib.transfer.failures import ArchiveFailure
+from lib.transfer.imagetype import PNG as PNG_TYPE
+from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
 from tests.support import fetch_record, seed_record
 

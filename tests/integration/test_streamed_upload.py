@@ -21,10 +21,11 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour
 from devkit.upstream import StreamBody
-from lib import download, worker
-from lib.failures import ArchiveFailure, Kind, Stage, fail
-from lib.lsky import LskyClient
-from lib.message import encode
+from lib.archive import worker
+from lib.archive.message import encode
+from lib.transfer import download
+from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
+from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
 from tests.support import assert_aborted_upload_stored_nothing, fetch_record, seed_record
 
@@ -212,7 +213,7 @@ def test_a_rotated_token_mid_attempt_downloads_the_image_again(
     lsky: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lib import runtime
+    from lib.archive import runtime
 
     # The container cached the old token; Lsky has the rotated one.
     monkeypatch.setattr(

@@ -21,12 +21,12 @@ import pytest
 from devkit import images
 from devkit.postgres import apply_schema, connect
 from devkit.sqs import QueuePair
-from lib import sweeper as sql
-from lib import sweeper_runtime
-from lib.config import load_sweeper_settings
-from lib.message import encode, parse_record_id
-from lib.queue import Queue
-from lib.sweeper_runtime import build_sweeper
+from lib.archive import sweeper as sql
+from lib.archive import sweeper_runtime
+from lib.archive.message import encode, parse_record_id
+from lib.archive.sweeper_runtime import build_sweeper
+from lib.platform.config import load_sweeper_settings
+from lib.platform.sqs import Queue
 from tests.integration.conftest import ArchiveHarness
 from tests.logcapture import LogAssertions, capture_logs
 from tests.support import FakeLambdaContext, fetch_record, seed_record
@@ -68,7 +68,7 @@ class SweepHarness(LogAssertions):
 @pytest.fixture(autouse=True)
 def _no_metric_leaks() -> Iterator[None]:
     # Tests that call Sweeper.run directly add metrics that no handler flushes.
-    from lib.observability import metrics
+    from lib.platform.observability import metrics
 
     metrics.clear_metrics()
     yield
@@ -582,7 +582,7 @@ def test_handler_emits_metrics_and_logs_the_summary(
 def test_missing_queue_url_fails_loudly(
     sweep_env: Callable[..., None], sweep: SweepHarness
 ) -> None:
-    from lib.config import ConfigError
+    from lib.platform.config import ConfigError
 
     sweep_env(ARCHIVE_QUEUE_URL=None)
     with pytest.raises(ConfigError, match="ARCHIVE_QUEUE_URL"):

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lib.config import (
+from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAYS,

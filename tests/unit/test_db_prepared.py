@@ -7,9 +7,9 @@ from typing import Any
 import pg8000.exceptions
 import pytest
 
-from lib import db as dbmod
-from lib.config import DatabaseConfig
-from lib.db import Database
+from lib.platform import db as dbmod
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
 
 
 class FakeStatement:

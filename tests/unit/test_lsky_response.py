@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from lib import policy
-from lib.failures import ArchiveFailure, Kind
-from lib.lsky import parse_upload_response
+from lib.archive import retry as policy
+from lib.transfer.failures import ArchiveFailure, Kind
+from lib.transfer.lsky import parse_upload_response
 
 SUCCESS = {
     "status": True,

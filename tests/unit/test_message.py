@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lib.message import MalformedMessage, encode, parse_record_id
+from lib.archive.message import MalformedMessage, encode, parse_record_id
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from lib.failures import ArchiveFailure, Kind
-from lib.netguard import UrlGuard, refusal, resolve
+from lib.transfer.failures import ArchiveFailure, Kind
+from lib.transfer.netguard import UrlGuard, refusal, resolve
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from botocore.exceptions import ClientError
 
-from lib import migrate, redrive
-from lib.cli import build_parser, parse_since, record_id
-from lib.message import MAX_RECORD_ID
+from lib.archive.message import MAX_RECORD_ID
+from lib.cli import dlq as redrive
+from lib.cli.main import build_parser, parse_since, record_id
+from lib.platform import schema as migrate
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

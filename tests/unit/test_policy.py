@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lib import policy
-from lib.failures import Failure, Kind, Stage
-from lib.policy import Action, ClaimSnapshot, ErrorClass
+from lib.archive import retry as policy
+from lib.archive.retry import Action, ClaimSnapshot, ErrorClass
+from lib.transfer.failures import Failure, Kind, Stage
 
 D, U = Stage.DOWNLOAD, Stage.UPLOAD
 P, T = ErrorClass.PERMANENT, ErrorClass.TRANSIENT

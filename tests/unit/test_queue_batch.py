@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from lib.message import encode
-from lib.queue import Queue, failed_entries, send_records
+from lib.archive.message import encode
+from lib.platform.sqs import Queue, failed_entries, send_records
 
 
 def test_failed_entries_lists_failed_and_unacknowledged() -> None:

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from lib import cli
+from lib.cli import main as cli
 
 QUEUE_URL = "https://sqs.eu-central-1.amazonaws.com/111122223333/image-archive-queue"
 DLQ_URL = "https://sqs.eu-central-1.amazonaws.com/111122223333/image-archive-dlq"

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from lib.config import ConfigError, DatabaseConfig
-from lib.credentials import database_params, parse_database_secret, parse_database_url
-from lib.download import retry_after_seconds, safe_url
-from lib.imagetype import AVIF, GIF, JPEG, PNG, WEBP, sniff
-from lib.multipart import BodyLengthError, MultipartBody
-from lib.naming import hosted_file_name
-from lib.queue import queue_url_from_arn
+from lib.archive.naming import hosted_file_name
+from lib.platform.config import ConfigError, DatabaseConfig
+from lib.platform.secrets import database_params, parse_database_secret, parse_database_url
+from lib.platform.sqs import queue_url_from_arn
+from lib.transfer.download import retry_after_seconds, safe_url
+from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, sniff
+from lib.transfer.multipart import BodyLengthError, MultipartBody
 
 STARTED = datetime(2026, 12, 2, 20, 47, 35, tzinfo=timezone(timedelta(hours=8)))
 
@@ -150,7 +150,7 @@ def test_database_url_and_secret() -> None:
 def test_sslmode_maps_to_pg8000s_ssl_context() -> None:
     import ssl
 
-    from lib.db import ssl_option
+    from lib.platform.db import ssl_option
 
     assert ssl_option("disable") is False  # pg8000: no TLS at all
     assert ssl_option("prefer") is None  # pg8000: try TLS, stay plain if refused
@@ -165,7 +165,7 @@ def test_sslmode_maps_to_pg8000s_ssl_context() -> None:
 
 @pytest.mark.parametrize("token", ["1|abc def", "1|abc\ndef", "1|abc\tdef", "1|ключ"])
 def test_tokens_that_cannot_be_a_header_are_refused_without_quoting_them(token: str) -> None:
-    from lib.credentials import lsky_token
+    from lib.platform.secrets import lsky_token
 
     with pytest.raises(ConfigError, match="LSKY_TOKEN holds characters") as caught:
         lsky_token(token, None)

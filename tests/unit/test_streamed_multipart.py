@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lib.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
+from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
 DATA = bytes(range(256)) * 1500  # 384000 bytes, a few chunks' worth
 

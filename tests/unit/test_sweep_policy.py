@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.sweep_policy import (
+from lib.archive.sweep_policy import (
     PAGE_RESERVE_MS,
     PAGE_SIZE,
     SEND_RESERVE_MS,

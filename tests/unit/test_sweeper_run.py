@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lib.config import DatabaseConfig, SweeperSettings
-from lib.sweep_policy import PAGE_RESERVE_MS, SEND_RESERVE_MS, ClaimedRow, Step, StopReason
-from lib.sweeper import Sweeper
+from lib.archive.sweep_policy import PAGE_RESERVE_MS, SEND_RESERVE_MS, ClaimedRow, Step, StopReason
+from lib.archive.sweeper import Sweeper
+from lib.platform.config import DatabaseConfig, SweeperSettings
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STAMP = T0 + timedelta(hours=1)
@@ -100,7 +100,7 @@ def plenty() -> int:
 
 @pytest.fixture(autouse=True)
 def _no_metric_leaks() -> Iterator[None]:
-    from lib.observability import metrics
+    from lib.platform.observability import metrics
 
     yield
     metrics.clear_metrics()
@@ -230,7 +230,7 @@ def test_failed_rows_are_not_sent(logs: Callable[[], list[dict[str, Any]]]) -> N
 def test_a_database_error_fails_the_run_after_reporting(
     logs: Callable[[], list[dict[str, Any]]],
 ) -> None:
-    from lib.observability import metrics
+    from lib.platform.observability import metrics
 
     store = FakeStore({Step.LOST: [rows(range(1, 4))]}, fail_on=Step.EXPIRED)
     queue = FakeQueue()

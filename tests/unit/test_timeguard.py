@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lib import timeguard
+from lib.archive import budget as timeguard
 
 MIB = 1024 * 1024
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pg8000.native
 
-    from lib.credentials import DatabaseParams
+    from lib.platform.secrets import DatabaseParams
 
-SQL_DIR = Path(__file__).resolve().parent / "sql"
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 BASE_SCHEMA = SQL_DIR / "base_schema.sql"
 ARCHIVE_MIGRATION = SQL_DIR / "archive_migration.sql"
 
@@ -111,7 +111,7 @@ def open_migration_connection(
     lock_timeout, so waiting for a busy table still fails fast."""
     # Deferred: devkit imports this module for the splitter alone, without the
     # database client's logging stack.
-    from lib.db import open_connection  # noqa: PLC0415
+    from lib.platform.db import open_connection  # noqa: PLC0415
 
     conn = open_connection(params, application_name=application_name)
     conn.run("SET statement_timeout = 0")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lib.message import encode
+from lib.archive.message import encode
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

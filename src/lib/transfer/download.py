@@ -41,10 +41,10 @@ from urllib3.exceptions import (
 from urllib3.response import HTTPResponse
 from urllib3.util import parse_url
 
-from lib.failures import ArchiveFailure, Kind, Stage, fail
-from lib.imagetype import SNIFF_BYTES, ImageType, sniff
-from lib.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
-from lib.pinned import pinned_connection
+from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
+from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
+from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
+from lib.transfer.pinned import pinned_connection
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 30.0  # per read; the deadline bounds the total

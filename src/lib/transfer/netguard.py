@@ -1,7 +1,7 @@
 """Which URLs the downloader may fetch, and the addresses it may connect to (the SSRF guard).
 
 The rule is applied to the addresses the host *resolves to*, and those same addresses are
-what the connection uses (lib.pinned): every spelling of an address (decimal 2130706433,
+what the connection uses (lib.transfer.pinned): every spelling of an address (decimal 2130706433,
 octal 0177.0.0.1, hex, "0", IPv4-mapped IPv6, NAT64, 6to4) meets the same check, and no
 second DNS answer is ever asked for, so a name cannot be rebound between check and use.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
-from lib.failures import ArchiveFailure, Kind, Stage, fail
+from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from lib.config import ConfigError, DatabaseConfig
+from lib.platform.config import ConfigError, DatabaseConfig
 
 SECRET_MAX_AGE_SECONDS = 300
 

@@ -23,9 +23,9 @@ from typing import Any
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
-from lib.download import DownloadedImage, retry_after_seconds
-from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
+from lib.transfer.download import DownloadedImage, retry_after_seconds
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering

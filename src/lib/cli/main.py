@@ -6,7 +6,7 @@
     archive-ctl redrive-dlq [--manual] [--max-messages N] [--wait] [--dry-run]
     archive-ctl migrate [--with-base-schema] [--dry-run]
 
-Run it as `scripts/archive-ctl ...` or `python -m lib.cli ...` with src/ on the path.
+Run it as `scripts/archive-ctl ...` or `python -m lib.cli.main ...` with src/ on the path.
 Configuration comes from the same environment as the functions (DATABASE_URL or
 DB_SECRET_ARN, ARCHIVE_QUEUE_URL, ARCHIVE_DLQ_URL, AWS_* for boto3); the queue URLs
 can also be given as options. Reports go to stdout, errors and warnings to stderr.
@@ -29,18 +29,24 @@ from typing import TYPE_CHECKING
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib import enqueue as enqueueing
-from lib import migrate as migration
-from lib import redrive, status
-from lib.config import DEFAULT_LOCK_TTL_SECONDS, ConfigError, load_database_config, positive_int
-from lib.db import Database, DatabaseUnavailable, describe
-from lib.message import MAX_RECORD_ID
-from lib.observability import logger
+from lib.archive import enqueue as enqueueing
+from lib.archive.message import MAX_RECORD_ID
+from lib.cli import dlq as redrive
+from lib.cli import status
+from lib.platform import schema as migration
+from lib.platform.config import (
+    DEFAULT_LOCK_TTL_SECONDS,
+    ConfigError,
+    load_database_config,
+    positive_int,
+)
+from lib.platform.db import Database, DatabaseUnavailable, describe
+from lib.platform.observability import logger
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-    from lib.queue import Queue
+    from lib.platform.sqs import Queue
 
 PROG = "archive-ctl"
 EXIT_OK = 0
@@ -133,7 +139,7 @@ class Context:
     def queue(self) -> Queue:
         if self._queue is None:
             # Deferred: boto3 is the slowest import, and `migrate` does not need it.
-            from lib.queue import Queue  # noqa: PLC0415
+            from lib.platform.sqs import Queue  # noqa: PLC0415
 
             self._queue = Queue()
         return self._queue
@@ -143,7 +149,7 @@ class Context:
         return self.queue.client
 
     def sqs_no_retry(self) -> SQSClient:
-        from lib.queue import Queue  # noqa: PLC0415
+        from lib.platform.sqs import Queue  # noqa: PLC0415
 
         return Queue(max_attempts=1).client
 
@@ -599,6 +605,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             ctx.close()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

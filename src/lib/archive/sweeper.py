@@ -27,12 +27,12 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib import sweep_policy
-from lib.config import SweeperSettings
-from lib.db import Database
-from lib.observability import logger, metrics
-from lib.queue import Queue, send_records
-from lib.sweep_policy import ClaimedRow, Step, StopReason, SweepSummary
+from lib.archive import sweep_policy
+from lib.archive.sweep_policy import ClaimedRow, Step, StopReason, SweepSummary
+from lib.platform.config import SweeperSettings
+from lib.platform.db import Database
+from lib.platform.observability import logger, metrics
+from lib.platform.sqs import Queue, send_records
 
 # Expired locks. The attempt was spent when the claim counted it, so archive_attempts
 # is left alone: the row is either FAILED (no attempt left) or PENDING to be sent

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from lib.db import Database
-from lib.queue import BatchSender, send_records
+from lib.platform.db import Database
+from lib.platform.sqs import BatchSender, send_records
 
 REQUEUE_PAGE = 100
 

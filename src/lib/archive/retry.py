@@ -7,7 +7,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from lib.failures import Failure, Kind, Stage
+from lib.transfer.failures import Failure, Kind, Stage
 
 MAX_VISIBILITY_SECONDS = 43_200  # SQS's ceiling for ChangeMessageVisibility (12 h)
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lib.observability import logger
+from lib.platform.observability import logger
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -56,7 +56,7 @@ class Settings:
     lsky_strategy_id: int | None = None
     lsky_album_id: int | None = None
     dlq_url: str | None = None
-    # Resolved lazily by lib.credentials (a secret is fetched only when needed).
+    # Resolved lazily by lib.platform.secrets (a secret is fetched only when needed).
     lsky_token: str | None = field(default=None, repr=False)
     lsky_token_secret_arn: str | None = None
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lib.db import Database
-from lib.policy import ClaimSnapshot
+from lib.archive.retry import ClaimSnapshot
+from lib.platform.db import Database
 
 # One statement claims the row and explains a lost claim: `target` reads the row as
 # it was, `claimed` is the conditional UPDATE. Under READ COMMITTED the UPDATE

@@ -16,19 +16,19 @@ from dataclasses import dataclass
 import pg8000.exceptions
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib import policy
-from lib.config import ConfigError, Settings
-from lib.db import DatabaseUnavailable, describe
-from lib.download import Downloader, ImageStream, spool
-from lib.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.imagetype import ImageType
-from lib.lsky import HostedImage, LskyClient
-from lib.message import MalformedMessage, parse_record_id
-from lib.naming import hosted_file_name
-from lib.observability import log_unexpected, logger, metrics
-from lib.queue import Queue
-from lib.records import Records, Task
-from lib.timeguard import download_needs, time_left, upload_needs
+from lib.archive import retry as policy
+from lib.archive.budget import download_needs, time_left, upload_needs
+from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.naming import hosted_file_name
+from lib.platform.config import ConfigError, Settings
+from lib.platform.db import DatabaseUnavailable, describe
+from lib.platform.observability import log_unexpected, logger, metrics
+from lib.platform.sqs import Queue
+from lib.state.records import Records, Task
+from lib.transfer.download import Downloader, ImageStream, spool
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.transfer.imagetype import ImageType
+from lib.transfer.lsky import HostedImage, LskyClient
 
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.

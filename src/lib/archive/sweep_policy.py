@@ -1,6 +1,6 @@
 """The sweeper's pure decisions: how much to take next, when to stop, what a run did.
 
-No I/O here (lib.sweeper runs the SQL and the sends), so the paging and time rules
+No I/O here (lib.archive.sweeper runs the SQL and the sends), so the paging and time rules
 can be tested from tables.
 """
 

@@ -1,4 +1,4 @@
-"""What went wrong during an attempt, as data: classified by lib.policy, never by callers.
+"""What went wrong during an attempt, as data: classified by lib.archive.retry, never by callers.
 
 Every message here is written to the record's archive_error column and to logs, so
 it must be readable and free of secrets, URLs with credentials, and response bodies.
@@ -37,7 +37,7 @@ class Failure:
 
 
 class ArchiveFailure(Exception):
-    """Raised by download/upload code; carries the Failure for lib.policy to classify."""
+    """Raised by download/upload code; carries the Failure for lib.archive.retry to classify."""
 
     def __init__(self, failure: Failure) -> None:
         super().__init__(failure.message)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from functools import cache
 
-from lib.config import Settings, load_settings
-from lib.credentials import lsky_token
-from lib.db import Database
-from lib.download import Downloader
-from lib.lsky import LskyClient
-from lib.queue import Queue
-from lib.records import Records
-from lib.worker import ArchiveWorker
+from lib.archive.worker import ArchiveWorker
+from lib.platform.config import Settings, load_settings
+from lib.platform.db import Database
+from lib.platform.secrets import lsky_token
+from lib.platform.sqs import Queue
+from lib.state.records import Records
+from lib.transfer.download import Downloader
+from lib.transfer.lsky import LskyClient
 
 
 def build_worker(settings: Settings) -> ArchiveWorker:

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lib.db import Database
+from lib.platform.db import Database
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

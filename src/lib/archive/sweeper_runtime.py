@@ -1,6 +1,6 @@
 """The sweeper function's long-lived parts, built once per Lambda container.
 
-Kept apart from lib.runtime so the sweeper's cold start does not import the
+Kept apart from lib.archive.runtime so the sweeper's cold start does not import the
 archive worker's HTTP stack (urllib3, the Lsky client).
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from lib.config import SweeperSettings, load_sweeper_settings
-from lib.db import Database
-from lib.queue import Queue
-from lib.sweeper import Sweeper, SweepStore
+from lib.archive.sweeper import Sweeper, SweepStore
+from lib.platform.config import SweeperSettings, load_sweeper_settings
+from lib.platform.db import Database
+from lib.platform.sqs import Queue
 
 
 def build_sweeper(settings: SweeperSettings) -> Sweeper:

@@ -24,9 +24,9 @@ from typing import Any
 import pg8000.exceptions
 import pg8000.native
 
-from lib.config import DatabaseConfig
-from lib.credentials import DatabaseParams, database_params
-from lib.observability import logger
+from lib.platform.config import DatabaseConfig
+from lib.platform.observability import logger
+from lib.platform.secrets import DatabaseParams, database_params
 
 # Short: a reconnect may happen after the transfer, inside the time kept to record it.
 CONNECT_TIMEOUT_SECONDS = 5
