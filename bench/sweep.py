@@ -7,7 +7,7 @@ small set of live rows that must be left alone (PENDING due later or just sent,
 RUNNING under live locks); the rest are concluded archives (SUCCEEDED, FAILED) and
 generations never queued.
 
-One child process holds a sweeper for each database (lib.sweeper_runtime.build_sweeper,
+One child process holds a sweeper for each database (lib.archive.runtime.build_sweeper,
 what the handler calls, minus Powertools' decorators) and a moto SQS queue. After a
 warm-up sweep of each, it alternates: make the 1,000 rows stale again and VACUUM
 ANALYZE, on a fresh queue (untimed), then time one `Sweeper.run`. The run time includes sending the
@@ -140,7 +140,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     import boto3  # noqa: PLC0415 - the child imports what it measures
 
     from devkit.postgres import connect  # noqa: PLC0415
-    from lib.archive.sweeper_runtime import build_sweeper  # noqa: PLC0415
+    from lib.archive.runtime import build_sweeper  # noqa: PLC0415
     from lib.platform.config import load_sweeper_settings  # noqa: PLC0415
     from lib.platform.db import Database  # noqa: PLC0415
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lib.archive.sweeper_runtime import sweeper
+from lib.archive.runtime import sweeper
 from lib.platform.observability import logger, metrics, traced
 
 

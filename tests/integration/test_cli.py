@@ -17,7 +17,7 @@ import pytest
 from devkit import images
 from devkit.postgres import apply_schema, connect
 from devkit.sqs import QueuePair
-from lib.archive import sweeper_runtime
+from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
 from tests.integration.conftest import ArchiveHarness
@@ -310,14 +310,14 @@ def test_a_failed_send_leaves_the_row_pending_and_the_sweeper_sends_it(
     assert row["archive_enqueued_at"] is None  # nothing is on its way: no reason to wait
 
     monkeypatch.setenv("ARCHIVE_SWEEP_GRACE_SECONDS", "1")
-    sweeper_runtime.reset()
+    runtime.reset()
     try:
         from handlers.sweeper import lambda_handler
 
         time.sleep(1.2)  # past the grace period
         summary = lambda_handler({}, FakeLambdaContext(function_name="SweeperFunction"))
     finally:
-        sweeper_runtime.reset()
+        runtime.reset()
     assert summary["requeued"] == 1
     assert record_ids(drain(sqs, queues.url)) == [1]
 

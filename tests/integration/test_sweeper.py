@@ -21,12 +21,12 @@ import pytest
 from devkit import images
 from devkit.postgres import apply_schema, connect
 from devkit.sqs import QueuePair
-from lib.archive import sweeper as sql
-from lib.archive import sweeper_runtime
+from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
-from lib.archive.sweeper_runtime import build_sweeper
+from lib.archive.runtime import build_sweeper
 from lib.platform.config import load_sweeper_settings
 from lib.platform.sqs import Queue
+from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.logcapture import LogAssertions, capture_logs
 from tests.support import FakeLambdaContext, fetch_record, seed_record
@@ -81,11 +81,11 @@ def sweep_env(archive_env: Callable[..., dict[str, str]]) -> Iterator[Callable[.
 
     def apply(**overrides: str | None) -> None:
         archive_env(**overrides)
-        sweeper_runtime.reset()
+        runtime.reset()
 
     apply()
     yield apply
-    sweeper_runtime.reset()
+    runtime.reset()
 
 
 @pytest.fixture
@@ -404,7 +404,7 @@ def test_partial_batch_failure_leaves_only_the_failed_rows_eligible(
     try:
         summary = sweeper.run(remaining_ms=lambda: 60_000)
     finally:
-        sweeper.store.db.close()
+        sweeper.records.db.close()
 
     assert summary.requeued == 22
     assert summary.send_failures == 3
@@ -452,7 +452,7 @@ def test_small_pages(sweep: SweepHarness, db: Any) -> None:
     try:
         summary = sweeper.run(remaining_ms=lambda: 60_000)
     finally:
-        sweeper.store.db.close()
+        sweeper.records.db.close()
     assert (summary.pages, summary.requeued) == (4, 35)
     assert sorted(sweep.drain()) == list(range(1, 36))
 
@@ -520,7 +520,7 @@ def test_two_sweepers_at_once_do_not_double_send(sweep: SweepHarness, db: Any) -
             thread.join(timeout=60)
     finally:
         for sweeper in sweepers:
-            sweeper.store.db.close()
+            sweeper.records.db.close()
 
     assert len(summaries) == 2
     assert sum(s.requeued for s in summaries) == total
@@ -603,7 +603,7 @@ def test_sweeper_function_with_its_event_file_and_env_json(
     assert queue_url == env["ARCHIVE_QUEUE_URL"]
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    sweeper_runtime.reset()
+    runtime.reset()
     seed_record(db, 1, image_url=URL, next_run_at=1000)
     try:
         summary = lambda_handler(
@@ -612,7 +612,7 @@ def test_sweeper_function_with_its_event_file_and_env_json(
         )
         messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
     finally:
-        sweeper_runtime.reset()
+        runtime.reset()
     # The queue's name is fixed (shared with test_sam_events), and moto allows one
     # PurgeQueue a minute: clean up by deleting what was received.
     for message in messages:
@@ -746,15 +746,20 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
         assert conn.run("SELECT count(*) FROM image_generation_records") == [[BIG_ROWS]]
         limit = 5000  # the per-run bound: a page could be that large
         claims = {
-            "expired locks": (sql.EXPIRED_LOCK_SQL, RUNNING_INDEX, 600, {"lock_ttl": 180}),
-            "lockless": (sql.LOCKLESS_SQL, RUNNING_INDEX, 0, {}),
+            "expired locks": (
+                QUERIES["recover_expired_locks"],
+                RUNNING_INDEX,
+                600,
+                {"lock_ttl": 180},
+            ),
+            "lockless": (QUERIES["recover_lockless"], RUNNING_INDEX, 0, {}),
             "lost messages": (
-                sql.LOST_MESSAGE_SQL,
+                QUERIES["take_lost"],
                 PENDING_INDEX,
                 400,
                 {"grace": 300, "interval": 900, "after": "-infinity"},
             ),
-            "undated": (sql.DATE_UNDATED_SQL, PENDING_INDEX, 0, {}),
+            "undated": (QUERIES["date_undated"], PENDING_INDEX, 0, {}),
         }
         for name, (statement, index, stale, params) in claims.items():
             bound = {"limit": limit, **params}
@@ -773,10 +778,11 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
             assert {n.index for n in nodes if n.index} <= {index, PRIMARY_KEY}, (name, nodes)
 
         [[stamp]] = conn.run("SELECT now()")
-        nodes = explain(conn, sql.RESTORE_SQL, ids=[1, 2], previous=[None, stamp], stamp=stamp)
+        restore = QUERIES["restore_stamps"]
+        nodes = explain(conn, restore, ids=[1, 2], previous=[None, stamp], stamp=stamp)
         assert not [n for n in nodes if n.node_type == "Seq Scan"]
         assert PRIMARY_KEY in {n.index for n in nodes}
-        nodes = explain(conn, sql.OLDEST_PENDING_SQL)
+        nodes = explain(conn, QUERIES["oldest_pending_age"])
         assert not [n for n in nodes if n.node_type == "Seq Scan"]
         assert PENDING_INDEX in {n.index for n in nodes}
 
@@ -799,7 +805,7 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
         try:
             summary = sweeper.run(remaining_ms=lambda: 600_000)
         finally:
-            sweeper.store.db.close()  # its statistics are flushed when the session ends
+            sweeper.records.db.close()  # its statistics are flushed when the session ends
         assert (summary.requeued, summary.failed, summary.expired_locks) == (800, 200, 600)
         assert sorted(map(int, queue.sent)) == list(range(1, 801))
         assert summary.pages == 10  # 600 expired locks and 400 lost messages, 100 a page

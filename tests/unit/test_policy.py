@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lib.archive import retry as policy
-from lib.archive.retry import Action, ClaimSnapshot, ErrorClass
+from lib.archive.retry import Action, ErrorClass
+from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 from lib.transfer.failures import Failure, Kind, Stage
 
 D, U = Stage.DOWNLOAD, Stage.UPLOAD
@@ -150,41 +151,6 @@ def test_error_summary_is_readable() -> None:
     assert text == "upload failed (HTTP 500): Server Error [attempt 2/3]"
 
 
-@pytest.mark.parametrize(
-    ("snapshot", "reason"),
-    [
-        (ClaimSnapshot(exists=False), "record not found"),
-        (ClaimSnapshot(True, "RUNNING", "PENDING"), "generation status is RUNNING"),
-        (ClaimSnapshot(True, "SUCCEEDED", "SUCCEEDED"), "archive already SUCCEEDED"),
-        (ClaimSnapshot(True, "SUCCEEDED", "FAILED"), "archive already FAILED"),
-        (ClaimSnapshot(True, "SUCCEEDED", "RUNNING"), "archive is RUNNING under a live lock"),
-        (ClaimSnapshot(True, "SUCCEEDED", None), "archive was never queued"),
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING"), "claimed concurrently (archive PENDING)"),
-    ],
-)
-def test_skip_reason(snapshot: ClaimSnapshot, reason: str) -> None:
-    assert policy.skip_reason(snapshot) == reason
-
-
 def test_redelivery_waits_for_the_lock_to_expire() -> None:
     assert policy.redelivery_delay(180) > 180
-    assert policy.redelivery_delay(10**6) == policy.MAX_VISIBILITY_SECONDS
-
-
-@pytest.mark.parametrize(
-    ("snapshot", "hold"),
-    [
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=90.2), 91),
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=-3.0), None),  # past due
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=0.0), None),
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=10**6), 43_200),
-        (ClaimSnapshot(True, "SUCCEEDED", "RUNNING", due_in_seconds=90.0), None),
-        (ClaimSnapshot(True, "SUCCEEDED", "FAILED", due_in_seconds=90.0), None),
-        (ClaimSnapshot(True, "RUNNING", "PENDING", due_in_seconds=90.0), None),
-        (ClaimSnapshot(exists=False), None),
-    ],
-)
-def test_early_delay_holds_only_pending_rows_not_yet_due(
-    snapshot: ClaimSnapshot, hold: int | None
-) -> None:
-    assert policy.early_delay(snapshot) == hold
+    assert policy.redelivery_delay(10**6) == MAX_VISIBILITY_SECONDS

@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
+from lib.archive.enqueue import send_records
 from lib.archive.message import encode
-from lib.platform.sqs import Queue, failed_entries, send_records
+from lib.platform.sqs import Queue, failed_entries
 
 
 def test_failed_entries_lists_failed_and_unacknowledged() -> None:

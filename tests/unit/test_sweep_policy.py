@@ -4,17 +4,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive.sweep_policy import (
+from lib.archive.sweeper import (
     PAGE_RESERVE_MS,
     PAGE_SIZE,
     SEND_RESERVE_MS,
-    ClaimedRow,
     StopReason,
     SweepSummary,
     can_send_batch,
     latest_due,
     next_page,
 )
+from lib.state.records import SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -40,8 +40,8 @@ def test_a_page_needs_time_for_its_claim_and_a_send() -> None:
     assert not can_send_batch(SEND_RESERVE_MS - 1)
 
 
-def row(record_id: int, status: str = "PENDING", due: datetime | None = None) -> ClaimedRow:
-    return ClaimedRow(record_id, status, None, T0, due)
+def row(record_id: int, status: str = "PENDING", due: datetime | None = None) -> SweptRow:
+    return SweptRow(record_id, status, None, T0, due)
 
 
 def test_only_pending_rows_are_sent() -> None:

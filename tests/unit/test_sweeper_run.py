@@ -12,52 +12,52 @@ from typing import Any
 
 import pytest
 
-from lib.archive.sweep_policy import PAGE_RESERVE_MS, SEND_RESERVE_MS, ClaimedRow, Step, StopReason
-from lib.archive.sweeper import Sweeper
+from lib.archive.sweeper import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason, Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
+from lib.state.records import SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STAMP = T0 + timedelta(hours=1)
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/archive"
 
 
-def rows(ids: range | list[int], status: str = "PENDING") -> list[ClaimedRow]:
+def rows(ids: range | list[int], status: str = "PENDING") -> list[SweptRow]:
     return [
-        ClaimedRow(i, status, T0 if i % 2 else None, STAMP, T0 + timedelta(seconds=i)) for i in ids
+        SweptRow(i, status, T0 if i % 2 else None, STAMP, T0 + timedelta(seconds=i)) for i in ids
     ]
 
 
 class FakeStore:
-    def __init__(self, pages: dict[Step, list[list[ClaimedRow]]], *, fail_on: Step | None = None):
+    def __init__(self, pages: dict[Step, list[list[SweptRow]]], *, fail_on: Step | None = None):
         self.pages = {step: list(p) for step, p in pages.items()}
         self.fail_on = fail_on
         self.calls: list[tuple[Step, int, datetime | None]] = []
-        self.restored: list[ClaimedRow] = []
+        self.restored: list[SweptRow] = []
 
-    def _next(self, step: Step, limit: int, after: datetime | None = None) -> list[ClaimedRow]:
+    def _next(self, step: Step, limit: int, after: datetime | None = None) -> list[SweptRow]:
         self.calls.append((step, limit, after))
         if step is self.fail_on:
             raise RuntimeError("database went away")
         pages = self.pages.get(step) or []
         return pages.pop(0)[:limit] if pages else []
 
-    def take_lockless(self, *, limit: int, max_attempts: int) -> list[ClaimedRow]:
+    def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
         return self._next(Step.LOCKLESS, limit)
 
     def take_expired_locks(
         self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
-    ) -> list[ClaimedRow]:
+    ) -> list[SweptRow]:
         return self._next(Step.EXPIRED, limit)
 
     def take_lost(
         self, *, limit: int, grace_seconds: int, interval_seconds: int, after: datetime | None
-    ) -> list[ClaimedRow]:
+    ) -> list[SweptRow]:
         return self._next(Step.LOST, limit, after)
 
     def date_undated(self, *, limit: int) -> int:
         return 0
 
-    def restore(self, claimed: list[ClaimedRow]) -> int:
+    def restore(self, claimed: list[SweptRow]) -> int:
         self.restored += claimed
         return len(claimed)
 
@@ -91,7 +91,7 @@ def make(
     settings = SweeperSettings(
         database=DatabaseConfig(url="postgresql://x"), queue_url=QUEUE_URL, max_rows=max_rows
     )
-    return Sweeper(settings=settings, store=store, queue=queue, page_size=page_size)  # type: ignore[arg-type]
+    return Sweeper(settings=settings, records=store, queue=queue, page_size=page_size)  # type: ignore[arg-type]
 
 
 def plenty() -> int:

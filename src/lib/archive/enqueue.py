@@ -1,101 +1,75 @@
-"""Queueing records for archiving: the producer's side of the contract, in Python.
+"""The producer's side in Python: mark the rows, then send their messages.
 
-The order is the contract (docs/operations.md, "Producer contract"): first the row
-is written (archive_status PENDING, archive_next_run_at, archive_enqueued_at), then
-the message {"recordId": "..."} is sent. A send that fails, or a process that dies
-between the two, leaves a PENDING row without a message, which the sweeper sends
-once it is past due. The reverse order could leave a message for a row that is not
-PENDING yet, which the archive function would acknowledge as a stray and drop.
-
-`enqueue` is what `archive-ctl enqueue` runs (and what a Python producer would);
-`requeue_failed` gives FAILED rows a fresh attempt budget and sends them again.
+The order is the contract (docs/operations.md): a send that fails leaves a PENDING
+row the sweeper sends later; the reverse order could leave a message for a row that
+is not PENDING yet, which the worker would drop as a stray.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
-from lib.platform.db import Database
-from lib.platform.sqs import BatchSender, send_records
+from lib.archive.message import encode
+from lib.platform.sqs import MAX_BATCH_ENTRIES
+from lib.state.records import ArchiveRecords, FailedRecord
+from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
 REQUEUE_PAGE = 100
 
-# One statement marks the rows that can take a message and reports on every id asked
-# for. The outer SELECT sees the rows as they were before the UPDATE (one snapshot),
-# which is what explains a skip. A concurrent claim is waited for and re-checked.
-MARK_SQL = """
-WITH wanted AS (
-    SELECT DISTINCT unnest(CAST(:ids AS bigint[])) AS id
-),
-marked AS (
-    UPDATE image_generation_records AS r
-    SET archive_status = 'PENDING',
-        archive_next_run_at = now(),
-        archive_enqueued_at = now()
-    FROM wanted
-    WHERE r.id = wanted.id
-      AND r.status = 'SUCCEEDED'
-      AND (r.archive_status IS NULL OR r.archive_status = 'PENDING')
-    RETURNING r.id, r.archive_enqueued_at
-)
-SELECT wanted.id, r.id IS NOT NULL, r.status, r.archive_status, marked.archive_enqueued_at
-FROM wanted
-LEFT JOIN image_generation_records AS r ON r.id = wanted.id
-LEFT JOIN marked ON marked.id = wanted.id
-ORDER BY wanted.id
-"""
 
-# FAILED rows of a SUCCEEDED generation, oldest generation first, over the partial
-# index on started_at WHERE archive_status = 'FAILED'. The last error is kept: it is
-# history until the next attempt overwrites or clears it.
-_FAILED_WHERE = """
-    archive_status = 'FAILED'
-    AND status = 'SUCCEEDED'
-    AND started_at >= CAST(:since AS timestamptz)
-"""
-REQUEUE_FAILED_SQL = f"""
-WITH picked AS (
-    SELECT id
-    FROM image_generation_records
-    WHERE {_FAILED_WHERE}
-    ORDER BY started_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE image_generation_records AS r
-SET archive_status = 'PENDING',
-    archive_attempts = 0,
-    archive_next_run_at = now(),
-    archive_enqueued_at = now(),
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-FROM picked
-WHERE r.id = picked.id
-RETURNING r.id, r.archive_enqueued_at
-"""
-PREVIEW_FAILED_SQL = f"""
-SELECT id, started_at, archive_attempts, archive_error
-FROM image_generation_records
-WHERE {_FAILED_WHERE}
-ORDER BY started_at
-LIMIT :limit
-"""
-COUNT_FAILED_SQL = f"SELECT count(*) FROM image_generation_records WHERE {_FAILED_WHERE}"
+class BatchSender(Protocol):
+    """What send_records needs: Queue.send_batch (tests substitute their own)."""
 
-# A row whose send failed: drop our stamp, so the sweeper sends it as soon as it is
-# past its grace period instead of waiting a whole requeue interval for our message.
-UNSTAMP_SQL = """
-UPDATE image_generation_records
-SET archive_enqueued_at = NULL
-WHERE id = ANY(CAST(:ids AS bigint[]))
-  AND archive_status = 'PENDING'
-  AND archive_enqueued_at = CAST(:stamp AS timestamptz)
-"""
+    def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]: ...
 
-BEGINNING = "-infinity"
+
+@dataclass
+class SendReport:
+    """What send_records did with each record id."""
+
+    sent: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)  # refused entries: id -> error code
+    not_tried: list[int] = field(default_factory=list)  # after the loop stopped
+    error: BaseException | None = None  # the whole-call failure that stopped it
+    out_of_time: bool = False  # stopped because `may_send` said so
+
+    @property
+    def unsent(self) -> list[int]:
+        return [*self.failed, *self.not_tried]
+
+
+def send_records(
+    sender: BatchSender,
+    queue_url: str,
+    record_ids: Sequence[int],
+    *,
+    may_send: Callable[[], bool] | None = None,
+) -> SendReport:
+    """One archive message per record, ten per SendMessageBatch call.
+
+    The loop stops at the first call that fails as a whole (SQS unreachable or refusing:
+    the rest would fail the same way) or when `may_send()` turns false (a time budget);
+    the report says which ids were sent, refused, or never tried.
+    """
+    report = SendReport()
+    for start in range(0, len(record_ids), MAX_BATCH_ENTRIES):
+        if may_send is not None and not may_send():
+            report.not_tried = list(record_ids[start:])
+            report.out_of_time = True
+            break
+        chunk = record_ids[start : start + MAX_BATCH_ENTRIES]
+        try:
+            failed = sender.send_batch(queue_url, [(str(i), encode(i)) for i in chunk])
+        except Exception as error:  # noqa: BLE001 - reported to the caller, who undoes its stamps
+            report.not_tried = list(record_ids[start:])
+            report.error = error
+            break
+        report.failed.update({int(entry_id): code for entry_id, code in failed.items()})
+        report.sent += [i for i in chunk if str(i) not in failed]
+    return report
 
 
 @dataclass
@@ -113,20 +87,20 @@ class EnqueueReport:
         return not self.unsent and not self.missing
 
 
-def _skip_reason(status: Any, archive_status: Any) -> str:
-    if status != "SUCCEEDED":
+def _skip_reason(status: str | None, archive_status: str | None) -> str:
+    if status != GENERATION_SUCCEEDED:
         return f"generation status is {status}: nothing to archive"
-    if archive_status == "SUCCEEDED":
+    if archive_status == ArchiveStatus.SUCCEEDED:
         return "already archived"
-    if archive_status == "FAILED":
+    if archive_status == ArchiveStatus.FAILED:
         return "archive FAILED: use `requeue --failed` to give it new attempts"
-    if archive_status == "RUNNING":
+    if archive_status == ArchiveStatus.RUNNING:
         return "archive is RUNNING (the sweeper takes it over if its lock expires)"
     return f"archive changed to {archive_status} meanwhile; run again"
 
 
 def _send(
-    db: Database,
+    records: ArchiveRecords,
     sender: BatchSender,
     queue_url: str,
     record_ids: Sequence[int],
@@ -143,12 +117,12 @@ def _send(
         reason = f"{type(sent.error).__name__}: {str(sent.error)[:200]}"
         unsent.update(dict.fromkeys(sent.not_tried, reason))
     if unsent and stamp is not None:
-        db.run(UNSTAMP_SQL, ids=list(unsent), stamp=stamp)
+        records.unstamp(list(unsent), stamp=stamp)
     report.unsent.update(unsent)
 
 
 def enqueue(
-    db: Database, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
+    records: ArchiveRecords, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
 ) -> EnqueueReport:
     """Mark the records PENDING (due now) and send their messages, in that order.
 
@@ -156,43 +130,29 @@ def enqueue(
     RUNNING or concluded) are reported, not changed.
     """
     report = EnqueueReport()
-    rows = db.run(MARK_SQL, ids=list(record_ids))
     to_send: list[int] = []
     stamp: datetime | None = None
-    for record_id, exists, status, archive_status, marked_at in rows:
-        if not exists:
-            report.missing.append(int(record_id))
-        elif marked_at is None:
-            report.skipped[int(record_id)] = _skip_reason(status, archive_status)
+    for row in records.mark_for_enqueue(list(record_ids)):
+        if not row.exists:
+            report.missing.append(row.record_id)
+        elif row.marked_at is None:
+            report.skipped[row.record_id] = _skip_reason(row.status, row.archive_status)
         else:
-            to_send.append(int(record_id))
-            stamp = marked_at
-    _send(db, sender, queue_url, to_send, stamp=stamp, report=report)
+            to_send.append(row.record_id)
+            stamp = row.marked_at
+    _send(records, sender, queue_url, to_send, stamp=stamp, report=report)
     return report
 
 
-@dataclass(frozen=True)
-class FailedRecord:
-    record_id: int
-    started_at: datetime | None
-    attempts: int
-    error: str | None
-
-
 def preview_failed(
-    db: Database, *, since: datetime | None, limit: int
+    records: ArchiveRecords, *, since: datetime | None, limit: int
 ) -> tuple[int, list[FailedRecord]]:
     """How many FAILED rows `requeue_failed` would take, and the first `limit` of them."""
-    bound = BEGINNING if since is None else since
-    [[total]] = db.run(COUNT_FAILED_SQL, since=bound)
-    rows = db.run(PREVIEW_FAILED_SQL, since=bound, limit=limit)
-    return int(total), [
-        FailedRecord(int(i), started, int(attempts), error) for i, started, attempts, error in rows
-    ]
+    return records.count_failed(since=since), records.preview_failed(since=since, limit=limit)
 
 
 def requeue_failed(
-    db: Database,
+    records: ArchiveRecords,
     sender: BatchSender,
     queue_url: str,
     *,
@@ -201,16 +161,15 @@ def requeue_failed(
     page_size: int = REQUEUE_PAGE,
 ) -> EnqueueReport:
     """Reset up to `limit` FAILED rows (attempts 0, PENDING, due now, stamped) and send
-    them, a page at a time, so an interruption leaves at most one page unsent (and
-    those are PENDING: the sweeper sends them)."""
+    them a page at a time: an interruption leaves at most one page unsent (PENDING, so
+    the sweeper sends them)."""
     report = EnqueueReport()
-    bound = BEGINNING if since is None else since
     while (room := limit - len(report.sent) - len(report.unsent)) > 0:
-        rows = db.run(REQUEUE_FAILED_SQL, since=bound, limit=min(page_size, room))
+        rows = records.requeue_failed(since=since, limit=min(page_size, room))
         if not rows:
             break
-        ids = sorted(int(record_id) for record_id, _ in rows)
-        _send(db, sender, queue_url, ids, stamp=rows[0][1], report=report)
+        ids = sorted(record_id for record_id, _ in rows)
+        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report)
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
     return report

@@ -4,12 +4,10 @@ can be tested from a table without servers."""
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 
+from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 from lib.transfer.failures import Failure, Kind, Stage
-
-MAX_VISIBILITY_SECONDS = 43_200  # SQS's ceiling for ChangeMessageVisibility (12 h)
 
 # Lsky Pro 2.x answers almost every upload error with HTTP 200 and status:false;
 # only its message tells a bad file from a busy server. Substrings of those messages.
@@ -107,50 +105,6 @@ def error_summary(failure: Failure, *, attempt: int, max_attempts: int) -> str:
     """The text stored in archive_error: stage, reason and where in the attempt budget."""
     status = f" (HTTP {failure.status})" if failure.status is not None else ""
     return f"{failure.stage} failed{status}: {failure.message} [attempt {attempt}/{max_attempts}]"
-
-
-@dataclass(frozen=True)
-class ClaimSnapshot:
-    """The row as the claim statement saw it, for explaining a claim that did not win."""
-
-    exists: bool
-    status: str | None = None
-    archive_status: str | None = None
-    lock_expired: bool = False
-    due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
-    exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
-
-
-def early_delay(snapshot: ClaimSnapshot) -> int | None:
-    """Seconds to hold a message that came for a PENDING row before its due time, or None.
-
-    The claim refuses such a row so a duplicate cannot cut a backoff (or a Retry-After)
-    short and spend an attempt early; the message is kept, not dropped, in case it is
-    the row's only one.
-    """
-    if snapshot.status != "SUCCEEDED" or snapshot.archive_status != "PENDING":
-        return None
-    if snapshot.due_in_seconds <= 0:
-        return None
-    return min(math.ceil(snapshot.due_in_seconds), MAX_VISIBILITY_SECONDS)
-
-
-def skip_reason(snapshot: ClaimSnapshot) -> str:
-    """Why a message whose claim did not win is a duplicate or a stray."""
-    if not snapshot.exists:
-        return "record not found"
-    if snapshot.exhausted:
-        return "lock expired after the last attempt: failed"
-    if snapshot.status != "SUCCEEDED":
-        return f"generation status is {snapshot.status}"
-    if snapshot.archive_status in ("SUCCEEDED", "FAILED"):
-        return f"archive already {snapshot.archive_status}"
-    if snapshot.archive_status == "RUNNING" and not snapshot.lock_expired:
-        return "archive is RUNNING under a live lock"
-    if snapshot.archive_status is None:
-        return "archive was never queued"
-    # PENDING or an expired RUNNING lock the claim should have taken: a race it lost.
-    return f"claimed concurrently (archive {snapshot.archive_status})"
 
 
 def redelivery_delay(lock_ttl: int) -> int:

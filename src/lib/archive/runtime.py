@@ -1,29 +1,37 @@
-"""The archive function's long-lived parts, built once per Lambda container.
+"""The functions' long-lived parts, built once per Lambda container and reused warm.
 
-Connections (PostgreSQL, the urllib3 pools) live here so warm invocations reuse them.
+Each builder imports what only it needs, so the sweeper's cold start never loads the
+archive worker's HTTP stack (urllib3, the Lsky client).
 """
 
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
-from lib.archive.worker import ArchiveWorker
-from lib.platform.config import Settings, load_settings
+from lib.platform.config import Settings, SweeperSettings, load_settings, load_sweeper_settings
 from lib.platform.db import Database
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
-from lib.state.records import Records
-from lib.transfer.download import Downloader
-from lib.transfer.lsky import LskyClient
+from lib.state.records import ArchiveRecords
+
+if TYPE_CHECKING:
+    from lib.archive.sweeper import Sweeper
+    from lib.archive.worker import ArchiveWorker
 
 
 def build_worker(settings: Settings) -> ArchiveWorker:
+    # Deferred: see the module docstring.
+    from lib.archive.worker import ArchiveWorker  # noqa: PLC0415
+    from lib.transfer.download import Downloader  # noqa: PLC0415
+    from lib.transfer.lsky import LskyClient  # noqa: PLC0415
+
     def token(force: bool) -> str:
         return lsky_token(settings.lsky_token, settings.lsky_token_secret_arn, force=force)
 
     return ArchiveWorker(
         settings=settings,
-        records=Records(Database(settings.database, application_name="image-archive")),
+        records=ArchiveRecords(Database(settings.database, application_name="image-archive")),
         downloader=Downloader(
             max_bytes=settings.max_image_bytes,
             allow_private_networks=settings.allow_private_networks,
@@ -38,14 +46,31 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     )
 
 
+def build_sweeper(settings: SweeperSettings) -> Sweeper:
+    from lib.archive.sweeper import Sweeper  # noqa: PLC0415
+
+    db = Database(settings.database, application_name="image-archive-sweeper")
+    # Queue's short default timeouts keep a send failure inside the run's time budget.
+    return Sweeper(settings=settings, records=ArchiveRecords(db), queue=Queue())
+
+
 @cache
 def archive_worker() -> ArchiveWorker:
     """The container's worker; raises ConfigError (naming the setting) when misconfigured."""
     return build_worker(load_settings())
 
 
+@cache
+def sweeper() -> Sweeper:
+    """The container's sweeper; raises ConfigError (naming the setting) when misconfigured."""
+    return build_sweeper(load_sweeper_settings())
+
+
 def reset() -> None:
     """Forget the container's state (tests and local runs that change the environment)."""
     if archive_worker.cache_info().currsize:
         archive_worker().records.db.close()
+    if sweeper.cache_info().currsize:
+        sweeper().records.db.close()
     archive_worker.cache_clear()
+    sweeper.cache_clear()

@@ -24,7 +24,8 @@ from lib.platform.config import ConfigError, Settings
 from lib.platform.db import DatabaseUnavailable, describe
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.sqs import Queue
-from lib.state.records import Records, Task
+from lib.state.claim import ClaimSnapshot, Task, early_delay, skip_reason
+from lib.state.records import ArchiveRecords
 from lib.transfer.download import Downloader, ImageStream, spool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import ImageType
@@ -73,7 +74,7 @@ class ArchiveWorker:
         self,
         *,
         settings: Settings,
-        records: Records,
+        records: ArchiveRecords,
         downloader: Downloader,
         lsky: LskyClient,
         queue: Queue,
@@ -167,10 +168,10 @@ class ArchiveWorker:
         metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
 
-    def _skip(self, message: Message, record_id: int, snapshot: policy.ClaimSnapshot) -> Result:
+    def _skip(self, message: Message, record_id: int, snapshot: ClaimSnapshot) -> Result:
         """The claim did not win: a copy that came early is held back, anything else is
         a duplicate or a stray and is acknowledged."""
-        hold = policy.early_delay(snapshot)
+        hold = early_delay(snapshot)
         if hold is not None:
             self._delay(message, hold)
             logger.info(
@@ -179,7 +180,7 @@ class ArchiveWorker:
                 retry_in_seconds=hold,
             )
             return Result(Outcome.EARLY, record_id, f"due in {hold} s", redeliver=True)
-        reason = policy.skip_reason(snapshot)
+        reason = skip_reason(snapshot)
         logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
         metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
         return Result(Outcome.DUPLICATE, record_id, reason)

@@ -42,6 +42,7 @@ from lib.platform.config import (
 )
 from lib.platform.db import Database, DatabaseUnavailable, describe
 from lib.platform.observability import logger
+from lib.state.records import ArchiveRecords
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -194,7 +195,7 @@ def cmd_status(ctx: Context) -> int:
     lock_ttl = positive_int(os.environ, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS)
     report = status.Status(
         archive=status.archive_counts(
-            ctx.database(), lock_ttl_seconds=lock_ttl, include_all=args.all
+            ArchiveRecords(ctx.database()), lock_ttl_seconds=lock_ttl, include_all=args.all
         )
     )
     code = EXIT_OK
@@ -249,7 +250,7 @@ def cmd_enqueue(ctx: Context) -> int:
     if not ids:
         raise CommandError("no record ids given")
     queue_url = ctx.required_queue_url()  # checked before any row is written
-    report = enqueueing.enqueue(ctx.database(), ctx.queue, queue_url, ids)
+    report = enqueueing.enqueue(ArchiveRecords(ctx.database()), ctx.queue, queue_url, ids)
     return _print_report(report, "sent")
 
 
@@ -260,7 +261,7 @@ def cmd_requeue(ctx: Context) -> int:
     since = f" since {args.since.isoformat(timespec='seconds')}" if args.since else ""
     if args.dry_run:
         total, rows = enqueueing.preview_failed(
-            ctx.database(), since=args.since, limit=min(args.limit, args.show)
+            ArchiveRecords(ctx.database()), since=args.since, limit=min(args.limit, args.show)
         )
         out(f"{total} FAILED records{since} (generation SUCCEEDED); --limit {args.limit}")
         for row in rows:
@@ -272,7 +273,7 @@ def cmd_requeue(ctx: Context) -> int:
         return EXIT_OK
     queue_url = ctx.required_queue_url()
     report = enqueueing.requeue_failed(
-        ctx.database(), ctx.queue, queue_url, since=args.since, limit=args.limit
+        ArchiveRecords(ctx.database()), ctx.queue, queue_url, since=args.since, limit=args.limit
     )
     if not report.sent and not report.unsent:
         out(f"no FAILED records{since}")
@@ -604,4 +605,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             return error(_describe_error(failure))
         finally:
             ctx.close()
-

@@ -11,38 +11,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lib.platform.db import Database
+from lib.state.records import ArchiveRecords
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-
-LIVE_STATES_SQL = """
-SELECT
-    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'PENDING'),
-    (SELECT count(*) FROM image_generation_records
-      WHERE archive_status = 'PENDING'
-        AND (archive_next_run_at IS NULL OR archive_next_run_at <= now())),
-    (SELECT CAST(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0)
-                 AS double precision)
-       FROM image_generation_records WHERE archive_status = 'PENDING'),
-    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
-    (SELECT count(*) FROM image_generation_records
-      WHERE archive_status = 'RUNNING'
-        -- no lock time counts as expired, as in the claim and the sweeper
-        AND (archive_locked_at IS NULL
-             OR archive_locked_at < now() - make_interval(secs => :lock_ttl))),
-    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
-    (SELECT count(*) FROM image_generation_records
-      WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours')
-"""
-
-# Scans the whole table (no index covers SUCCEEDED or NULL): opt-in.
-ALL_STATES_SQL = """
-SELECT COALESCE(archive_status, 'not queued'), count(*)
-FROM image_generation_records
-GROUP BY 1
-ORDER BY 1
-"""
 
 
 @dataclass(frozen=True)
@@ -88,22 +60,11 @@ class Status:
         return json.dumps(self.as_dict(), indent=2)
 
 
-def archive_counts(db: Database, *, lock_ttl_seconds: int, include_all: bool) -> ArchiveCounts:
-    [row] = db.run(LIVE_STATES_SQL, lock_ttl=lock_ttl_seconds)
-    pending, due, oldest, running, expired, failed, failed_24h = row
-    all_states = None
-    if include_all:
-        all_states = {str(state): int(count) for state, count in db.run(ALL_STATES_SQL)}
-    return ArchiveCounts(
-        pending=int(pending),
-        pending_due=int(due),
-        oldest_pending_age_seconds=None if oldest is None else round(float(oldest), 1),
-        running=int(running),
-        running_expired=int(expired),
-        failed=int(failed),
-        failed_last_24h=int(failed_24h),
-        all_states=all_states,
-    )
+def archive_counts(
+    records: ArchiveRecords, *, lock_ttl_seconds: int, include_all: bool
+) -> ArchiveCounts:
+    live = records.live_counts(lock_ttl_seconds=lock_ttl_seconds)
+    return ArchiveCounts(**asdict(live), all_states=records.all_counts() if include_all else None)
 
 
 def queue_depth(client: SQSClient, name: str, url: str) -> QueueDepth:

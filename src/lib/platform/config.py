@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lib.platform.observability import logger
+from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -113,7 +114,7 @@ def retry_delays(env: Mapping[str, str], name: str = "ARCHIVE_RETRY_DELAYS") -> 
     except ValueError:
         delays = ()
     # SQS caps a visibility timeout at 12 hours.
-    if delays and all(0 < delay <= 43_200 for delay in delays):
+    if delays and all(0 < delay <= MAX_VISIBILITY_SECONDS for delay in delays):
         return delays
     logger.warning("invalid %s=%r, using default %s", name, raw, DEFAULT_RETRY_DELAYS)
     return DEFAULT_RETRY_DELAYS

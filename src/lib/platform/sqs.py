@@ -6,18 +6,15 @@ happy path of an archive never needs it.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
-
-from lib.archive.message import encode
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 
+MAX_VISIBILITY_SECONDS = 43_200  # SQS's ceiling for ChangeMessageVisibility (12 h)
 # SendMessageBatch's limit on entries per call.
 MAX_BATCH_ENTRIES = 10
 
@@ -51,58 +48,6 @@ def failed_entries(entry_ids: Sequence[str], response: Mapping[str, Any]) -> dic
     }
 
 
-class BatchSender(Protocol):
-    """What send_records needs: Queue.send_batch (tests substitute their own)."""
-
-    def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]: ...
-
-
-@dataclass
-class SendReport:
-    """What send_records did with each record id."""
-
-    sent: list[int] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)  # refused entries: id -> error code
-    not_tried: list[int] = field(default_factory=list)  # after the loop stopped
-    error: BaseException | None = None  # the whole-call failure that stopped it
-    out_of_time: bool = False  # stopped because `may_send` said so
-
-    @property
-    def unsent(self) -> list[int]:
-        return [*self.failed, *self.not_tried]
-
-
-def send_records(
-    sender: BatchSender,
-    queue_url: str,
-    record_ids: Sequence[int],
-    *,
-    may_send: Callable[[], bool] | None = None,
-) -> SendReport:
-    """One archive message per record, ten per SendMessageBatch call.
-
-    The loop stops at the first call that fails as a whole (SQS unreachable or refusing:
-    the rest would fail the same way) or when `may_send()` turns false (a time budget);
-    the report says which ids were sent, refused, or never tried.
-    """
-    report = SendReport()
-    for start in range(0, len(record_ids), MAX_BATCH_ENTRIES):
-        if may_send is not None and not may_send():
-            report.not_tried = list(record_ids[start:])
-            report.out_of_time = True
-            break
-        chunk = record_ids[start : start + MAX_BATCH_ENTRIES]
-        try:
-            failed = sender.send_batch(queue_url, [(str(i), encode(i)) for i in chunk])
-        except Exception as error:  # noqa: BLE001 - reported to the caller, who undoes its stamps
-            report.not_tried = list(record_ids[start:])
-            report.error = error
-            break
-        report.failed.update({int(entry_id): code for entry_id, code in failed.items()})
-        report.sent += [i for i in chunk if str(i) not in failed]
-    return report
-
-
 class Queue:
     def __init__(
         self, *, connect_timeout: float = 2, read_timeout: float = 5, max_attempts: int = 2
@@ -128,7 +73,8 @@ class Queue:
         return boto3.client("sqs", config=config)
 
     def queue_url(self, arn: str) -> str:
-        return queue_url_from_arn(arn, os.environ.get("AWS_ENDPOINT_URL_SQS"))
+        # The client's endpoint: AWS's regional one, or AWS_ENDPOINT_URL_SQS (boto3 reads it).
+        return queue_url_from_arn(arn, self.client.meta.endpoint_url)
 
     def change_visibility(self, queue_arn: str, receipt_handle: str, seconds: int) -> None:
         self.client.change_message_visibility(

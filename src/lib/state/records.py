@@ -1,8 +1,7 @@
-"""The archive state machine's SQL: claim, succeed, retry, fail. One round trip each.
+"""The only code that runs SQL on image_generation_records: one method per named query.
 
-PENDING -> RUNNING (claim: attempts + 1, lock set) -> SUCCEEDED | PENDING (retry) | FAILED.
-Only the archive_* columns (and hosted_*) are ever written; the generation's own
-status is read, never changed.
+Every statement is in lib/sql/queries.sql. Only the archive_* (and hosted_*) columns
+are written; the generation's own status is read, never changed.
 """
 
 from __future__ import annotations
@@ -12,185 +11,102 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lib.archive.retry import ClaimSnapshot
 from lib.platform.db import Database
+from lib.state.claim import EARLY_SLACK_SECONDS, ClaimResult, ClaimSnapshot, Task
+from lib.state.queries import QUERIES
+from lib.state.status import ArchiveStatus
 
-# One statement claims the row and explains a lost claim: `target` reads the row as
-# it was, `claimed` is the conditional UPDATE. Under READ COMMITTED the UPDATE
-# re-checks its WHERE on a row another claimer just changed, so exactly one wins.
-# Re-running the claim with the same lock owner (after a lost connection) returns
-# the row again without counting a second attempt.
-CLAIM_SQL = """
-WITH target AS (
-    SELECT id, status, archive_status,
-           archive_locked_at < now() - make_interval(secs => :lock_ttl) AS lock_expired,
-           EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
-    FROM image_generation_records
-    WHERE id = :record_id
-),
-claimed AS (
-    UPDATE image_generation_records AS r
-    SET archive_status = 'RUNNING',
-        archive_attempts = CASE WHEN r.archive_locked_by = :owner
-                                THEN r.archive_attempts ELSE r.archive_attempts + 1 END,
-        archive_locked_by = :owner,
-        archive_locked_at = now()
-    WHERE r.id = :record_id
-      AND r.status = 'SUCCEEDED'
-      AND ((r.archive_status = 'PENDING'
-            AND (r.archive_next_run_at IS NULL
-                 OR r.archive_next_run_at <= now() + make_interval(secs => :early_slack)))
-           OR (r.archive_status = 'RUNNING'
-               AND (r.archive_locked_by = :owner
-                    OR ((r.archive_locked_at IS NULL
-                         OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))
-                        AND r.archive_attempts < :max_attempts))))
-    RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
-),
--- An expired lock on the last attempt is concluded here, as the sweeper would: taking
--- it over would run one attempt more than allowed. Its condition excludes `claimed`'s,
--- so the two never touch the same row.
-exhausted AS (
-    UPDATE image_generation_records AS r
-    SET archive_status = 'FAILED',
-        archive_error = 'lock expired after the last attempt',
-        archive_next_run_at = NULL,
-        archive_locked_by = NULL,
-        archive_locked_at = NULL
-    WHERE r.id = :record_id
-      AND r.status = 'SUCCEEDED'
-      AND r.archive_status = 'RUNNING'
-      AND r.archive_locked_by IS DISTINCT FROM :owner
-      AND (r.archive_locked_at IS NULL
-           OR r.archive_locked_at < now() - make_interval(secs => :lock_ttl))
-      AND r.archive_attempts >= :max_attempts
-    RETURNING r.id
-)
-SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
-       exhausted.id IS NOT NULL,
-       claimed.id, claimed.user_id, u.username, claimed.image_url,
-       claimed.started_at, claimed.archive_attempts
-FROM (SELECT 1) AS one
-LEFT JOIN target ON true
-LEFT JOIN claimed ON true
-LEFT JOIN exhausted ON true
-LEFT JOIN users AS u ON u.id = claimed.user_id
-"""
-
-# Success wins whatever happened meanwhile (the lock expired and another attempt took
-# over, or the sweeper failed the row): the picture is hosted, so record it rather
-# than upload it again. `before` tells whether we still held the lock, for the log.
-SUCCEED_SQL = """
-UPDATE image_generation_records AS r
-SET archive_status = 'SUCCEEDED',
-    archived_at = now(),
-    hosted_image_url = :hosted_url,
-    image_mime_type = :mime_type,
-    hosted_response = CAST(:hosted_response AS jsonb),
-    archive_error = NULL,
-    archive_next_run_at = NULL,
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-FROM (
-    SELECT id, archive_locked_by FROM image_generation_records
-    WHERE id = :record_id FOR UPDATE
-) AS before
-WHERE r.id = before.id AND r.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
-RETURNING before.archive_locked_by IS NOT DISTINCT FROM :owner
-"""
-
-RETRY_SQL = """
-UPDATE image_generation_records
-SET archive_status = 'PENDING',
-    archive_error = :error,
-    archive_next_run_at = now() + make_interval(secs => :delay),
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id
-"""
-
-FAIL_SQL = """
-UPDATE image_generation_records
-SET archive_status = 'FAILED',
-    archive_error = :error,
-    archive_next_run_at = NULL,
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id
-"""
-
-# Give the row back without spending the attempt (the invocation ran out of time).
-RELEASE_SQL = """
-UPDATE image_generation_records
-SET archive_status = 'PENDING',
-    archive_attempts = GREATEST(archive_attempts - 1, 0),
-    archive_next_run_at = now() + make_interval(secs => :delay),
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id
-"""
-
-
-# A message may come back a little before the row's due time (clock skew between SQS
-# and PostgreSQL); within this slack it is on time. Earlier than that it is a second
-# copy arriving during a backoff (or a Retry-After) and is held back until due.
-EARLY_SLACK_SECONDS = 5
+# The first keyset page starts below every due time.
+BEGINNING = "-infinity"
 
 
 @dataclass(frozen=True)
-class Task:
-    """What an attempt needs, as returned by the claim."""
+class SweptRow:
+    """A row as one sweeper statement left it."""
 
     record_id: int
-    user_id: int
-    username: str | None
-    image_url: str
-    started_at: datetime | None
-    attempt: int
+    archive_status: str  # PENDING: send a message; FAILED: concluded, nothing to send
+    previous_enqueued_at: datetime | None  # put back when the send fails
+    enqueued_at: datetime | None  # the statement's stamp (its now())
+    next_run_at: datetime | None = None
+
+    @property
+    def to_send(self) -> bool:
+        return self.archive_status == ArchiveStatus.PENDING
 
 
 @dataclass(frozen=True)
-class ClaimResult:
-    task: Task | None
-    snapshot: ClaimSnapshot
+class MarkedRow:
+    """One id asked for by `mark_for_enqueue`, as it was and whether it was marked."""
+
+    record_id: int
+    exists: bool
+    status: str | None
+    archive_status: str | None
+    marked_at: datetime | None  # None: not marked (see status/archive_status)
 
 
-class Records:
+@dataclass(frozen=True)
+class FailedRecord:
+    record_id: int
+    started_at: datetime | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class LiveCounts:
+    pending: int
+    pending_due: int
+    oldest_pending_age_seconds: float | None
+    running: int
+    running_expired: int
+    failed: int
+    failed_last_24h: int
+
+
+def _swept(rows: list[list[Any]]) -> list[SweptRow]:
+    return [
+        SweptRow(
+            record_id=int(record_id),
+            archive_status=str(status),
+            previous_enqueued_at=previous,
+            enqueued_at=stamp,
+            next_run_at=due if isinstance(due, datetime) else None,
+        )
+        for record_id, status, previous, stamp, due in rows
+    ]
+
+
+class ArchiveRecords:
+    """The archive's state machine in PostgreSQL, one round trip per call."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def _run(self, name: str, **params: Any) -> list[list[Any]]:
+        return self.db.run(QUERIES[name], **params)
+
+    # -- the worker ----------------------------------------------------------------------
 
     def claim(
         self, record_id: int, *, owner: str, lock_ttl_seconds: int, max_attempts: int
     ) -> ClaimResult:
-        rows = self.db.run(
-            CLAIM_SQL,
+        [row] = self._run(
+            "claim",
             record_id=record_id,
             owner=owner,
             lock_ttl=lock_ttl_seconds,
             max_attempts=max_attempts,
             early_slack=EARLY_SLACK_SECONDS,
         )
-        (
-            status,
-            archive_status,
-            lock_expired,
-            due_in,
-            exhausted,
-            claimed_id,
-            user_id,
-            username,
-            url,
-            started,
-            n,
-        ) = rows[0]
+        (status, archive_status, expired, due_in, exhausted) = row[:5]
+        (claimed_id, user_id, username, url, started, attempt) = row[5:]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
             archive_status=archive_status,
-            lock_expired=bool(lock_expired),
+            lock_expired=bool(expired),
             due_in_seconds=float(due_in) if due_in is not None else 0.0,
             exhausted=bool(exhausted),
         )
@@ -202,7 +118,7 @@ class Records:
             username=username,
             image_url=url or "",
             started_at=started,
-            attempt=int(n),
+            attempt=int(attempt),
         )
         return ClaimResult(task, snapshot)
 
@@ -211,8 +127,8 @@ class Records:
     ) -> bool | None:
         """Record the hosted image. True: under our lock; False: recorded although the lock
         had passed on; None: the row had already concluded as SUCCEEDED elsewhere."""
-        rows = self.db.run(
-            SUCCEED_SQL,
+        rows = self._run(
+            "succeed",
             record_id=task.record_id,
             owner=owner,
             hosted_url=hosted_url,
@@ -222,14 +138,112 @@ class Records:
         return bool(rows[0][0]) if rows else None
 
     def retry(self, task: Task, *, owner: str, error: str, delay_seconds: int) -> bool:
-        rows = self.db.run(
-            RETRY_SQL, record_id=task.record_id, owner=owner, error=error, delay=delay_seconds
+        """PENDING again after `delay_seconds`; False when the lock had passed on."""
+        rows = self._run(
+            "retry", record_id=task.record_id, owner=owner, error=error, delay=delay_seconds
         )
         return bool(rows)
 
     def fail(self, task: Task, *, owner: str, error: str) -> bool:
-        return bool(self.db.run(FAIL_SQL, record_id=task.record_id, owner=owner, error=error))
+        """FAILED for good; False when the lock had passed on."""
+        return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
 
     def release(self, task: Task, *, owner: str, delay_seconds: int) -> bool:
-        rows = self.db.run(RELEASE_SQL, record_id=task.record_id, owner=owner, delay=delay_seconds)
+        """PENDING with the attempt given back; False when the lock had passed on."""
+        rows = self._run("release", record_id=task.record_id, owner=owner, delay=delay_seconds)
         return bool(rows)
+
+    # -- the sweeper ---------------------------------------------------------------------
+
+    def take_expired_locks(
+        self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
+    ) -> list[SweptRow]:
+        return _swept(
+            self._run(
+                "recover_expired_locks",
+                limit=limit,
+                lock_ttl=lock_ttl_seconds,
+                max_attempts=max_attempts,
+            )
+        )
+
+    def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
+        return _swept(self._run("recover_lockless", limit=limit, max_attempts=max_attempts))
+
+    def take_lost(
+        self, *, limit: int, grace_seconds: int, interval_seconds: int, after: datetime | None
+    ) -> list[SweptRow]:
+        rows = self._run(
+            "take_lost",
+            limit=limit,
+            grace=grace_seconds,
+            interval=interval_seconds,
+            after=BEGINNING if after is None else after,
+        )
+        return _swept(rows)
+
+    def date_undated(self, *, limit: int) -> int:
+        return len(self._run("date_undated", limit=limit))
+
+    def restore(self, rows: list[SweptRow]) -> int:
+        """Give unsent rows their previous archive_enqueued_at back; returns how many."""
+        restored = 0
+        # One page's rows share one stamp (now() of its statement); group to be safe.
+        for stamp in {row.enqueued_at for row in rows if row.enqueued_at is not None}:
+            group = [row for row in rows if row.enqueued_at == stamp]
+            restored += len(
+                self._run(
+                    "restore_stamps",
+                    ids=[row.record_id for row in group],
+                    previous=[row.previous_enqueued_at for row in group],
+                    stamp=stamp,
+                )
+            )
+        return restored
+
+    def oldest_pending_age_seconds(self) -> float:
+        return round(float(self._run("oldest_pending_age")[0][0]), 1)
+
+    # -- the producer side and operators -------------------------------------------------
+
+    def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
+        return [
+            MarkedRow(int(record_id), bool(exists), status, archive_status, marked_at)
+            for record_id, exists, status, archive_status, marked_at in self._run(
+                "mark_for_enqueue", ids=record_ids
+            )
+        ]
+
+    def unstamp(self, record_ids: list[int], *, stamp: datetime) -> None:
+        self._run("unstamp", ids=record_ids, stamp=stamp)
+
+    def requeue_failed(self, *, since: datetime | None, limit: int) -> list[tuple[int, datetime]]:
+        rows = self._run("requeue_failed", since=BEGINNING if since is None else since, limit=limit)
+        return [(int(record_id), stamp) for record_id, stamp in rows]
+
+    def count_failed(self, *, since: datetime | None) -> int:
+        [[total]] = self._run("count_failed", since=BEGINNING if since is None else since)
+        return int(total)
+
+    def preview_failed(self, *, since: datetime | None, limit: int) -> list[FailedRecord]:
+        rows = self._run("preview_failed", since=BEGINNING if since is None else since, limit=limit)
+        return [
+            FailedRecord(int(i), started, int(attempts), error)
+            for i, started, attempts, error in rows
+        ]
+
+    def live_counts(self, *, lock_ttl_seconds: int) -> LiveCounts:
+        [row] = self._run("live_counts", lock_ttl=lock_ttl_seconds)
+        pending, due, oldest, running, expired, failed, failed_24h = row
+        return LiveCounts(
+            pending=int(pending),
+            pending_due=int(due),
+            oldest_pending_age_seconds=None if oldest is None else round(float(oldest), 1),
+            running=int(running),
+            running_expired=int(expired),
+            failed=int(failed),
+            failed_last_24h=int(failed_24h),
+        )
+
+    def all_counts(self) -> dict[str, int]:
+        return {str(state): int(count) for state, count in self._run("all_counts")}

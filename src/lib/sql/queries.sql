@@ -1,0 +1,319 @@
+-- Every statement the service runs on image_generation_records, by name.
+-- Loaded by lib.state.queries: a block starts at `-- name: NAME`; `{{NAME}}` inside a
+-- block is replaced by the named fragment. Status names here mirror
+-- lib.state.status.ArchiveStatus and the CHECK constraint of archive_migration.sql.
+
+-- name: lock_time_expired
+-- The lock-expiry rule, written once: the claim, the sweeper and `status` agree on it.
+archive_locked_at < now() - make_interval(secs => :lock_ttl)
+
+-- name: lock_expired
+-- A RUNNING row without a lock time counts as expired too.
+(archive_locked_at IS NULL OR {{lock_time_expired}})
+
+-- name: claim
+-- Claim a record and explain a lost claim, in one round trip. `target` reads the row as
+-- it was; `claimed` is the conditional UPDATE (under READ COMMITTED it re-checks its
+-- WHERE on a row another claimer just changed, so exactly one wins). Re-running it with
+-- the same owner (after a lost connection) returns the row without counting twice.
+-- `exhausted` concludes an expired lock on the last attempt, as the sweeper would;
+-- its condition excludes `claimed`'s, so the two never touch the same row.
+WITH target AS (
+    SELECT id, status, archive_status,
+           {{lock_expired}} AS lock_expired,
+           EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
+    FROM image_generation_records
+    WHERE id = :record_id
+),
+claimed AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'RUNNING',
+        archive_attempts = CASE WHEN r.archive_locked_by = :owner
+                                THEN r.archive_attempts ELSE r.archive_attempts + 1 END,
+        archive_locked_by = :owner,
+        archive_locked_at = now()
+    WHERE r.id = :record_id
+      AND r.status = 'SUCCEEDED'
+      AND ((r.archive_status = 'PENDING'
+            AND (r.archive_next_run_at IS NULL
+                 OR r.archive_next_run_at <= now() + make_interval(secs => :early_slack)))
+           OR (r.archive_status = 'RUNNING'
+               AND (r.archive_locked_by = :owner
+                    OR ({{lock_expired}} AND r.archive_attempts < :max_attempts))))
+    RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
+),
+exhausted AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'FAILED',
+        archive_error = 'lock expired after the last attempt',
+        archive_next_run_at = NULL,
+        archive_locked_by = NULL,
+        archive_locked_at = NULL
+    WHERE r.id = :record_id
+      AND r.status = 'SUCCEEDED'
+      AND r.archive_status = 'RUNNING'
+      AND r.archive_locked_by IS DISTINCT FROM :owner
+      AND {{lock_expired}}
+      AND r.archive_attempts >= :max_attempts
+    RETURNING r.id
+)
+SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
+       exhausted.id IS NOT NULL,
+       claimed.id, claimed.user_id, u.username, claimed.image_url,
+       claimed.started_at, claimed.archive_attempts
+FROM (SELECT 1) AS one
+LEFT JOIN target ON true
+LEFT JOIN claimed ON true
+LEFT JOIN exhausted ON true
+LEFT JOIN users AS u ON u.id = claimed.user_id;
+
+-- name: succeed
+-- Success wins whatever happened meanwhile (the lock passed on, or the sweeper failed
+-- the row): the picture is hosted, so record it rather than upload it again.
+-- `before` tells whether we still held the lock.
+UPDATE image_generation_records AS r
+SET archive_status = 'SUCCEEDED',
+    archived_at = now(),
+    hosted_image_url = :hosted_url,
+    image_mime_type = :mime_type,
+    hosted_response = CAST(:hosted_response AS jsonb),
+    archive_error = NULL,
+    archive_next_run_at = NULL,
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+FROM (
+    SELECT id, archive_locked_by FROM image_generation_records
+    WHERE id = :record_id FOR UPDATE
+) AS before
+WHERE r.id = before.id AND r.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
+RETURNING before.archive_locked_by IS NOT DISTINCT FROM :owner;
+
+-- name: retry
+UPDATE image_generation_records
+SET archive_status = 'PENDING',
+    archive_error = :error,
+    archive_next_run_at = now() + make_interval(secs => :delay),
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+RETURNING id;
+
+-- name: fail
+UPDATE image_generation_records
+SET archive_status = 'FAILED',
+    archive_error = :error,
+    archive_next_run_at = NULL,
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+RETURNING id;
+
+-- name: release
+-- Give the row back without spending the attempt (nothing was fetched yet).
+UPDATE image_generation_records
+SET archive_status = 'PENDING',
+    archive_attempts = GREATEST(archive_attempts - 1, 0),
+    archive_next_run_at = now() + make_interval(secs => :delay),
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+RETURNING id;
+
+-- name: recover_picked
+-- The body shared by the two expired-lock sweeps. The attempt was spent when the claim
+-- counted it: the row becomes FAILED (none left) or PENDING and is sent again at once.
+-- archive_next_run_at is kept: already past due, so a failed send leaves it eligible.
+UPDATE image_generation_records AS r
+SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
+                          THEN 'FAILED' ELSE 'PENDING' END,
+    archive_error = CASE WHEN r.archive_attempts >= :max_attempts
+                         THEN 'lock expired after the last attempt'
+                         ELSE format('lock expired during attempt %s/%s; sent again',
+                                     r.archive_attempts, CAST(:max_attempts AS int)) END,
+    archive_next_run_at = CASE WHEN r.archive_attempts >= :max_attempts
+                               THEN NULL ELSE r.archive_next_run_at END,
+    archive_enqueued_at = CASE WHEN r.archive_attempts >= :max_attempts
+                               THEN r.archive_enqueued_at ELSE now() END,
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+FROM picked
+WHERE r.id = picked.id
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
+          r.archive_next_run_at
+
+-- name: recover_expired_locks
+-- Two statements rather than an OR with IS NULL, which would turn the index range scan
+-- into a scan of the whole index.
+WITH picked AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE archive_status = 'RUNNING' AND {{lock_time_expired}}
+    ORDER BY archive_locked_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+{{recover_picked}};
+
+-- name: recover_lockless
+WITH picked AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE archive_status = 'RUNNING' AND archive_locked_at IS NULL
+    ORDER BY archive_locked_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+{{recover_picked}};
+
+-- name: date_undated
+-- A PENDING row without a due time would never match take_lost: due now, so the grace
+-- period starts when the sweeper first sees it.
+WITH picked AS (
+    SELECT id
+    FROM image_generation_records
+    WHERE archive_status = 'PENDING' AND archive_next_run_at IS NULL
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE image_generation_records AS r
+SET archive_next_run_at = now()
+FROM picked
+WHERE r.id = picked.id
+RETURNING r.id;
+
+-- name: take_lost
+-- Lost messages: due more than the grace period ago and not sent within the requeue
+-- interval. Keyset paging on the due time (:after). A row whose generation is not
+-- SUCCEEDED can never be claimed: it is concluded as FAILED instead of sent forever.
+WITH picked AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE archive_status = 'PENDING'
+      AND archive_next_run_at >= CAST(:after AS timestamptz)
+      AND archive_next_run_at < now() - make_interval(secs => :grace)
+      AND (archive_enqueued_at IS NULL
+           OR archive_enqueued_at < now() - make_interval(secs => :interval))
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE image_generation_records AS r
+SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILED' END,
+    archive_error = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_error
+                         ELSE format('generation status is %s; nothing to archive', r.status)
+                    END,
+    archive_next_run_at = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_next_run_at END,
+    archive_enqueued_at = CASE WHEN r.status = 'SUCCEEDED'
+                               THEN now() ELSE r.archive_enqueued_at END
+FROM picked
+WHERE r.id = picked.id
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
+          r.archive_next_run_at;
+
+-- name: restore_stamps
+-- Put back the stamps of rows whose send failed, only where the stamp is still ours.
+UPDATE image_generation_records AS r
+SET archive_enqueued_at = v.previous
+FROM unnest(CAST(:ids AS bigint[]), CAST(:previous AS timestamptz[])) AS v(id, previous)
+WHERE r.id = v.id AND r.archive_enqueued_at = CAST(:stamp AS timestamptz)
+RETURNING r.id;
+
+-- name: oldest_pending_age
+-- How long the oldest PENDING row has been due (0 when none is): one index entry.
+SELECT CAST(COALESCE(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0), 0)
+            AS double precision)
+FROM image_generation_records
+WHERE archive_status = 'PENDING';
+
+-- name: mark_for_enqueue
+-- The producer's first step: rows that can take a message become PENDING, due now and
+-- stamped; the outer SELECT (one snapshot, before the UPDATE) explains every skip.
+WITH wanted AS (
+    SELECT DISTINCT unnest(CAST(:ids AS bigint[])) AS id
+),
+marked AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'PENDING',
+        archive_next_run_at = now(),
+        archive_enqueued_at = now()
+    FROM wanted
+    WHERE r.id = wanted.id
+      AND r.status = 'SUCCEEDED'
+      AND (r.archive_status IS NULL OR r.archive_status = 'PENDING')
+    RETURNING r.id, r.archive_enqueued_at
+)
+SELECT wanted.id, r.id IS NOT NULL, r.status, r.archive_status, marked.archive_enqueued_at
+FROM wanted
+LEFT JOIN image_generation_records AS r ON r.id = wanted.id
+LEFT JOIN marked ON marked.id = wanted.id
+ORDER BY wanted.id;
+
+-- name: unstamp
+-- A row whose send failed loses our stamp, so the sweeper sends it after its grace
+-- period instead of a whole requeue interval later.
+UPDATE image_generation_records
+SET archive_enqueued_at = NULL
+WHERE id = ANY(CAST(:ids AS bigint[]))
+  AND archive_status = 'PENDING'
+  AND archive_enqueued_at = CAST(:stamp AS timestamptz);
+
+-- name: failed_since
+-- FAILED rows of a SUCCEEDED generation (partial index on started_at).
+archive_status = 'FAILED'
+AND status = 'SUCCEEDED'
+AND started_at >= CAST(:since AS timestamptz)
+
+-- name: requeue_failed
+-- A fresh attempt budget, oldest generation first; the last error is kept as history.
+WITH picked AS (
+    SELECT id
+    FROM image_generation_records
+    WHERE {{failed_since}}
+    ORDER BY started_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE image_generation_records AS r
+SET archive_status = 'PENDING',
+    archive_attempts = 0,
+    archive_next_run_at = now(),
+    archive_enqueued_at = now(),
+    archive_locked_by = NULL,
+    archive_locked_at = NULL
+FROM picked
+WHERE r.id = picked.id
+RETURNING r.id, r.archive_enqueued_at;
+
+-- name: preview_failed
+SELECT id, started_at, archive_attempts, archive_error
+FROM image_generation_records
+WHERE {{failed_since}}
+ORDER BY started_at
+LIMIT :limit;
+
+-- name: count_failed
+SELECT count(*) FROM image_generation_records WHERE {{failed_since}};
+
+-- name: live_counts
+-- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED).
+SELECT
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'PENDING'
+        AND (archive_next_run_at IS NULL OR archive_next_run_at <= now())),
+    (SELECT CAST(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0)
+                 AS double precision)
+       FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'RUNNING' AND {{lock_expired}}),
+    (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
+    (SELECT count(*) FROM image_generation_records
+      WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours');
+
+-- name: all_counts
+-- Every state, SUCCEEDED and never queued included: a full scan, so only on request.
+SELECT COALESCE(archive_status, 'not queued'), count(*)
+FROM image_generation_records
+GROUP BY 1
+ORDER BY 1;

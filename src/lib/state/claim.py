@@ -1,0 +1,77 @@
+"""What a claim returns, and the pure reading of a claim that did not win."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from lib.platform.sqs import MAX_VISIBILITY_SECONDS
+from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
+
+# A message may come back a little before the row's due time (clock skew between SQS
+# and PostgreSQL); within this slack it is on time. Earlier than that it is a second
+# copy arriving during a backoff (or a Retry-After) and is held back until due.
+EARLY_SLACK_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Task:
+    """What an attempt needs, as returned by the claim."""
+
+    record_id: int
+    user_id: int
+    username: str | None
+    image_url: str
+    started_at: datetime | None
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ClaimSnapshot:
+    """The row as the claim statement saw it, for explaining a claim that did not win."""
+
+    exists: bool
+    status: str | None = None
+    archive_status: str | None = None
+    lock_expired: bool = False
+    due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
+    exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    task: Task | None
+    snapshot: ClaimSnapshot
+
+
+def early_delay(snapshot: ClaimSnapshot) -> int | None:
+    """Seconds to hold a message that came for a PENDING row before its due time, or None.
+
+    The claim refuses such a row so that a duplicate cannot cut a backoff short; the
+    message is kept, not dropped, in case it is the row's only one.
+    """
+    if snapshot.status != GENERATION_SUCCEEDED or snapshot.archive_status != ArchiveStatus.PENDING:
+        return None
+    if snapshot.due_in_seconds <= 0:
+        return None
+    return min(math.ceil(snapshot.due_in_seconds), MAX_VISIBILITY_SECONDS)
+
+
+def skip_reason(snapshot: ClaimSnapshot) -> str:
+    """Why a message whose claim did not win is a duplicate or a stray."""
+    if not snapshot.exists:
+        return "record not found"
+    if snapshot.exhausted:
+        return "lock expired after the last attempt: failed"
+    if snapshot.status != GENERATION_SUCCEEDED:
+        return f"generation status is {snapshot.status}"
+    if snapshot.archive_status is None:
+        return "archive was never queued"
+    status = ArchiveStatus(snapshot.archive_status)
+    if status.concluded:
+        return f"archive already {status}"
+    if status is ArchiveStatus.RUNNING and not snapshot.lock_expired:
+        return "archive is RUNNING under a live lock"
+    # PENDING or an expired RUNNING lock the claim should have taken: a race it lost.
+    return f"claimed concurrently (archive {status})"
