@@ -86,10 +86,19 @@ def test_split_statements_on_line_end_semicolons_only() -> None:
     ]
 
 
+def test_split_statements_keeps_a_do_block_whole() -> None:
+    sql = "DO $$\nBEGIN\n    PERFORM 1;\n    PERFORM 2;\nEND\n$$;\nSELECT 3;\n"
+    assert migrate.split_statements(sql) == [
+        "DO $$\nBEGIN\n    PERFORM 1;\n    PERFORM 2;\nEND\n$$",
+        "SELECT 3",
+    ]
+
+
 def test_the_migration_file_splits_into_its_statements() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=False))
     assert statements[0].sql == "SET lock_timeout = '5s'"
-    assert sum(s.sql.startswith("ALTER TABLE") for s in statements) == 11
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 11
+    assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",
         "image_generation_records_archive_running_idx",

@@ -52,16 +52,24 @@ class Statement:
 
 
 def split_statements(sql: str) -> list[str]:
-    """Split a schema file into statements: on ';' at a line end, comment lines dropped.
-
-    Good enough for our own SQL files (no function bodies with ';' inside).
-    """
-    statements = []
-    for chunk in re.split(r";[ \t]*$", sql, flags=re.MULTILINE):
-        lines = [line for line in chunk.splitlines() if not line.lstrip().startswith("--")]
-        statement = "\n".join(lines).strip()
-        if statement:
-            statements.append(statement)
+    """Split a schema file into statements: on ';' at a line end outside a $$-quoted
+    body (a DO block), whole-line comments dropped. Enough for our own SQL files."""
+    statements: list[str] = []
+    current: list[str] = []
+    for line in sql.splitlines():
+        if line.lstrip().startswith("--"):
+            continue
+        current.append(line)
+        inside_body = "\n".join(current).count("$$") % 2 == 1
+        if re.search(r";[ \t]*$", line) and not inside_body:
+            statement = "\n".join(current).strip()
+            current = []
+            statement = re.sub(r";[ \t]*$", "", statement).strip()
+            if statement:
+                statements.append(statement)
+    tail = "\n".join(current).strip()
+    if tail:
+        statements.append(tail)
     return statements
 
 

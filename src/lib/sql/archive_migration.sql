@@ -31,3 +31,23 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_running
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
     ON image_generation_records (started_at)
     WHERE archive_status = 'FAILED';
+
+-- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
+-- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without
+-- blocking writes; both are no-ops once done.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conrelid = 'image_generation_records'::regclass
+          AND conname = 'image_generation_records_archive_status_check'
+    ) THEN
+        ALTER TABLE image_generation_records
+            ADD CONSTRAINT image_generation_records_archive_status_check
+            CHECK (archive_status IN ('PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED')) NOT VALID;
+    END IF;
+END
+$$;
+
+ALTER TABLE image_generation_records
+    VALIDATE CONSTRAINT image_generation_records_archive_status_check;
