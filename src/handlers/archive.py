@@ -18,16 +18,12 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lib.archive.runtime import archive_worker
-from lib.archive.worker import Message
+from lib.archive.worker import Message, Redelivered
 from lib.platform.observability import logger, metrics, traced
 
 # Every failure is a batch item failure, never a function error: with BatchSize 1 an
 # "entire batch failed" error would make Lambda back off the whole event source.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
-
-class Redeliver(Exception):
-    """Marks a record as a batch item failure: SQS delivers it again after its visibility."""
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
@@ -42,8 +38,8 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     result = archive_worker().process(
         message, owner=owner, remaining_ms=lambda_context.get_remaining_time_in_millis
     )
-    if result.redeliver:
-        raise Redeliver(f"{result.outcome}: {result.detail}")
+    if result.outcome.redelivers:
+        raise Redelivered(result)
 
 
 @traced

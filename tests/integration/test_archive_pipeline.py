@@ -13,7 +13,7 @@ from devkit import images
 from devkit.lsky import Behaviour
 from lib.archive import runtime
 from lib.archive.message import encode
-from lib.platform.config import ConfigError
+from lib.platform.errors import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
 from tests.support import fetch_record, seed_record
 

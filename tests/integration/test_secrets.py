@@ -18,7 +18,8 @@ from devkit import images
 from devkit.lsky import Behaviour
 from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
-from lib.platform.db import Database, DatabaseUnavailable
+from lib.platform.db import Database
+from lib.platform.errors import DatabaseUnavailable
 from lib.transfer.download import DownloadedImage, Downloader
 from lib.transfer.failures import ArchiveFailure
 from lib.transfer.imagetype import PNG as PNG_TYPE

@@ -582,7 +582,7 @@ def test_handler_emits_metrics_and_logs_the_summary(
 def test_missing_queue_url_fails_loudly(
     sweep_env: Callable[..., None], sweep: SweepHarness
 ) -> None:
-    from lib.platform.config import ConfigError
+    from lib.platform.errors import ConfigError
 
     sweep_env(ARCHIVE_QUEUE_URL=None)
     with pytest.raises(ConfigError, match="ARCHIVE_QUEUE_URL"):

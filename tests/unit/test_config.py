@@ -9,9 +9,9 @@ from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAYS,
-    ConfigError,
     load_settings,
 )
+from lib.platform.errors import ConfigError
 
 BASE = {
     "DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/db",

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from lib.archive.naming import hosted_file_name
-from lib.platform.config import ConfigError, DatabaseConfig
+from lib.platform.config import DatabaseConfig
+from lib.platform.errors import ConfigError
 from lib.platform.secrets import database_params, parse_database_secret, parse_database_url
 from lib.platform.sqs import queue_url_from_arn
 from lib.transfer.download import retry_after_seconds, safe_url

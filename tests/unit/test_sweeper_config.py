@@ -7,9 +7,9 @@ import pytest
 from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
-    ConfigError,
     load_sweeper_settings,
 )
+from lib.platform.errors import ConfigError
 
 BASE = {
     "DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/db",

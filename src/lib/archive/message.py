@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from lib.platform.errors import ServiceError
+
 MAX_RECORD_ID = 2**63 - 1  # BIGINT
 MAX_BODY_CHARS = 4096  # a valid body is tiny; don't parse megabytes of junk
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(ServiceError):
     """The body does not follow the message contract; retrying cannot help."""
 
 

@@ -20,8 +20,9 @@ from lib.archive import retry as policy
 from lib.archive.budget import download_needs, time_left, upload_needs
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.naming import hosted_file_name
-from lib.platform.config import ConfigError, Settings
-from lib.platform.db import DatabaseUnavailable, describe
+from lib.platform.config import Settings
+from lib.platform.db import describe
+from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import ClaimSnapshot, Task, early_delay, skip_reason
@@ -46,9 +47,30 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"
     DUPLICATE = "duplicate"
     EARLY = "early"  # a copy that came during the row's backoff: held until due
-    MALFORMED = "malformed"
+    MALFORMED = "malformed"  # moved to the DLQ with its reason
+    # Malformed, but the DLQ send failed: redelivered at once, so the redrive policy parks it.
+    MALFORMED_LEFT = "malformed_left"
     RELEASED = "released"  # given back unspent: not enough time left
     UNCONCLUDED = "unconcluded"  # database unreachable or a bug: SQS redelivers, then the DLQ
+
+    @property
+    def redelivers(self) -> bool:
+        """The one ack-or-redeliver rule: SQS delivers these again after the visibility
+        the worker set; every other outcome is acknowledged (deleted)."""
+        return self in _REDELIVERED
+
+
+_REDELIVERED = frozenset(
+    {Outcome.RETRY, Outcome.EARLY, Outcome.RELEASED, Outcome.UNCONCLUDED, Outcome.MALFORMED_LEFT}
+)
+
+
+class Redelivered(ServiceError):
+    """Raised for Powertools' batch processor: report the message as a batch item failure."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(f"{result.outcome}: {result.detail}")
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -65,8 +87,6 @@ class Result:
     outcome: Outcome
     record_id: int | None = None
     detail: str = ""
-    # Redeliver: report a batch item failure; the visibility was already set.
-    redeliver: bool = False
 
 
 class ArchiveWorker:
@@ -119,7 +139,7 @@ class ArchiveWorker:
             # Too late in the invocation to finish a transfer: don't even claim.
             self._delay(message, NO_TIME_RETRY_SECONDS)
             logger.warning("not enough time left to start; redelivering", outcome=Outcome.RELEASED)
-            return Result(Outcome.RELEASED, record_id, "not enough time left", redeliver=True)
+            return Result(Outcome.RELEASED, record_id, "not enough time left")
         claim = self.records.claim(
             record_id,
             owner=owner,
@@ -179,7 +199,7 @@ class ArchiveWorker:
                 outcome=Outcome.EARLY,
                 retry_in_seconds=hold,
             )
-            return Result(Outcome.EARLY, record_id, f"due in {hold} s", redeliver=True)
+            return Result(Outcome.EARLY, record_id, f"due in {hold} s")
         reason = skip_reason(snapshot)
         logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
         metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
@@ -300,7 +320,7 @@ class ArchiveWorker:
             retry_in_seconds=decision.delay_seconds,
         )
         metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
-        return Result(Outcome.RETRY, task.record_id, error, redeliver=True)
+        return Result(Outcome.RETRY, task.record_id, error)
 
     def _release(self, message: Message, task: Task, owner: str, reason: str) -> Result:
         # Nothing that could not finish was started: the claim's attempt is handed back.
@@ -313,7 +333,7 @@ class ArchiveWorker:
             retry_in_seconds=NO_TIME_RETRY_SECONDS,
         )
         metrics.add_metric(name="Released", unit=MetricUnit.Count, value=1)
-        return Result(Outcome.RELEASED, task.record_id, "not enough time left", redeliver=True)
+        return Result(Outcome.RELEASED, task.record_id, "not enough time left")
 
     def _unconcluded(self, message: Message, record_id: int, what: str, error: str) -> Result:
         # Whether or not the claim went through, the row is safe: PENDING rows and expired
@@ -330,7 +350,7 @@ class ArchiveWorker:
             receive_count=message.receive_count,
         )
         metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
-        return Result(Outcome.UNCONCLUDED, record_id, error, redeliver=True)
+        return Result(Outcome.UNCONCLUDED, record_id, error)
 
     def _malformed(self, message: Message, reason: str) -> Result:
         preview = message.body[:120] if message.body else ""
@@ -358,7 +378,7 @@ class ArchiveWorker:
                 )
         # Fail it fast so the redrive policy moves it after maxReceiveCount receives.
         self._delay(message, 0)
-        return Result(Outcome.MALFORMED, None, reason, redeliver=True)
+        return Result(Outcome.MALFORMED_LEFT, None, reason)
 
     def _delay(self, message: Message, seconds: int) -> None:
         try:

@@ -34,13 +34,9 @@ from lib.archive.message import MAX_RECORD_ID
 from lib.cli import dlq as redrive
 from lib.cli import status
 from lib.platform import schema as migration
-from lib.platform.config import (
-    DEFAULT_LOCK_TTL_SECONDS,
-    ConfigError,
-    load_database_config,
-    positive_int,
-)
-from lib.platform.db import Database, DatabaseUnavailable, describe
+from lib.platform.config import DEFAULT_LOCK_TTL_SECONDS, load_database_config, positive_int
+from lib.platform.db import Database, describe
+from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import logger
 from lib.state.records import ArchiveRecords
 
@@ -75,7 +71,7 @@ _DURATION_PART = re.compile(r"(\d+)([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-class CommandError(Exception):
+class CommandError(ServiceError):
     """A clear, expected failure: printed as one line, exit code EXIT_ERROR."""
 
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lib.platform.errors import ConfigError
 from lib.platform.observability import logger
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 
@@ -30,10 +31,6 @@ DEFAULT_SWEEP_GRACE_SECONDS = 300
 # ...and not more often than this per row, so a slow consumer is not flooded.
 DEFAULT_REQUEUE_INTERVAL_SECONDS = 900
 DEFAULT_SWEEP_MAX_ROWS = 5000
-
-
-class ConfigError(RuntimeError):
-    """A required setting is missing or unusable; the message names it."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import pg8000.exceptions
 import pg8000.native
 
 from lib.platform.config import DatabaseConfig
+from lib.platform.errors import DatabaseUnavailable
 from lib.platform.observability import logger
 from lib.platform.secrets import DatabaseParams, database_params
 
@@ -41,10 +42,6 @@ _STALE_STATEMENT = frozenset({"26000", "0A000"})
 # The service runs a handful of fixed statements; past this, run unprepared rather than
 # let ad hoc SQL (operator tooling) pile up statements on the server.
 MAX_PREPARED_STATEMENTS = 32
-
-
-class DatabaseUnavailable(RuntimeError):
-    """The database could not be reached or dropped the connection; nothing was concluded."""
 
 
 def _sqlstate(error: BaseException) -> str | None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from lib.platform.config import ConfigError, DatabaseConfig
+from lib.platform.config import DatabaseConfig
+from lib.platform.errors import ConfigError
 
 SECRET_MAX_AGE_SECONDS = 300
 

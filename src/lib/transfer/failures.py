@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from lib.platform.errors import ServiceError
+
 
 class Stage(enum.StrEnum):
     DOWNLOAD = "download"
@@ -36,7 +38,7 @@ class Failure:
     retry_after: float | None = None  # seconds, when the peer said so
 
 
-class ArchiveFailure(Exception):
+class ArchiveFailure(ServiceError):
     """Raised by download/upload code; carries the Failure for lib.archive.retry to classify."""
 
     def __init__(self, failure: Failure) -> None:
