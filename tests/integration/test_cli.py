@@ -20,6 +20,7 @@ from devkit.sqs import QueuePair
 from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
+from lib.cli.context import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record
 
@@ -115,12 +116,12 @@ def test_migrate_with_base_schema_builds_an_empty_database_and_is_idempotent(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", blank_database)
 
-    assert ctl("migrate", "--with-base-schema") == cli.EXIT_OK
+    assert ctl("migrate", "--with-base-schema") == EXIT_OK
     assert "base_schema.sql: CREATE TABLE IF NOT EXISTS users" in ctl.out
     assert "archive_migration.sql: CREATE INDEX CONCURRENTLY" in ctl.out
     assert valid_indexes(blank_database) == INDEXES
 
-    assert ctl("migrate") == cli.EXIT_OK  # again, on the now complete schema
+    assert ctl("migrate") == EXIT_OK  # again, on the now complete schema
     assert "applied" in ctl.out
 
 
@@ -129,7 +130,7 @@ def test_migrate_on_a_database_without_the_table_says_what_is_wrong(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", blank_database)
 
-    assert ctl("migrate") == cli.EXIT_ERROR
+    assert ctl("migrate") == EXIT_ERROR
     assert "42P01" in ctl.err
     assert "--with-base-schema" in ctl.err
 
@@ -148,7 +149,7 @@ def test_migrate_rebuilds_an_index_an_interrupted_run_left_invalid(
     assert "image_generation_records_archive_failed_idx" not in valid_indexes(blank_database)
     monkeypatch.setenv("DATABASE_URL", blank_database)
 
-    assert ctl("migrate") == cli.EXIT_OK
+    assert ctl("migrate") == EXIT_OK
     assert "dropped invalid index image_generation_records_archive_failed_idx" in ctl.out
     assert valid_indexes(blank_database) == INDEXES
 
@@ -158,7 +159,7 @@ def test_migrate_dry_run_prints_the_statements_and_applies_none(
 ) -> None:
     monkeypatch.setenv("DATABASE_URL", blank_database)
 
-    assert ctl("migrate", "--dry-run") == cli.EXIT_OK
+    assert ctl("migrate", "--dry-run") == EXIT_OK
     assert "SET lock_timeout = '5s';" in ctl.out
     assert valid_indexes(blank_database) == set()
 
@@ -182,7 +183,7 @@ def test_status_counts_live_states_and_queue_depths(
         sqs.send_message(QueueUrl=queues.url, MessageBody=body)
     sqs.send_message(QueueUrl=queues.dlq_url, MessageBody="{}")
 
-    assert ctl("status", "--json", "--all") == cli.EXIT_OK
+    assert ctl("status", "--json", "--all") == EXIT_OK
     report = json.loads(ctl.out)
     archive = report["archive"]
     assert archive["pending"] == 2
@@ -200,7 +201,7 @@ def test_status_counts_live_states_and_queue_depths(
     depths = {q["name"]: (q["visible"], q["total"]) for q in report["queues"]}
     assert depths == {"queue": (2, 2), "DLQ": (1, 1)}
 
-    assert ctl("status") == cli.EXIT_OK
+    assert ctl("status") == EXIT_OK
     assert "PENDING            2   due now: 1, oldest due for: 10 min" in ctl.out
     assert "lock expired: 2" in ctl.out
     assert "SUCCEEDED" not in ctl.out  # the full scan is opt-in
@@ -212,7 +213,7 @@ def test_status_finds_the_dlq_through_the_redrive_policy(
     monkeypatch.delenv("ARCHIVE_DLQ_URL")
     sqs.send_message(QueueUrl=queues.dlq_url, MessageBody="{}")
 
-    assert ctl("status", "--json") == cli.EXIT_OK
+    assert ctl("status", "--json") == EXIT_OK
     [_queue, dlq] = json.loads(ctl.out)["queues"]
     assert dlq["url"].endswith(f"/{queues.name}-dlq")
     assert dlq["visible"] == 1
@@ -223,7 +224,7 @@ def test_status_without_a_queue_url_reports_the_database_and_says_so(
 ) -> None:
     monkeypatch.delenv("ARCHIVE_QUEUE_URL")
 
-    assert ctl("status") == cli.EXIT_OK
+    assert ctl("status") == EXIT_OK
     assert "PENDING" in ctl.out
     assert "queue depths not shown: set ARCHIVE_QUEUE_URL" in ctl.out
 
@@ -242,7 +243,7 @@ def test_enqueue_writes_the_row_then_sends_and_reports_every_id(
     seed_record(db, 6, image_url=URL, archive_status="RUNNING", locked_by="x", locked_at=1)
 
     biggest = str(2**63 - 1)
-    assert ctl("enqueue", "1", "2", "3", "4", "5", "6", "99", biggest) == cli.EXIT_PARTIAL
+    assert ctl("enqueue", "1", "2", "3", "4", "5", "6", "99", biggest) == EXIT_PARTIAL
 
     assert record_ids(drain(sqs, queues.url)) == [1, 2]
     for record_id in (1, 2):
@@ -275,7 +276,7 @@ def test_enqueue_reads_ids_from_stdin(
         seed_record(db, record_id, image_url=URL, archive_status=None)
     monkeypatch.setattr(sys, "stdin", io.StringIO(" ".join(map(str, range(1, 13))) + "\n"))
 
-    assert ctl("enqueue", "-") == cli.EXIT_OK
+    assert ctl("enqueue", "-") == EXIT_OK
     assert record_ids(drain(sqs, queues.url)) == list(range(1, 13))
 
 
@@ -285,13 +286,13 @@ def test_enqueue_without_a_queue_url_fails_before_writing(
     monkeypatch.delenv("ARCHIVE_QUEUE_URL")
     seed_record(db, 1, image_url=URL, archive_status=None)
 
-    assert ctl("enqueue", "1") == cli.EXIT_ERROR
+    assert ctl("enqueue", "1") == EXIT_ERROR
     assert "archive-ctl: error: no queue URL: set ARCHIVE_QUEUE_URL or pass --queue-url" in ctl.err
     assert fetch_record(db, 1)["archive_status"] is None
 
 
 def test_enqueue_rejects_ids_that_are_not_record_ids(ctl: Ctl) -> None:
-    assert ctl("enqueue", "12", "abc") == cli.EXIT_ERROR
+    assert ctl("enqueue", "12", "abc") == EXIT_ERROR
     assert "'abc' is not a record id" in ctl.err
 
 
@@ -303,7 +304,7 @@ def test_a_failed_send_leaves_the_row_pending_and_the_sweeper_sends_it(
     seed_record(db, 1, image_url=URL, archive_status=None)
     missing_queue = queues.url + "-does-not-exist"
 
-    assert ctl("enqueue", "--queue-url", missing_queue, "1") == cli.EXIT_PARTIAL
+    assert ctl("enqueue", "--queue-url", missing_queue, "1") == EXIT_PARTIAL
     assert "NOT SENT  1: QueueDoesNotExist" in ctl.out
     row = fetch_record(db, 1)
     assert row["archive_status"] == "PENDING"
@@ -339,7 +340,7 @@ def test_requeue_failed_since_resets_attempts_stamps_and_sends(
 ) -> None:
     seed_failures(db)
 
-    assert ctl("requeue", "--failed", "--since", "24h") == cli.EXIT_OK
+    assert ctl("requeue", "--failed", "--since", "24h") == EXIT_OK
 
     assert record_ids(drain(sqs, queues.url)) == [1, 2]
     for record_id in (1, 2):
@@ -359,7 +360,7 @@ def test_requeue_dry_run_lists_and_changes_nothing(
 ) -> None:
     seed_failures(db)
 
-    assert ctl("requeue", "--failed", "--dry-run") == cli.EXIT_OK
+    assert ctl("requeue", "--failed", "--dry-run") == EXIT_OK
     assert "3 FAILED records (generation SUCCEEDED)" in ctl.out
     assert "attempts 3  download failed (HTTP 503) [attempt 3/3]" in ctl.out
     assert "dry run: nothing changed" in ctl.out
@@ -372,16 +373,16 @@ def test_requeue_honours_the_limit_oldest_generation_first(
 ) -> None:
     seed_failures(db)
 
-    assert ctl("requeue", "--failed", "--limit", "2") == cli.EXIT_OK
+    assert ctl("requeue", "--failed", "--limit", "2") == EXIT_OK
     assert record_ids(drain(sqs, queues.url)) == [2, 3]
 
 
 def test_requeue_needs_a_selector_and_a_valid_since(ctl: Ctl) -> None:
-    assert ctl("requeue") == cli.EXIT_ERROR
+    assert ctl("requeue") == EXIT_ERROR
     assert "say what to requeue: --failed" in ctl.err
     with pytest.raises(SystemExit) as exit_info:
         ctl("requeue", "--failed", "--since", "yesterday")
-    assert exit_info.value.code == cli.EXIT_USAGE
+    assert exit_info.value.code == EXIT_USAGE
 
 
 def test_requeued_failures_are_archived_by_the_handler(
@@ -390,7 +391,7 @@ def test_requeued_failures_are_archived_by_the_handler(
     upstream.add("/gen/1.png", images.png(8, 8))
     seed_record(db, 1, image_url=upstream.url("/gen/1.png"), archive_status="FAILED", attempts=3)
 
-    assert ctl("requeue", "--failed") == cli.EXIT_OK
+    assert ctl("requeue", "--failed") == EXIT_OK
     event = archive.receive()
     assert len(event["Records"]) == 1
     archive.settle(event, archive.invoke(event))
@@ -427,7 +428,7 @@ def test_redrive_falls_back_to_moving_by_hand_where_move_tasks_do_not_exist(
     fill_dlq(sqs, queues, 3)
 
     started = time.monotonic()
-    assert ctl("redrive-dlq") == cli.EXIT_OK
+    assert ctl("redrive-dlq") == EXIT_OK
     elapsed = time.monotonic() - started
 
     assert "StartMessageMoveTask is not available at this endpoint" in ctl.out
@@ -448,7 +449,7 @@ def test_redrive_falls_back_to_moving_by_hand_where_move_tasks_do_not_exist(
 def test_manual_redrive_is_bounded(ctl: Ctl, sqs: Any, queues: QueuePair) -> None:
     fill_dlq(sqs, queues, 15)
 
-    assert ctl("redrive-dlq", "--manual", "--max-messages", "12") == cli.EXIT_OK
+    assert ctl("redrive-dlq", "--manual", "--max-messages", "12") == EXIT_OK
     assert "moved 12 messages" in ctl.out
     assert "--max-messages 12 reached" in ctl.out
     assert len(drain(sqs, queues.url)) == 12
@@ -460,7 +461,7 @@ def test_redrive_dry_run_shows_messages_and_leaves_them(
 ) -> None:
     fill_dlq(sqs, queues, 2)
 
-    assert ctl("redrive-dlq", "--dry-run") == cli.EXIT_OK
+    assert ctl("redrive-dlq", "--dry-run") == EXIT_OK
     assert "2 messages looked at" in ctl.out
     assert "[reason 1]" in ctl.out
     assert '{"recordId": "2"}' in ctl.out
@@ -475,7 +476,7 @@ def test_manual_redrive_needs_the_queue_url(
     monkeypatch.delenv("ARCHIVE_QUEUE_URL")
     fill_dlq(sqs, queues, 1)
 
-    assert ctl("redrive-dlq", "--manual") == cli.EXIT_ERROR
+    assert ctl("redrive-dlq", "--manual") == EXIT_ERROR
     assert "no queue URL" in ctl.err
     assert queue_attrs(sqs, queues.dlq_url).visible == 1
 
@@ -487,20 +488,20 @@ def test_configuration_and_connection_errors_are_one_line(
     ctl: Ctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DATABASE_URL")
-    assert ctl("status") == cli.EXIT_ERROR
+    assert ctl("status") == EXIT_ERROR
     assert ctl.err == (
         "archive-ctl: error: missing required setting: set DATABASE_URL or DB_SECRET_ARN\n"
     )
 
     monkeypatch.setenv("DATABASE_URL", "postgresql://postgres@127.0.0.1:9/nowhere")
-    assert ctl("status") == cli.EXIT_ERROR
+    assert ctl("status") == EXIT_ERROR
     # The reconnect attempt logs a warning (JSON, on stderr); the error is the last line.
     assert ctl.err.splitlines()[-1].startswith("archive-ctl: error: database unreachable:")
     assert "Traceback" not in ctl.err
 
 
 def test_sqs_errors_name_the_operation(ctl: Ctl, queues: QueuePair) -> None:
-    assert ctl("redrive-dlq", "--dlq-url", queues.dlq_url + "-nope", "--dry-run") == cli.EXIT_ERROR
+    assert ctl("redrive-dlq", "--dlq-url", queues.dlq_url + "-nope", "--dry-run") == EXIT_ERROR
     assert ctl.err.startswith("archive-ctl: error: SQS ReceiveMessage:")
 
 
@@ -525,5 +526,5 @@ def test_every_command_has_help(command: str | None) -> None:
 def test_parse_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["frobnicate"])
-    assert exit_info.value.code == cli.EXIT_USAGE
+    assert exit_info.value.code == EXIT_USAGE
     assert "invalid choice: 'frobnicate'" in capsys.readouterr().err

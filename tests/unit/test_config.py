@@ -9,7 +9,10 @@ from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAYS,
+    QueueUrls,
     load_settings,
+    lock_ttl_seconds,
+    queue_urls,
 )
 from lib.platform.errors import ConfigError
 
@@ -123,3 +126,16 @@ def test_repr_hides_credentials() -> None:
     settings = load_settings(BASE)
     assert "abc" not in repr(settings)
     assert ":p@" not in repr(settings)
+
+
+def test_queue_urls_are_optional_and_blank_means_unset() -> None:
+    assert queue_urls({}) == QueueUrls(queue=None, dlq=None)
+    assert queue_urls({"ARCHIVE_QUEUE_URL": " https://q ", "ARCHIVE_DLQ_URL": " "}) == QueueUrls(
+        queue="https://q", dlq=None
+    )
+
+
+def test_lock_ttl_alone_falls_back_like_the_functions_settings() -> None:
+    assert lock_ttl_seconds({}) == DEFAULT_LOCK_TTL_SECONDS
+    assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "0"}) == DEFAULT_LOCK_TTL_SECONDS
+    assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "240"}) == 240

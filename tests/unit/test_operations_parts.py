@@ -10,7 +10,8 @@ from botocore.exceptions import ClientError
 
 from lib.archive.message import MAX_RECORD_ID
 from lib.cli import dlq as redrive
-from lib.cli.main import build_parser, parse_since, record_id
+from lib.cli.args import parse_since, record_id
+from lib.cli.main import build_parser
 from lib.platform import schema as migrate
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

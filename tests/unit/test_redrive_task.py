@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import Stubber
 
 from lib.cli import main as cli
+from lib.cli.context import EXIT_ERROR, EXIT_OK, Context
 
 QUEUE_URL = "https://sqs.eu-central-1.amazonaws.com/111122223333/image-archive-queue"
 DLQ_URL = "https://sqs.eu-central-1.amazonaws.com/111122223333/image-archive-dlq"
@@ -31,8 +32,8 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubber]:
         aws_secret_access_key="stub",
         endpoint_url="https://sqs.eu-central-1.amazonaws.com",
     )
-    monkeypatch.setattr(cli.Context, "sqs", property(lambda self: client))
-    monkeypatch.setattr(cli.Context, "sqs_no_retry", lambda self: client)
+    monkeypatch.setattr(Context, "sqs", property(lambda self: client))
+    monkeypatch.setattr(Context, "sqs_no_retry", lambda self: client)
     monkeypatch.setenv("ARCHIVE_QUEUE_URL", QUEUE_URL)
     monkeypatch.setenv("ARCHIVE_DLQ_URL", DLQ_URL)
     with Stubber(client) as stubber:
@@ -75,7 +76,7 @@ def test_redrive_starts_a_move_task_to_the_archive_queue(
         {"SourceArn": DLQ_ARN, "DestinationArn": QUEUE_ARN, "MaxNumberOfMessagesPerSecond": 5},
     )
 
-    assert cli.main(["redrive-dlq", "--rate", "5"]) == cli.EXIT_OK
+    assert cli.main(["redrive-dlq", "--rate", "5"]) == EXIT_OK
     out = capsys.readouterr().out
     assert f"started move task {HANDLE}: {DLQ_ARN} -> {QUEUE_ARN}" in out
     assert f"redrive-dlq --wait-for {HANDLE}" in out
@@ -89,7 +90,7 @@ def test_redrive_wait_follows_the_task_until_it_completes(
     stub.add_response("list_message_move_tasks", task("RUNNING", 3), listing)
     stub.add_response("list_message_move_tasks", task("COMPLETED", 7), listing)
 
-    assert cli.main(["redrive-dlq", "--wait", "--poll-seconds", "0"]) == cli.EXIT_OK
+    assert cli.main(["redrive-dlq", "--wait", "--poll-seconds", "0"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "RUNNING: 3 of 7 moved" in out
     assert "COMPLETED: 7 of 7 moved" in out
@@ -103,7 +104,7 @@ def test_a_failed_move_task_is_an_error_with_its_reason(
         "list_message_move_tasks", task("FAILED", 2, FailureReason="AccessDenied on the queue")
     )
 
-    assert cli.main(["redrive-dlq", "--wait", "--poll-seconds", "0"]) == cli.EXIT_ERROR
+    assert cli.main(["redrive-dlq", "--wait", "--poll-seconds", "0"]) == EXIT_ERROR
     assert "move task FAILED: AccessDenied on the queue" in capsys.readouterr().err
 
 
@@ -119,6 +120,6 @@ def test_a_refused_move_task_is_reported_not_worked_around(
         http_status_code=400,
     )
 
-    assert cli.main(["redrive-dlq"]) == cli.EXIT_ERROR
+    assert cli.main(["redrive-dlq"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "SQS StartMessageMoveTask: UnsupportedOperation: Source queue must be" in err

@@ -1,8 +1,7 @@
-"""What `archive-ctl status` reports: archive states in PostgreSQL, queue depths in SQS.
+"""`archive-ctl status`: archive states in PostgreSQL, queue depths in SQS.
 
-The default query reads only the partial indexes of archive_migration.sql (PENDING,
-RUNNING, FAILED), so it is cheap on a table of millions of rows. SUCCEEDED and
-never-queued rows have no index: counting them scans the table, so only on request.
+The default query reads only the partial indexes of archive_migration.sql, so it is cheap
+on millions of rows; SUCCEEDED and never-queued rows have none, so `--all` scans the table.
 """
 
 from __future__ import annotations
@@ -11,6 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
+from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
+from lib.platform.config import lock_ttl_seconds
 from lib.state.records import ArchiveRecords
 
 if TYPE_CHECKING:
@@ -119,3 +122,24 @@ def render(status: Status) -> str:
         ]
     lines += [f"note: {note}" for note in status.notes]
     return "\n".join(lines)
+
+
+def run(ctx: Context) -> int:
+    args = ctx.args
+    lock_ttl = lock_ttl_seconds()
+    report = Status(
+        archive=archive_counts(ctx.records(), lock_ttl_seconds=lock_ttl, include_all=args.all)
+    )
+    code = EXIT_OK
+    queue_url = ctx.queue_url()
+    if queue_url is None:
+        report.notes.append("queue depths not shown: set ARCHIVE_QUEUE_URL or pass --queue-url")
+    else:
+        try:
+            report.queues.append(queue_depth(ctx.sqs, "queue", queue_url))
+            report.queues.append(queue_depth(ctx.sqs, "DLQ", ctx.dlq_url()))
+        except (CommandError, BotoCoreError, ClientError) as error:
+            report.notes.append(f"queue depths incomplete: {describe_error(error)}")
+            code = EXIT_ERROR
+    out(report.to_json() if args.json else render(report))
+    return code

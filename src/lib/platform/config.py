@@ -194,3 +194,23 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
         lock_ttl_seconds=positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS),
     )
+
+
+@dataclass(frozen=True)
+class QueueUrls:
+    """The archive queue and its DLQ as configured; None where unset."""
+
+    queue: str | None
+    dlq: str | None
+
+
+def queue_urls(env: Mapping[str, str] | None = None) -> QueueUrls:
+    """ARCHIVE_QUEUE_URL and ARCHIVE_DLQ_URL, neither required (archive-ctl's defaults)."""
+    env = os.environ if env is None else env
+    return QueueUrls(queue=_text(env, "ARCHIVE_QUEUE_URL"), dlq=_text(env, "ARCHIVE_DLQ_URL"))
+
+
+def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_LOCK_TTL_SECONDS alone, for readers that need no other setting."""
+    env = os.environ if env is None else env
+    return positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS)

@@ -1,0 +1,136 @@
+"""What archive-ctl's commands share: the Context (clients built on first use, queue
+URLs from the options or lib.platform.config), CommandError, exit codes, out()."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pg8000.exceptions
+from botocore.exceptions import ClientError
+
+from lib.cli import dlq
+from lib.platform import config
+from lib.platform import schema as migration
+from lib.platform.db import Database, describe
+from lib.platform.errors import DatabaseUnavailable, ServiceError
+from lib.state.records import ArchiveRecords
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from lib.platform.sqs import Queue
+
+PROG = "archive-ctl"
+EXIT_OK = 0
+EXIT_ERROR = 1  # nothing or not everything could be done: configuration, database, SQS
+EXIT_USAGE = 2  # argparse's own code for a bad command line
+EXIT_PARTIAL = 3  # done, but some records were not found or not sent
+EXIT_INTERRUPTED = 130
+
+
+class CommandError(ServiceError):
+    """A clear, expected failure: printed as one line, exit code EXIT_ERROR."""
+
+
+@dataclass
+class Context:
+    """Per run: the parsed options, and the clients built on first use from them and config."""
+
+    args: argparse.Namespace
+    _db: Database | None = None
+    _queue: Queue | None = None
+
+    def database(self, *, migration_session: bool = False) -> Database:
+        if self._db is None:
+            settings = config.load_database_config()
+            if migration_session:
+                self._db = Database(
+                    settings,
+                    application_name=f"{PROG}-migrate",
+                    connect=migration.open_migration_connection,
+                )
+            else:
+                self._db = Database(settings, application_name=PROG)
+        return self._db
+
+    def records(self) -> ArchiveRecords:
+        return ArchiveRecords(self.database())
+
+    @property
+    def queue(self) -> Queue:
+        if self._queue is None:
+            # Deferred: boto3 is the slowest import, and `migrate` does not need it.
+            from lib.platform.sqs import Queue  # noqa: PLC0415
+
+            self._queue = Queue()
+        return self._queue
+
+    @property
+    def sqs(self) -> SQSClient:
+        return self.queue.client
+
+    def sqs_no_retry(self) -> SQSClient:
+        from lib.platform.sqs import Queue  # noqa: PLC0415
+
+        return Queue(max_attempts=1).client
+
+    def queue_url(self) -> str | None:
+        return self.args.queue_url or config.queue_urls().queue
+
+    def required_queue_url(self) -> str:
+        url = self.queue_url()
+        if url is None:
+            raise CommandError("no queue URL: set ARCHIVE_QUEUE_URL or pass --queue-url")
+        return url
+
+    def dlq_url(self) -> str:
+        url = self.args.dlq_url or config.queue_urls().dlq
+        if url:
+            return url
+        queue_url = self.queue_url()
+        if queue_url is None:
+            raise CommandError(
+                "no DLQ URL: set ARCHIVE_DLQ_URL or pass --dlq-url "
+                "(or give the queue URL, whose redrive policy names the DLQ)"
+            )
+        derived = dlq.dead_letter_queue_url(self.sqs, queue_url)
+        if derived is None:
+            raise CommandError(f"{queue_url} has no redrive policy; pass --dlq-url")
+        return derived
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+
+
+def out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for an expected failure, as `archive-ctl: error: ...` or a status note."""
+    if isinstance(error, ClientError):
+        detail = error.response.get("Error", {})
+        message = str(detail.get("Message", "")).strip()
+        if message.startswith("<"):
+            message = "(an HTML error page)"
+        return f"SQS {error.operation_name}: {detail.get('Code', '?')}: {message[:300]}"
+    if isinstance(error, DatabaseUnavailable):
+        return f"database unreachable: {error}"
+    if isinstance(error, pg8000.exceptions.Error):
+        return f"database error: {describe(error)}{_database_hint(error)}"
+    return str(error) or type(error).__name__
+
+
+def _database_hint(error: BaseException) -> str:
+    text = describe(error)
+    if text.startswith("42P01"):
+        return (
+            " (the generation service's tables are not there: is this the right database? "
+            "For an empty local database use `migrate --with-base-schema`)"
+        )
+    if text.startswith("55P03"):
+        return " (the table is busy; every statement is idempotent, so run it again later)"
+    return ""
