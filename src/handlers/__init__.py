@@ -1,0 +1,1 @@
+"""The Lambda entry points: handlers.archive (SQS) and handlers.sweeper (schedule)."""

@@ -1,0 +1,1 @@
+"""Code shared by the two functions and archive-ctl, one sub-package per responsibility."""

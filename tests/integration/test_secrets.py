@@ -20,9 +20,10 @@ from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.platform.errors import DatabaseUnavailable
-from lib.transfer.download import DownloadedImage, Downloader
+from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure
 from lib.transfer.imagetype import PNG as PNG_TYPE
+from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
 from tests.support import fetch_record, seed_record

@@ -14,7 +14,8 @@ from lib.platform.config import DatabaseConfig
 from lib.platform.errors import ConfigError
 from lib.platform.secrets import database_params, parse_database_secret, parse_database_url
 from lib.platform.sqs import queue_url_from_arn
-from lib.transfer.download import retry_after_seconds, safe_url
+from lib.transfer.download import safe_url
+from lib.transfer.failures import retry_after_seconds
 from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, sniff
 from lib.transfer.multipart import BodyLengthError, MultipartBody
 
@@ -137,7 +138,7 @@ def test_database_url_and_secret() -> None:
     assert params.sslmode == "require"
     assert "p/ss" not in repr(params)
     secret = parse_database_secret(
-        '{"username": "u", "password": "pw", "host": "h", "port": 5433, "dbname": "d"}'
+        {"username": "u", "password": "pw", "host": "h", "port": 5433, "dbname": "d"}
     )
     assert (secret.user, secret.host, secret.port, secret.database) == ("u", "h", 5433, "d")
     with pytest.raises(ConfigError, match="JSON"):

@@ -1,0 +1,1 @@
+"""The archive itself: the worker, retry rules, time budget, sweeper, producer side."""

@@ -1,10 +1,7 @@
 """How long a transfer may take, so an attempt never starts what it cannot finish (pure).
 
-The estimates are deliberately pessimistic: a transfer that would not fit is given back
-unspent (the row goes back to PENDING without using an attempt), while one that starts
-and then runs past the deadline is a timeout and does spend its attempt. Each estimate
-is capped so that a fresh invocation (120 s timeout, minus the finish reserve) always
-has room for the largest allowed image: a row can never be given back forever.
+Pessimistic on purpose and capped so a fresh invocation always has room for the largest
+image; docs/archive.md says why.
 """
 
 from __future__ import annotations

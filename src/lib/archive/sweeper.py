@@ -2,7 +2,7 @@
 
 Each run, in bounded pages: lost messages are sent again, expired locks go back to
 PENDING (and are sent) or to FAILED. The paging and time rules are pure functions at
-the top; docs/sweeper.md has the rationale (double sends, index use, failure modes).
+the top; docs/archive.md has the rationale (double sends, index use, failure modes).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Operations: archive-ctl parses arguments and delegates to one module per command."""

@@ -1,11 +1,7 @@
 """Moving messages from the DLQ back to the archive queue (`archive-ctl redrive-dlq`).
 
-On AWS this is one StartMessageMoveTask: SQS moves the messages itself, at a rate
-it chooses (or MaxNumberOfMessagesPerSecond), and reports progress through
-ListMessageMoveTasks. Local SQS emulators (moto) do not implement that API, so
-there is a manual path too: receive from the DLQ, SendMessageBatch to the queue,
-delete what was sent. That is at-least-once: a crash between the send and the
-delete leaves a copy in both queues, which the archive claim makes harmless.
+StartMessageMoveTask on AWS; a manual receive/send/delete path (at-least-once) where the
+API is missing (moto). docs/archive.md has the details.
 """
 
 from __future__ import annotations

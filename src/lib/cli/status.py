@@ -14,22 +14,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
 from lib.platform.config import lock_ttl_seconds
-from lib.state.records import ArchiveRecords
+from lib.state.records import ArchiveRecords, LiveCounts
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 
 @dataclass(frozen=True)
-class ArchiveCounts:
-    pending: int
-    pending_due: int
-    # How long the longest-waiting PENDING row has been due; 0 when none is due yet.
-    oldest_pending_age_seconds: float | None
-    running: int
-    running_expired: int
-    failed: int
-    failed_last_24h: int
+class ArchiveCounts(LiveCounts):
     # Every state including SUCCEEDED and never queued; only with --all.
     all_states: dict[str, int] | None = None
 

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lib.platform.errors import ConfigError
-from lib.platform.observability import logger
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -72,6 +71,28 @@ class SweeperSettings:
     lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
 
 
+def _warn(message: str, *args: object) -> None:
+    # Imported late: observability takes its own names from this module.
+    from lib.platform.observability import logger  # noqa: PLC0415
+
+    logger.warning(message, *args)
+
+
+def service_name(env: Mapping[str, str] | None = None) -> str:
+    return _text(os.environ if env is None else env, "POWERTOOLS_SERVICE_NAME") or "image-archive"
+
+
+def metrics_namespace(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return _text(env, "POWERTOOLS_METRICS_NAMESPACE") or "ImageArchive"
+
+
+def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Tracing is opt-in (POWERTOOLS_TRACE_DISABLED=false): the X-Ray SDK costs cold start."""
+    env = os.environ if env is None else env
+    return (_text(env, "POWERTOOLS_TRACE_DISABLED") or "true").lower() in ("0", "false")
+
+
 def _text(env: Mapping[str, str], name: str) -> str | None:
     """A variable's value, with empty and blank treated as unset (templates pass '')."""
     value = env.get(name, "").strip()
@@ -88,7 +109,7 @@ def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
         value = 0
     if value > 0:
         return value
-    logger.warning("invalid %s=%r, using default %s", name, raw, default)
+    _warn("invalid %s=%r, using default %s", name, raw, default)
     return default
 
 
@@ -98,7 +119,7 @@ def optional_id(env: Mapping[str, str], name: str) -> int | None:
         return None
     if raw.isdigit() and int(raw) > 0:
         return int(raw)
-    logger.warning("invalid %s=%r, ignoring it", name, raw)
+    _warn("invalid %s=%r, ignoring it", name, raw)
     return None
 
 
@@ -113,7 +134,7 @@ def retry_delays(env: Mapping[str, str], name: str = "ARCHIVE_RETRY_DELAYS") -> 
     # SQS caps a visibility timeout at 12 hours.
     if delays and all(0 < delay <= MAX_VISIBILITY_SECONDS for delay in delays):
         return delays
-    logger.warning("invalid %s=%r, using default %s", name, raw, DEFAULT_RETRY_DELAYS)
+    _warn("invalid %s=%r, using default %s", name, raw, DEFAULT_RETRY_DELAYS)
     return DEFAULT_RETRY_DELAYS
 
 
@@ -126,7 +147,7 @@ def networks(env: Mapping[str, str], name: str) -> tuple[IPNetwork, ...]:
         try:
             parsed.append(ipaddress.ip_network(part.strip(), strict=False))
         except ValueError:
-            logger.warning("invalid network %r in %s, ignoring it", part.strip(), name)
+            _warn("invalid network %r in %s, ignoring it", part.strip(), name)
     return tuple(parsed)
 
 

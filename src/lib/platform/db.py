@@ -1,17 +1,7 @@
 """One PostgreSQL connection per Lambda container, reopened when it drops.
 
-pg8000's native API with named parameters only. Statements run in autocommit:
-each is a single conditional UPDATE, so a transaction would only add round trips.
-Every statement this service runs is safe to repeat after a lost connection
-(claims and finishes are keyed on the lock owner), so `run` retries once on a
-fresh connection before giving up with DatabaseUnavailable.
-
-Statements with parameters are prepared once per connection: pg8000 runs a one-off
-parameterised statement as Parse, Describe and Bind/Execute, each waiting for the
-server (three round trips); a prepared one is a single Bind/Execute round trip, so an
-archive costs two round trips instead of six (bench/overhead.py counts them). The
-connection is already session-bound (SET statement_timeout below), so server-side
-statements add no pinning of their own behind RDS Proxy.
+Autocommit, named parameters, statements prepared once per connection (one round trip
+each); `run` retries once on a fresh connection. docs/database.md says why.
 """
 
 from __future__ import annotations

@@ -6,15 +6,16 @@ botocore), so the Tracer is only built when POWERTOOLS_TRACE_DISABLED is false.
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Logger, Metrics
 
-SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "image-archive"
-NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ImageArchive"
+from lib.platform import config
+
+SERVICE = config.service_name()
+NAMESPACE = config.metrics_namespace()
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
@@ -32,13 +33,9 @@ def log_unexpected(message: str, error: BaseException) -> None:
     )
 
 
-def tracing_enabled() -> bool:
-    return os.environ.get("POWERTOOLS_TRACE_DISABLED", "true").strip().lower() in ("0", "false")
-
-
 def traced(handler: Handler) -> Handler:
     """Wrap a Lambda handler with the Powertools Tracer when tracing is enabled."""
-    if not tracing_enabled():
+    if not config.tracing_enabled():
         return handler
     from aws_lambda_powertools import Tracer  # noqa: PLC0415 - deferred, see the docstring
 

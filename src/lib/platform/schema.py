@@ -1,9 +1,7 @@
 """Applying the schema SQL shipped in lib/sql: the one statement splitter and runner.
 
-`archive_migration.sql` is idempotent and safe on the generation service's live
-table; `base_schema.sql` creates that table for local runs and tests. Statements
-run one at a time in autocommit, because CREATE INDEX CONCURRENTLY refuses to run
-inside a transaction block. `archive-ctl migrate` and devkit both come through here.
+One statement at a time in autocommit (CREATE INDEX CONCURRENTLY refuses a transaction);
+`archive-ctl migrate` and devkit both come through here.
 """
 
 from __future__ import annotations

@@ -29,12 +29,27 @@ class DatabaseParams:
 
 
 def _secret(arn: str, *, force: bool) -> str:
-    # Deferred import: Parameters pulls in boto3, which local runs with a plain
+    # Deferred imports: Parameters pulls in boto3, which local runs with a plain
     # DATABASE_URL/LSKY_TOKEN never need.
     from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
 
     value = parameters.get_secret(arn, max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force)
     return value if isinstance(value, str) else bytes(value).decode()
+
+
+def _json_secret(arn: str, setting: str, *, force: bool) -> Any:
+    """The secret decoded by Parameters' own JSON transform (cached decoded)."""
+    from aws_lambda_powertools.utilities import parameters  # noqa: PLC0415
+    from aws_lambda_powertools.utilities.parameters.exceptions import (  # noqa: PLC0415
+        TransformParameterError,
+    )
+
+    try:
+        return parameters.get_secret(
+            arn, transform="json", max_age=SECRET_MAX_AGE_SECONDS, force_fetch=force
+        )
+    except TransformParameterError:
+        raise ConfigError(f"{setting} does not hold a JSON secret") from None
 
 
 def parse_database_url(url: str) -> DatabaseParams:
@@ -56,13 +71,11 @@ def parse_database_url(url: str) -> DatabaseParams:
     )
 
 
-def parse_database_secret(text: str) -> DatabaseParams:
-    """The RDS secret format: {"username", "password", "host", "port", "dbname"}."""
-    try:
-        secret: Any = json.loads(text)
-    except ValueError:
-        raise ConfigError("DB_SECRET_ARN does not hold a JSON secret") from None
-    if not isinstance(secret, dict) or not secret.get("host") or not secret.get("username"):
+def parse_database_secret(secret: Any) -> DatabaseParams:
+    """The RDS secret format, decoded: {"username", "password", "host", "port", "dbname"}."""
+    if not isinstance(secret, dict):
+        raise ConfigError("DB_SECRET_ARN does not hold a JSON object with the connection")
+    if not secret.get("host") or not secret.get("username"):
         raise ConfigError("DB_SECRET_ARN secret needs at least host and username")
     return DatabaseParams(
         host=str(secret["host"]),
@@ -77,7 +90,9 @@ def database_params(config: DatabaseConfig, *, force: bool = False) -> DatabaseP
     if config.url:
         params = parse_database_url(config.url)
     elif config.secret_arn:
-        params = parse_database_secret(_secret(config.secret_arn, force=force))
+        params = parse_database_secret(
+            _json_secret(config.secret_arn, "DB_SECRET_ARN", force=force)
+        )
     else:
         raise ConfigError("missing required setting: set DATABASE_URL or DB_SECRET_ARN")
     if config.sslmode:

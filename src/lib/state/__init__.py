@@ -1,0 +1,1 @@
+"""The archive state machine: ArchiveStatus, named queries, the one module running SQL."""

@@ -56,8 +56,11 @@ class FailedRecord:
 
 @dataclass(frozen=True)
 class LiveCounts:
+    """The states `archive-ctl status` shows by default (index reads only)."""
+
     pending: int
     pending_due: int
+    # How long the longest-waiting PENDING row has been due; 0 when none is due yet.
     oldest_pending_age_seconds: float | None
     running: int
     running_expired: int

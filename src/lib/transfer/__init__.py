@@ -1,0 +1,1 @@
+"""Talking to the outside world: the guarded download, the Lsky Pro client, multipart bodies."""

@@ -1,20 +1,8 @@
 """Fetch the upstream image: a URL we did not choose, from a server we do not trust.
 
-`Downloader.open(url, deadline)` returns an ImageStream once the guarded connection is
-made, redirects are followed (each hop checked again), the status and Content-Length
-are acceptable and the first bytes are an image. Iterating the stream yields the body,
-enforcing the size cap and the deadline. With a Content-Length the upload iterates the
-ImageStream directly (lib.lsky.upload_stream); without one, `spool(stream)` copies it to
-a temporary file first (in memory up to 1 MiB, then /tmp).
-
-The deadline is total, not per read: a watchdog shuts the socket when it passes, so a
-server that drips headers or body a byte at a time cannot hold the function.
-
-Why no connection pool: each download gets a fresh connection to the address the guard
-checked for that URL, closed when the stream closes. The watchdog needs to own the one
-socket of the request, and a pinned keep-alive connection would be valid only for the
-address checked when it was opened. The cost is one TCP/TLS handshake per image, small
-next to transferring it; provider URLs rarely repeat a host within one container.
+`Downloader.open(url, deadline)` gives an ImageStream once the guarded connection is made,
+redirects followed and the first bytes sniffed; iterating it enforces the size cap and a
+total deadline (a watchdog). docs/transfer.md has the rationale.
 """
 
 from __future__ import annotations
@@ -25,8 +13,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import IO, Self
 from urllib.parse import urljoin
@@ -41,8 +27,8 @@ from urllib3.exceptions import (
 from urllib3.response import HTTPResponse
 from urllib3.util import parse_url
 
-from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
-from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
+from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
+from lib.transfer.imagetype import SNIFF_BYTES, DownloadedImage, ImageType, sniff
 from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
 from lib.transfer.pinned import pinned_connection
 
@@ -57,16 +43,6 @@ USER_AGENT = "image-archive/1.0 (+https://github.com/lsky-org/lsky-pro uploader)
 REQUEST_HEADERS = {"User-Agent": USER_AGENT, "Accept": "image/*", "Accept-Encoding": "identity"}
 
 
-@dataclass
-class DownloadedImage:
-    file: IO[bytes]
-    size: int
-    image_type: ImageType
-
-    def close(self) -> None:
-        self.file.close()
-
-
 def safe_url(url: str) -> str:
     """A URL as it may appear in logs and errors: scheme, host and path, no query or userinfo
     (provider URLs are signed; the signature is a credential)."""
@@ -79,20 +55,6 @@ def safe_url(url: str) -> str:
     path = parts.path or ""
     path = path if len(path) <= 80 else path[:77] + "..."
     return f"{parts.scheme}://{host}{port}{path}"
-
-
-def retry_after_seconds(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 class _Watchdog:

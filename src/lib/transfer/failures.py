@@ -7,7 +7,9 @@ it must be readable and free of secrets, URLs with credentials, and response bod
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 
 from lib.platform.errors import ServiceError
 
@@ -55,3 +57,17 @@ def fail(
     retry_after: float | None = None,
 ) -> ArchiveFailure:
     return ArchiveFailure(Failure(stage, kind, message, status=status, retry_after=retry_after))
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import IO, NamedTuple
 
 SNIFF_BYTES = 32  # enough for every signature below
 
@@ -32,3 +33,15 @@ def sniff(head: bytes) -> ImageType | None:
     if head[4:8] == b"ftyp" and head[8:12] in (b"avif", b"avis"):
         return AVIF
     return None
+
+
+@dataclass
+class DownloadedImage:
+    """A whole image in a (spooled) temporary file."""
+
+    file: IO[bytes]
+    size: int
+    image_type: ImageType
+
+    def close(self) -> None:
+        self.file.close()

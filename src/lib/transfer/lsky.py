@@ -1,14 +1,8 @@
 """Lsky Pro v1 upload client (POST {base}/api/v1/upload, read from lsky-org/lsky-pro 2.x).
 
-The token is sent as `Authorization: Bearer <id>|<token>` with `Accept: application/json`
-(without it Laravel turns auth errors into a 302 to /login), and no Origin/Referer
-(Sanctum would start a CSRF check). Nothing from a response body reaches a log or an
-error beyond Lsky's short `message`.
-
-Two ways in: `upload` sends a spooled file; `upload_stream` sends chunks as they arrive
-(the upstream download itself) in a body whose Content-Length is fixed up front. If
-the chunks do not add up to it, the request is abandoned mid-body and its connection
-closed, so Lsky never receives a complete request holding a truncated file.
+`upload` sends a spooled file, `upload_stream` the download's chunks as they arrive; a
+body that does not add up to its Content-Length is abandoned mid-request. Nothing of a
+response reaches a log beyond Lsky's short `message`. docs/transfer.md has the details.
 """
 
 from __future__ import annotations
@@ -23,8 +17,8 @@ from typing import Any
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
-from lib.transfer.download import DownloadedImage, retry_after_seconds
-from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail, retry_after_seconds
+from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0

@@ -1,15 +1,7 @@
 """multipart/form-data bodies generated while they are sent, with an exact Content-Length.
 
-The image is never held whole in memory. `MultipartBody` reads the file part from a
-seekable file (restartable: a resend starts over); `StreamedMultipartBody` frames an
-iterator of chunks whose total length is known in advance (the upstream's
-Content-Length), so the upload can start while the download is still running.
-
-Both count the file's bytes as they pass and raise BodyLengthError the moment the
-count cannot match the promised length: before sending a byte too many, or instead
-of the closing boundary when the chunks end early. The request then stops short of
-its Content-Length, the connection is closed, and the server has no complete body
-to store (Lsky, behind nginx or PHP, never sees a truncated file as an upload).
+The image is never held whole in memory; a body whose chunks cannot match the promised
+length raises BodyLengthError before the request completes (docs/transfer.md).
 """
 
 from __future__ import annotations

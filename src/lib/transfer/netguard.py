@@ -1,11 +1,8 @@
 """Which URLs the downloader may fetch, and the addresses it may connect to (the SSRF guard).
 
-The rule is applied to the addresses the host *resolves to*, and those same addresses are
-what the connection uses (lib.transfer.pinned): every spelling of an address (decimal 2130706433,
-octal 0177.0.0.1, hex, "0", IPv4-mapped IPv6, NAT64, 6to4) meets the same check, and no
-second DNS answer is ever asked for, so a name cannot be rebound between check and use.
-
-Pure except for `resolve`, which is injectable so tests never touch real DNS.
+The rule applies to the addresses a host resolves to, and those same addresses are what
+the connection uses (lib.transfer.pinned): no second lookup, no rebinding. Pure except
+for `resolve`, which tests inject. docs/security.md lists what is refused and why.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """urllib3 connections that go to addresses the guard already checked, never to a new lookup.
 
-Everything else is urllib3's own behaviour: the Host header, SNI and certificate
-verification all use the URL's host name (the connection's `host`), so a pinned
-HTTPS connection verifies exactly what an unpinned one would. Only the TCP connect
-is redirected, to the checked addresses in order, each given the time left.
+Only the TCP connect is redirected; Host, SNI and certificate checks use the URL's host.
 """
 
 from __future__ import annotations
