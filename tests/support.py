@@ -8,6 +8,7 @@ rows consistent with the SQL the handlers run (`now() - interval ...`).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -169,3 +170,18 @@ def assert_aborted_upload_stored_nothing(lsky: Any, *, wait_seconds: float = 5.0
     assert uploads, "the streamed upload never reached the Lsky stand-in"
     assert lsky.successful_uploads == 0
     assert all(upload.pathname is None for upload in uploads), uploads
+
+
+def emf_metrics(capsys: Any) -> dict[str, float]:
+    """Totals of the EMF metrics printed so far (read and consumed from capsys)."""
+    totals: dict[str, float] = {}
+    for line in capsys.readouterr().out.splitlines():
+        if '"_aws"' not in line:
+            continue
+        doc = json.loads(line)
+        for directive in doc["_aws"]["CloudWatchMetrics"]:
+            for metric in directive["Metrics"]:
+                value = doc[metric["Name"]]
+                values = value if isinstance(value, list) else [value]
+                totals[metric["Name"]] = totals.get(metric["Name"], 0.0) + sum(values)
+    return totals

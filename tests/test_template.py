@@ -808,9 +808,9 @@ def _alarms() -> list[dict[str, Any]]:
 
 def _has_alarm(namespace: str, metric: str, dimension_value: Any) -> bool:
     return any(
-        alarm["Namespace"] == namespace
-        and alarm["MetricName"] == metric
-        and any(d["Value"] == dimension_value for d in alarm["Dimensions"])
+        alarm.get("Namespace") == namespace
+        and alarm.get("MetricName") == metric
+        and any(d["Value"] == dimension_value for d in alarm.get("Dimensions", []))
         for alarm in _alarms()
     )
 

@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lib.archive.runtime import archive_worker
 from lib.archive.worker import Message, Redelivered
-from lib.platform.observability import logger, metrics, traced
+from lib.platform.observability import log_unexpected, logger, metrics, traced
 
 # Every failure is a batch item failure, never a function error: with BatchSize 1 an
 # "entire batch failed" error would make Lambda back off the whole event source.
@@ -35,9 +35,14 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         receive_count=int(record.attributes.approximate_receive_count or 1),
     )
     owner = f"{lambda_context.aws_request_id}/{record.message_id}"
-    result = archive_worker().process(
-        message, owner=owner, remaining_ms=lambda_context.get_remaining_time_in_millis
-    )
+    try:
+        result = archive_worker().process(
+            message, owner=owner, remaining_ms=lambda_context.get_remaining_time_in_millis
+        )
+    except Exception as error:
+        # The safety net: Powertools marks the record failed, but never silently.
+        log_unexpected("unhandled error for a message; SQS will redeliver it", error)
+        raise
     if result.outcome.redelivers:
         raise Redelivered(result)
 

@@ -15,7 +15,7 @@ from lib.archive import runtime
 from lib.archive.message import encode
 from lib.platform.errors import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
-from tests.support import fetch_record, seed_record
+from tests.support import emf_metrics, fetch_record, seed_record
 
 PNG = images.png(8, 8)
 
@@ -457,7 +457,11 @@ def test_a_message_a_moment_before_the_due_time_is_on_time(
 
 
 def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     upstream.add("/x.png", PNG)
     seed_record(
@@ -477,9 +481,14 @@ def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
     assert row["archive_locked_by"] is None
     assert upstream.hits("/x.png") == 0
     assert lsky.upload_count == 0
-    assert archive.log_for("message skipped")["reason"] == (
-        "lock expired after the last attempt: failed"
-    )
+    # Concluded by the claim itself: a failure (warning, Failed), never a duplicate.
+    line = archive.log_for("archive failed")
+    assert (line["level"], line["outcome"]) == ("WARNING", "failed")
+    assert line["error"] == "lock expired after the last attempt: failed"
+    assert "message skipped" not in [x.get("message") for x in archive.logs()]
+    emitted = emf_metrics(capsys)
+    assert emitted.get("Failed") == 1
+    assert "Duplicate" not in emitted
 
 
 def test_sslmode_require_against_a_server_without_tls_is_refused(
@@ -514,10 +523,19 @@ def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
     upstream.add("/tok.png", PNG)
     seed_record(db, 73, image_url=upstream.url("/tok.png"), attempts=2)
 
-    assert archive.deliver(encode(73)) == {"batchItemFailures": []}
+    # Our misconfiguration, not the record's fault: the attempt is given back (even the
+    # last one) and the message redelivered; the setting is named, never its value.
+    assert len(archive.deliver(encode(73))["batchItemFailures"]) == 1
     row = fetch_record(db, 73)
-    assert row["archive_status"] == "FAILED"
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 2)
     assert "LSKY_TOKEN holds characters a token cannot have" in row["archive_error"]
+    assert not row["archive_error"].startswith(("upload", "download"))
+    assert (
+        archive.log_for(
+            "archive stopped by our own fault; attempt given back, message will be redelivered"
+        )["level"]
+        == "ERROR"
+    )
     out, err = capfd.readouterr()
     for text in (out, err, json.dumps(archive.logs()), row["archive_error"]):
         assert "def-secret-half" not in text

@@ -62,29 +62,46 @@ def test_too_little_time_to_start_gives_the_message_back_unclaimed(
     assert archive.log_for("not enough time left to start; redelivering")["outcome"] == "released"
 
 
-def test_a_transfer_that_cannot_finish_is_not_started_and_spends_no_attempt(
+def test_a_transfer_found_too_big_for_the_time_left_spends_the_attempt(
     archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
 ) -> None:
     # At 2 MiB/s: 15 s down + 15 s up (plus overheads), more than the 25 s a 40 s
-    # invocation has for transfers once the 15 s finish reserve is kept back.
+    # invocation has for transfers once the 15 s finish reserve is kept back. The
+    # download has begun when its Content-Length is known: running out of time now is a
+    # timeout that counts (a slow upstream could otherwise loop forever unspent).
     size = 30 * 1024 * 1024
     upstream.add("/big.png", StreamBody.of(lambda: images.png_stream(size=size), size))
     seed_record(db, 61, image_url=upstream.url("/big.png"), attempts=1)
 
-    before = time.time()
     response = archive.deliver(encode(61), FakeLambdaContext(timeout_seconds=40))
 
     assert len(response["batchItemFailures"]) == 1
     row = fetch_record(db, 61)
     assert row["archive_status"] == "PENDING"
-    assert row["archive_attempts"] == 1  # claimed (2), then given back unspent
+    assert row["archive_attempts"] == 2  # spent
     assert row["archive_locked_by"] is None
-    assert row["archive_next_run_at"].timestamp() - before < worker.NO_TIME_RETRY_SECONDS + 2
+    assert "not enough time left to transfer" in row["archive_error"]
     assert lsky.upload_count == 0
-    assert archive.log_for("not enough time left for an attempt; given back")
-    # Held for NO_TIME_RETRY_SECONDS (5 s), then back for an invocation with more time.
-    assert archive.receive(wait_seconds=0)["Records"] == []
-    assert archive.in_flight() == 1
+    assert archive.log_for("archive attempt failed, will retry")["outcome"] == "retry"
+
+
+def test_slow_redirects_then_no_time_spend_the_attempt(
+    small_budget: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+) -> None:
+    # Each hop answers just under the read timeout; by the last one the deadline is gone.
+    # Before the fix that was "no time" and gave the attempt back, forever.
+    upstream.add("/final.png", images.png(size=10_000))
+    upstream.add("/hop2", redirect_to="/final.png", delay=0.85)
+    upstream.add("/hop1", redirect_to="/hop2", delay=0.85)
+    seed_record(db, 63, image_url=upstream.url("/hop1"))
+
+    archive.deliver(encode(63), FakeLambdaContext(timeout_seconds=2.0))
+
+    row = fetch_record(db, 63)
+    assert row["archive_attempts"] == 1  # spent, not given back
+    assert row["archive_status"] == "PENDING"
+    assert "download failed" in row["archive_error"]
+    assert lsky.upload_count == 0
 
 
 def test_a_slow_drip_download_ends_at_the_deadline_and_spends_the_attempt(

@@ -21,7 +21,7 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour
 from devkit.upstream import StreamBody
-from lib.archive import worker
+from lib.archive import copier
 from lib.archive.message import encode
 from lib.transfer import download
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
@@ -158,7 +158,7 @@ def test_with_a_content_length_nothing_is_spooled_and_the_upload_overlaps(
     def no_spool(stream: Any) -> Any:
         raise AssertionError("spooled although the upstream sent a Content-Length")
 
-    monkeypatch.setattr(worker, "spool", no_spool)
+    monkeypatch.setattr(copier, "spool", no_spool)
     half = len(IMAGE) // 2
     overlapped = threading.Event()
     incoming = Path(lsky.storage_dir) / ".incoming"
@@ -196,7 +196,7 @@ def test_without_a_content_length_the_image_is_spooled(
         spooled.append(image.size)
         return image
 
-    monkeypatch.setattr(worker, "spool", counting_spool)
+    monkeypatch.setattr(copier, "spool", counting_spool)
     upstream.add("/c.png", StreamBody.of(lambda: pieces(IMAGE)), chunked=True)
     seed_record(db, 71, image_url=upstream.url("/c.png"))
 

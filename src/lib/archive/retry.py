@@ -46,7 +46,7 @@ def classify(failure: Failure) -> ErrorClass:
     match failure.kind:
         case Kind.REFUSED_URL | Kind.NOT_IMAGE | Kind.TOO_LARGE:
             return ErrorClass.PERMANENT
-        case Kind.TIMEOUT | Kind.CONNECTION | Kind.BAD_RESPONSE | Kind.NO_TIME:
+        case Kind.TIMEOUT | Kind.CONNECTION | Kind.BAD_RESPONSE:
             return ErrorClass.TRANSIENT
         case Kind.HTTP_STATUS:
             permanent = (

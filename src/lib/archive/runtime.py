@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 def build_worker(settings: Settings) -> ArchiveWorker:
     # Deferred: see the module docstring.
+    from lib.archive.copier import Copier  # noqa: PLC0415
     from lib.archive.worker import ArchiveWorker  # noqa: PLC0415
     from lib.transfer.download import Downloader  # noqa: PLC0415
     from lib.transfer.lsky import LskyClient  # noqa: PLC0415
@@ -32,15 +33,18 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     return ArchiveWorker(
         settings=settings,
         records=ArchiveRecords(Database(settings.database, application_name="image-archive")),
-        downloader=Downloader(
-            max_bytes=settings.max_image_bytes,
-            allow_private_networks=settings.allow_private_networks,
-        ),
-        lsky=LskyClient(
-            base_url=settings.lsky_base_url,
-            token=token,
-            strategy_id=settings.lsky_strategy_id,
-            album_id=settings.lsky_album_id,
+        copier=Copier(
+            downloader=Downloader(
+                max_bytes=settings.max_image_bytes,
+                allow_private_networks=settings.allow_private_networks,
+            ),
+            lsky=LskyClient(
+                base_url=settings.lsky_base_url,
+                token=token,
+                strategy_id=settings.lsky_strategy_id,
+                album_id=settings.lsky_album_id,
+            ),
+            max_image_bytes=settings.max_image_bytes,
         ),
         queue=Queue(),
     )

@@ -1,36 +1,31 @@
-"""One queue message, start to finish: parse, claim, download, upload, record.
+"""One queue message, start to finish: parse, claim, copy, record.
 
-Every path ends in exactly one of: acknowledged (archived, failed for good, duplicate,
-malformed and parked in the DLQ) or redelivered (retry after a delay, or could not be
-concluded). Redelivery is the batch-item failure the handler reports to Lambda.
+Every path ends in one Outcome; `Outcome.redelivers` says whether SQS delivers the
+message again (after the visibility set here) or it is acknowledged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pg8000.exceptions
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import retry as policy
-from lib.archive.budget import download_needs, time_left, upload_needs
+from lib.archive.copier import Copied, Copier, can_start
 from lib.archive.message import MalformedMessage, parse_record_id
-from lib.archive.naming import hosted_file_name
 from lib.platform.config import Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import ClaimSnapshot, Task, early_delay, skip_reason
-from lib.state.records import ArchiveRecords
-from lib.transfer.download import Downloader, ImageStream, spool
-from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.transfer.imagetype import ImageType
-from lib.transfer.lsky import HostedImage, LskyClient
+from lib.state.records import ArchiveRecords, Recorded
+from lib.transfer.failures import ArchiveFailure, Failure
 
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
@@ -39,6 +34,9 @@ MIN_ATTEMPT_MS = 25_000
 FINISH_RESERVE_MS = 15_000
 # How soon a message comes back after the invocation ran out of time.
 NO_TIME_RETRY_SECONDS = 5
+# How soon a message comes back after our own fault (configuration, a bug): soon enough
+# that a fix applies within minutes, slow enough not to spin.
+OWN_FAULT_RETRY_SECONDS = 300
 
 
 class Outcome(enum.StrEnum):
@@ -51,7 +49,8 @@ class Outcome(enum.StrEnum):
     # Malformed, but the DLQ send failed: redelivered at once, so the redrive policy parks it.
     MALFORMED_LEFT = "malformed_left"
     RELEASED = "released"  # given back unspent: not enough time left
-    UNCONCLUDED = "unconcluded"  # database unreachable or a bug: SQS redelivers, then the DLQ
+    UNCONCLUDED = "unconcluded"  # database unreachable or our own fault: SQS redelivers
+    LOST_LOCK = "lost_lock"  # the lock passed on before our write: the new holder concludes
 
     @property
     def redelivers(self) -> bool:
@@ -95,14 +94,12 @@ class ArchiveWorker:
         *,
         settings: Settings,
         records: ArchiveRecords,
-        downloader: Downloader,
-        lsky: LskyClient,
+        copier: Copier,
         queue: Queue,
     ) -> None:
         self.settings = settings
         self.records = records
-        self.downloader = downloader
-        self.lsky = lsky
+        self.copier = copier
         self.queue = queue
 
     def process(self, message: Message, *, owner: str, remaining_ms: Callable[[], int]) -> Result:
@@ -120,6 +117,10 @@ class ArchiveWorker:
             # The server refused a statement (e.g. the migration was not applied): nothing
             # was concluded, and the SQLSTATE says why without quoting parameters.
             result = self._unconcluded(message, record_id, "database error", describe(error))
+        except ConfigError as error:
+            # E.g. an unusable database secret: the message names the setting, not the value.
+            metrics.add_metric(name="ConfigError", unit=MetricUnit.Count, value=1)
+            result = self._unconcluded(message, record_id, "configuration error", str(error))
         except Exception as error:  # noqa: BLE001 - never let a message fail without a log line
             log_unexpected("unexpected error while handling a message", error)
             result = self._unconcluded(message, record_id, "internal error", type(error).__name__)
@@ -152,40 +153,60 @@ class ArchiveWorker:
         logger.append_keys(attempt=task.attempt)
 
         deadline = time.monotonic() + (remaining_ms() - FINISH_RESERVE_MS) / 1000
+        if not can_start(deadline):
+            # Checked before anything is fetched: the only time an attempt is given back.
+            return self._release(message, task, owner)
         logger.info("archive started", max_attempts=self.settings.max_attempts)
         try:
-            hosted, size = self._transfer(task, deadline)
+            copied = self.copier.copy(task, deadline)
         except ArchiveFailure as error:
-            if error.failure.kind is Kind.NO_TIME:
-                return self._release(message, task, owner, error.failure.message)
             return self._failed_attempt(message, task, owner, error.failure)
         except ConfigError as error:
-            # A bad secret value (fetched lazily); its message names the setting, not the value.
-            failure = Failure(Stage.UPLOAD, Kind.BAD_RESPONSE, f"configuration: {error}")
-            return self._failed_attempt(message, task, owner, failure)
-        except Exception as error:  # noqa: BLE001 - a bug must spend an attempt, not loop forever
+            # A bad secret value, fetched lazily: the setting's fault, not the record's.
+            metrics.add_metric(name="ConfigError", unit=MetricUnit.Count, value=1)
+            return self._own_fault(message, task, owner, f"configuration error: {error}")
+        except Exception as error:  # noqa: BLE001 - a bug is ours: no attempt is spent on it
             log_unexpected("unexpected error during archive", error)
-            failure = Failure(
-                Stage.DOWNLOAD, Kind.BAD_RESPONSE, f"internal error ({type(error).__name__})"
-            )
-            return self._failed_attempt(message, task, owner, failure)
+            metrics.add_metric(name="InternalError", unit=MetricUnit.Count, value=1)
+            return self._own_fault(message, task, owner, f"internal error ({type(error).__name__})")
+        return self._succeeded(message, task, owner, copied)
 
-        held_lock = self.records.succeed(
-            task,
-            owner=owner,
-            hosted_url=hosted.url,
-            mime_type=hosted.mime_type,
-            response=hosted.data,
-        )
-        if held_lock is None:
-            logger.warning("archived, but the row had already succeeded elsewhere")
-        elif not held_lock:
+    def _succeeded(self, message: Message, task: Task, owner: str, copied: Copied) -> Result:
+        hosted = copied.hosted
+        try:
+            recorded = self.records.succeed(
+                task,
+                owner=owner,
+                hosted_url=hosted.url,
+                mime_type=hosted.mime_type,
+                response=hosted.data,
+            )
+        except (DatabaseUnavailable, pg8000.exceptions.DatabaseError) as error:
+            # Stored on Lsky, not recorded: what an operator needs to reconcile by hand.
+            detail = error if isinstance(error, DatabaseUnavailable) else describe(error)
+            return self._unconcluded(
+                message,
+                task.record_id,
+                "archived on Lsky, but the success could not be recorded",
+                str(detail),
+                hosted_url=hosted.url,
+                hosted_key=str(hosted.data.get("key", "")),
+            )
+        if recorded is Recorded.ALREADY_OTHER:
+            logger.warning("archived, but another attempt had already archived the record")
+        elif recorded is Recorded.AFTER_LOCK_PASSED:
             logger.warning("archived after the lock had passed on; recorded anyway")
+        elif recorded is Recorded.ROW_GONE:
+            logger.warning("archived, but the record no longer exists", hosted_url=hosted.url)
         logger.info(
-            "archive succeeded", outcome=Outcome.ARCHIVED, bytes=size, mime_type=hosted.mime_type
+            "archive succeeded",
+            outcome=Outcome.ARCHIVED,
+            recorded=str(recorded),
+            bytes=copied.size,
+            mime_type=hosted.mime_type,
         )
         metrics.add_metric(name="Archived", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=size)
+        metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=copied.size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
 
     def _skip(self, message: Message, record_id: int, snapshot: ClaimSnapshot) -> Result:
@@ -201,93 +222,14 @@ class ArchiveWorker:
             )
             return Result(Outcome.EARLY, record_id, f"due in {hold} s")
         reason = skip_reason(snapshot)
+        if snapshot.exhausted:
+            # The claim itself concluded the row: a failure, not a duplicate.
+            logger.warning("archive failed", outcome=Outcome.FAILED, error=reason)
+            metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
+            return Result(Outcome.FAILED, record_id, reason)
         logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
         metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
         return Result(Outcome.DUPLICATE, record_id, reason)
-
-    def _transfer(self, task: Task, deadline: float) -> tuple[HostedImage, int]:
-        """Download and upload, by `deadline`. Raises ArchiveFailure; Kind.NO_TIME means
-        nothing that could not finish was started, so the attempt is given back.
-
-        With a Content-Length the upload starts as the download does: the multipart body
-        is generated from the download as it arrives, so neither memory nor /tmp holds
-        the image and the two transfers overlap. Without one the body's length is only
-        known at its end, so the image is spooled first (memory up to 1 MiB, then /tmp).
-        """
-        if time_left(deadline) < download_needs(0) + upload_needs(0):
-            raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "not enough time left to start a transfer")
-        with contextlib.ExitStack() as streams:
-            stream = streams.enter_context(
-                self.downloader.open(task.image_url, deadline=deadline - upload_needs(0))
-            )
-            declared = stream.declared_length
-            # The sequential estimate even when streaming: pessimistic on purpose (a
-            # transfer given back unspent costs a few seconds; one cut off costs an attempt).
-            size = declared if declared is not None else self.settings.max_image_bytes
-            if time_left(deadline) < download_needs(declared or 0) + upload_needs(size):
-                raise fail(
-                    Stage.DOWNLOAD,
-                    Kind.NO_TIME,
-                    f"not enough time left to transfer a {declared}-byte image",
-                )
-            filename = self._filename(task, stream.image_type)
-            if declared is not None:
-                return self._stream(
-                    task, streams, stream, size=declared, filename=filename, deadline=deadline
-                )
-            # The spooled body must end early enough to leave the upload its share.
-            stream.set_deadline(deadline - upload_needs(size))
-            image = spool(stream)
-        try:
-            if time_left(deadline) < upload_needs(image.size):
-                raise fail(Stage.UPLOAD, Kind.NO_TIME, "not enough time left to upload")
-            return self.lsky.upload(image, filename=filename, deadline=deadline), image.size
-        finally:
-            image.close()
-
-    def _stream(
-        self,
-        task: Task,
-        streams: contextlib.ExitStack,
-        stream: ImageStream,
-        *,
-        size: int,
-        filename: str,
-        deadline: float,
-    ) -> tuple[HostedImage, int]:
-        """Upload straight from the download (`size`: its Content-Length). The body must
-        end in time for Lsky to store the file and answer; a body that breaks off aborts
-        the upload with it."""
-        stream.set_deadline(deadline - upload_needs(0))
-
-        def reopen() -> ImageStream:
-            # Only after a 401 with a rotated token: the first body is spent, so fetch the
-            # image again (Lsky stored nothing), if there is still time for both ways.
-            if time_left(deadline) < download_needs(size) + upload_needs(size):
-                raise fail(Stage.UPLOAD, Kind.NO_TIME, "not enough time left to upload again")
-            return streams.enter_context(
-                self.downloader.open(task.image_url, deadline=deadline - upload_needs(0))
-            )
-
-        hosted = self.lsky.upload_stream(
-            stream,
-            size=size,
-            mime_type=stream.image_type.mime_type,
-            filename=filename,
-            deadline=deadline,
-            reopen=reopen,
-        )
-        return hosted, size
-
-    @staticmethod
-    def _filename(task: Task, image_type: ImageType) -> str:
-        return hosted_file_name(
-            username=task.username,
-            user_id=task.user_id,
-            record_id=task.record_id,
-            started_at=task.started_at,
-            extension=image_type.extension,
-        )
 
     def _failed_attempt(self, message: Message, task: Task, owner: str, failure: Failure) -> Result:
         settings = self.settings
@@ -301,7 +243,8 @@ class ArchiveWorker:
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
         if decision.action is policy.Action.FAIL:
-            self.records.fail(task, owner=owner, error=error)
+            if not self.records.fail(task, owner=owner, error=error):
+                return self._lost_lock(task, "fail", error)
             logger.error(
                 "archive failed",
                 outcome=Outcome.FAILED,
@@ -310,32 +253,65 @@ class ArchiveWorker:
             )
             metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
             return Result(Outcome.FAILED, task.record_id, error)
-        self.records.retry(task, owner=owner, error=error, delay_seconds=decision.delay_seconds)
-        self._delay(message, decision.delay_seconds)
+        delay = decision.delay_seconds
+        if not self.records.retry(task, owner=owner, error=error, delay_seconds=delay):
+            return self._lost_lock(task, "retry", error)
+        self._delay(message, delay)
         logger.warning(
             "archive attempt failed, will retry",
             outcome=Outcome.RETRY,
             error_class=decision.error_class,
             error=error,
-            retry_in_seconds=decision.delay_seconds,
+            retry_in_seconds=delay,
         )
         metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RETRY, task.record_id, error)
 
-    def _release(self, message: Message, task: Task, owner: str, reason: str) -> Result:
-        # Nothing that could not finish was started: the claim's attempt is handed back.
-        self.records.release(task, owner=owner, delay_seconds=NO_TIME_RETRY_SECONDS)
+    def _release(self, message: Message, task: Task, owner: str) -> Result:
+        # Nothing was fetched: the claim's attempt is handed back.
+        if not self.records.release(task, owner=owner, delay_seconds=NO_TIME_RETRY_SECONDS):
+            return self._lost_lock(task, "release", "not enough time left")
         self._delay(message, NO_TIME_RETRY_SECONDS)
         logger.warning(
             "not enough time left for an attempt; given back",
             outcome=Outcome.RELEASED,
-            reason=reason,
             retry_in_seconds=NO_TIME_RETRY_SECONDS,
         )
         metrics.add_metric(name="Released", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RELEASED, task.record_id, "not enough time left")
 
-    def _unconcluded(self, message: Message, record_id: int, what: str, error: str) -> Result:
+    def _own_fault(self, message: Message, task: Task, owner: str, error: str) -> Result:
+        """Our configuration or code failed, not the record: give the attempt back and
+        redeliver, so a broken setting cannot walk the backlog to FAILED."""
+        delay = OWN_FAULT_RETRY_SECONDS
+        if not self.records.release(task, owner=owner, delay_seconds=delay, error=error):
+            return self._lost_lock(task, "release", error)
+        self._delay(message, delay)
+        logger.error(
+            "archive stopped by our own fault; attempt given back, message will be redelivered",
+            outcome=Outcome.UNCONCLUDED,
+            error=error,
+            retry_in_seconds=delay,
+            receive_count=message.receive_count,
+        )
+        metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.UNCONCLUDED, task.record_id, error)
+
+    @staticmethod
+    def _lost_lock(task: Task, write: str, error: str) -> Result:
+        """Our write found the lock gone (it expired and another attempt or the sweeper took
+        the row): nothing was changed, and whoever holds the row now concludes it."""
+        logger.warning(
+            f"the lock had passed on; the {write} was not recorded",
+            outcome=Outcome.LOST_LOCK,
+            error=error,
+        )
+        metrics.add_metric(name="LostLock", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.LOST_LOCK, task.record_id, f"{write} not recorded: lock passed on")
+
+    def _unconcluded(
+        self, message: Message, record_id: int, what: str, error: str, **context: Any
+    ) -> Result:
         # Whether or not the claim went through, the row is safe: PENDING rows and expired
         # locks are taken over on redelivery (or by the sweeper), attempts untouched
         # unless an attempt really started.
@@ -348,6 +324,7 @@ class ArchiveWorker:
             retry_in_seconds=delay,
             # After maxReceiveCount receives the redrive policy parks it in the DLQ.
             receive_count=message.receive_count,
+            **context,
         )
         metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
         return Result(Outcome.UNCONCLUDED, record_id, error)

@@ -69,24 +69,35 @@ LEFT JOIN users AS u ON u.id = claimed.user_id;
 
 -- name: succeed
 -- Success wins whatever happened meanwhile (the lock passed on, or the sweeper failed
--- the row): the picture is hosted, so record it rather than upload it again.
--- `before` tells whether we still held the lock.
-UPDATE image_generation_records AS r
-SET archive_status = 'SUCCEEDED',
-    archived_at = now(),
-    hosted_image_url = :hosted_url,
-    image_mime_type = :mime_type,
-    hosted_response = CAST(:hosted_response AS jsonb),
-    archive_error = NULL,
-    archive_next_run_at = NULL,
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-FROM (
-    SELECT id, archive_locked_by FROM image_generation_records
-    WHERE id = :record_id FOR UPDATE
-) AS before
-WHERE r.id = before.id AND r.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
-RETURNING before.archive_locked_by IS NOT DISTINCT FROM :owner;
+-- the row): the picture is hosted, so record it rather than upload it again. Returns
+-- whether we still held the lock, whether this statement wrote the row, and whether
+-- the row already holds this very URL (a re-run after a lost reply).
+WITH before AS (
+    SELECT id, archive_status, archive_locked_by, hosted_image_url
+    FROM image_generation_records
+    WHERE id = :record_id
+    FOR UPDATE
+),
+written AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'SUCCEEDED',
+        archived_at = now(),
+        hosted_image_url = :hosted_url,
+        image_mime_type = :mime_type,
+        hosted_response = CAST(:hosted_response AS jsonb),
+        archive_error = NULL,
+        archive_next_run_at = NULL,
+        archive_locked_by = NULL,
+        archive_locked_at = NULL
+    FROM before
+    WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
+    RETURNING r.id
+)
+SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
+       written.id IS NOT NULL,
+       before.hosted_image_url IS NOT DISTINCT FROM :hosted_url
+FROM before
+LEFT JOIN written ON true;
 
 -- name: retry
 UPDATE image_generation_records
@@ -109,10 +120,12 @@ WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNI
 RETURNING id;
 
 -- name: release
--- Give the row back without spending the attempt (nothing was fetched yet).
+-- Give the row back without spending the attempt: nothing was fetched yet, or our own
+-- fault (configuration, a bug) stopped it. :error, when given, says which.
 UPDATE image_generation_records
 SET archive_status = 'PENDING',
     archive_attempts = GREATEST(archive_attempts - 1, 0),
+    archive_error = COALESCE(CAST(:error AS text), archive_error),
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
     archive_locked_at = NULL

@@ -6,6 +6,7 @@ are written; the generation's own status is read, never changed.
 
 from __future__ import annotations
 
+import enum
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,16 @@ from lib.state.status import ArchiveStatus
 
 # The first keyset page starts below every due time.
 BEGINNING = "-infinity"
+
+
+class Recorded(enum.StrEnum):
+    """What the success write found."""
+
+    UNDER_LOCK = "under_lock"  # the normal case
+    AFTER_LOCK_PASSED = "after_lock_passed"  # recorded although another attempt took over
+    ALREADY_THIS = "already_this"  # a re-run after a lost reply: our write had committed
+    ALREADY_OTHER = "already_other"  # another attempt had already archived the record
+    ROW_GONE = "row_gone"  # the generation service deleted the record meanwhile
 
 
 @dataclass(frozen=True)
@@ -127,9 +138,8 @@ class ArchiveRecords:
 
     def succeed(
         self, task: Task, *, owner: str, hosted_url: str, mime_type: str, response: dict[str, Any]
-    ) -> bool | None:
-        """Record the hosted image. True: under our lock; False: recorded although the lock
-        had passed on; None: the row had already concluded as SUCCEEDED elsewhere."""
+    ) -> Recorded:
+        """Record the hosted image; says what the row held before (see Recorded)."""
         rows = self._run(
             "succeed",
             record_id=task.record_id,
@@ -138,7 +148,12 @@ class ArchiveRecords:
             mime_type=mime_type,
             hosted_response=json.dumps(response, ensure_ascii=False),
         )
-        return bool(rows[0][0]) if rows else None
+        if not rows:
+            return Recorded.ROW_GONE
+        held_lock, written, same_url = (bool(value) for value in rows[0])
+        if written:
+            return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
+        return Recorded.ALREADY_THIS if same_url else Recorded.ALREADY_OTHER
 
     def retry(self, task: Task, *, owner: str, error: str, delay_seconds: int) -> bool:
         """PENDING again after `delay_seconds`; False when the lock had passed on."""
@@ -151,9 +166,13 @@ class ArchiveRecords:
         """FAILED for good; False when the lock had passed on."""
         return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
 
-    def release(self, task: Task, *, owner: str, delay_seconds: int) -> bool:
+    def release(
+        self, task: Task, *, owner: str, delay_seconds: int, error: str | None = None
+    ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on."""
-        rows = self._run("release", record_id=task.record_id, owner=owner, delay=delay_seconds)
+        rows = self._run(
+            "release", record_id=task.record_id, owner=owner, delay=delay_seconds, error=error
+        )
         return bool(rows)
 
     # -- the sweeper ---------------------------------------------------------------------

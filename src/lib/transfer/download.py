@@ -268,7 +268,7 @@ class Downloader:
     ) -> tuple[HTTPConnection, HTTPResponse, _Watchdog]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise fail(Stage.DOWNLOAD, Kind.NO_TIME, "no time left to download")
+            raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, "no time left to download")
         conn = pinned_connection(
             target.scheme,
             target.host,

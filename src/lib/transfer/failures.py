@@ -28,7 +28,6 @@ class Kind(enum.StrEnum):
     TOO_LARGE = "too_large"  # over ARCHIVE_MAX_IMAGE_BYTES
     REJECTED = "rejected"  # Lsky answered status:false
     BAD_RESPONSE = "bad_response"  # Lsky answered something we cannot read
-    NO_TIME = "no_time"  # not enough of the invocation left to finish a transfer
 
 
 @dataclass(frozen=True)

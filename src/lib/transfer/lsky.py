@@ -151,7 +151,7 @@ class LskyClient:
     def _upload(self, body: Body, token: str, deadline: float) -> HostedImage:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise fail(Stage.UPLOAD, Kind.NO_TIME, "no time left to upload")
+            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "no time left to upload")
         headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/json",
