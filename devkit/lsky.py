@@ -1,22 +1,31 @@
 """A Lsky Pro 2.x v1 API stand-in (see DESIGN.md, "Lsky Pro upload").
 
 Routes:
-  POST /api/v1/upload     multipart `file`, optional `strategy_id`, `album_id`
-  GET  /api/v1/profile    token check
-  GET  /i/<pathname>      the stored file (what `data.links.url` points to)
-  GET  /thumbnails/<md5>.png, GET /login
+  POST   /api/v1/upload         multipart `file`, optional `strategy_id`, `album_id`
+  GET    /api/v1/profile        token check and account numbers
+  GET    /api/v1/images         the token user's images (40 a page, scopeFilter)
+  DELETE /api/v1/images/<key>   delete one of them
+  GET    /i/<pathname>          the stored file (what `data.links.url` points to)
+  GET    /thumbnails/<md5>.png, GET /login
 
 Behaviour follows the open-source server's code paths:
 - Auth: a wrong/invalid `Authorization: Bearer` is 401 `Authentication failed.`
   when the client wants JSON (Accept: .../json), else a 302 to /login. With no
   Authorization header the real server does a *guest* upload; `guest_mode`
   chooses between answering like a bad token (default, so a dropped token is
-  loud in tests), "管理员关闭了游客上传", or accepting it.
-- The extension comes from the client's file name (as Lsky's
-  getClientOriginalExtension does) and must be in `accepted_suffixes`; the
-  mimetype comes from the content. `strategy_id`, when present at all (even
-  empty), must name a known strategy. An identical file (md5 + sha1) in the
-  same strategy reuses the stored path, as Lsky does.
+  loud in tests), "管理员关闭了游客上传", or accepting it. `account_state`
+  scripts the account: token refused, API disabled (403), unverified, frozen,
+  quota full (the last three: HTTP 200 status false on upload).
+- Upload pipeline in ImageService::store's order: extension (from the client's
+  file name) in `accepted_suffixes`, size, `strategy_id` (when present at all),
+  account checks, the user's default album, the sliding-window `rate_limits`
+  (每分钟内你最多可以上传 N 张图片; `window_scale` shrinks the windows), then for
+  all but ico/gif/svg the re-encode (`image_quality` < 100) and `watermark` steps,
+  which change the stored bytes (md5/sha1/size describe the stored file). An
+  identical stored file in the same strategy is reused, but every upload is a
+  new image row with its own key.
+- Images are rows (`image_records()`); `add_image`/`add_foreign_uploads` plant
+  rows for this user or others. The listing keeps scopeFilter's ungrouped OR.
 - JSON is encoded like PHP's json_encode: non-ASCII as \\uXXXX, "/" as "\\/".
 
 Failures are scripted: `script(Behaviour.rate_limited(), Behaviour.drop())`
@@ -27,44 +36,70 @@ after that uploads succeed again. Every upload request is recorded in `uploads`.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import enum
+import itertools
 import json
-import secrets
+import re
 import shutil
-import string
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
-from urllib.parse import unquote, urlsplit
+from types import MappingProxyType
+from typing import Any, BinaryIO, NamedTuple
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from devkit import multipart
+from devkit import images, multipart
 from devkit._cli import exit_cleanly_on_signals
 from devkit._http import BackgroundServer, QuietHandler
 from devkit.images import sniff
+from devkit.lsky_model import (
+    PRIVATE,
+    Digest,
+    Gallery,
+    ImageRecord,
+    dimensions,
+    file_digest,
+    insertion,
+    list_images,
+    normalise_limits,
+    normalise_windows,
+    process_file,
+    rate_limit_message,
+    trimmed_query,
+)
 
 __all__ = [
     "DEFAULT_SUFFIXES",
     "DEFAULT_TOKEN",
+    "TOKEN_USER",
+    "AccountState",
     "Behaviour",
     "GuestMode",
+    "ImageRecord",
     "Kind",
     "LskyStandIn",
     "UploadAttempt",
 ]
 
 DEFAULT_TOKEN = "1|local-test-token"
+TOKEN_USER = "local"  # the name of the user the token belongs to
 # Lsky's default group setting "accepted_file_suffixes" (note: no avif).
 DEFAULT_SUFFIXES = frozenset({"jpeg", "jpg", "png", "gif", "tif", "bmp", "ico", "psd", "webp"})
 SUCCESS_MESSAGE = "上传成功"
 CATCH_ALL_MESSAGE = "服务异常，请稍后再试"  # noqa: RUF001 (Lsky's exact text)
+API_DISABLED_MESSAGE = "管理员未启用 API"
+DEFAULT_CAPACITY_KB = 1048576.0  # what the profile reports when capacity_kb is None
+NOT_PROCESSED = frozenset({"ico", "gif", "svg"})  # store() skips re-encode and watermark
+RATE_LIMITED = "rate_limited"  # UploadAttempt.outcome of a window-limiter refusal
 
 NGINX_413 = (
     b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
@@ -75,6 +110,7 @@ HTML_PAGE = (
     b'<!DOCTYPE html>\n<html lang="zh-CN">\n<head><meta charset="utf-8">'
     b'<title>Lsky Pro</title></head>\n<body><div id="app">maintenance</div></body>\n</html>\n'
 )
+NOT_FOUND_PAGE = b"<!DOCTYPE html><title>Not Found</title>"
 
 
 class Kind(enum.Enum):
@@ -99,6 +135,7 @@ class Behaviour:
     retry_after: int = 60
     store: bool = False  # keep the file although the answer is a failure
     partial: bool = True  # DROP: half a response first (else none at all)
+    throttle_headers: bool = True  # RATE_LIMITED: send Retry-After and X-RateLimit-*
 
     @classmethod
     def success(cls) -> Behaviour:
@@ -124,8 +161,20 @@ class Behaviour:
         return cls(Kind.TOO_LARGE)
 
     @classmethod
-    def rate_limited(cls, retry_after: int = 60) -> Behaviour:
-        return cls(Kind.RATE_LIMITED, "Too Many Attempts.", retry_after=retry_after)
+    def rate_limited(cls, retry_after: int = 60, *, headers: bool = True) -> Behaviour:
+        """HTTP 429 from Laravel's `throttle:api` (60 a minute), body in Lsky's envelope
+        {"status": false, "message": "Too Many Attempts.", "data": {}}.
+
+        headers=True adds Laravel's Retry-After and X-RateLimit-* headers. The real
+        Lsky 2.x renders the ThrottleRequestsException through its own Result trait
+        (app/Exceptions/Handler.php), which drops them: headers=False is exactly that.
+        """
+        return cls(
+            Kind.RATE_LIMITED,
+            "Too Many Attempts.",
+            retry_after=retry_after,
+            throttle_headers=headers,
+        )
 
     @classmethod
     def server_error(cls) -> Behaviour:
@@ -139,14 +188,45 @@ class Behaviour:
 
     @classmethod
     def slow(cls, seconds: float, then: Behaviour | None = None) -> Behaviour:
-        """Wait `seconds` after reading the request, then answer as `then`."""
+        """Wait `seconds` after the whole request body was read, then handle the
+        upload as `then` (default: success). The wait and the store happen whether
+        or not the client is still connected: a client killed during the wait
+        still leaves a stored image (see `wait_for_bodies`, `wait_for_uploads`)."""
         return replace(then or cls.success(), delay=seconds)
 
     @classmethod
     def drop(cls, *, partial: bool = True, store: bool = True) -> Behaviour:
-        """Close the connection mid-response. By default the file was stored
-        first, as when a proxy times out while the app finishes its work."""
+        """Store the file (store=True, default; the upload checks are skipped as if
+        they passed), then close the connection instead of answering: with
+        partial=True after half a response, with partial=False before any byte of
+        it. Models a proxy timing out while the app finishes its work."""
         return cls(Kind.DROP, store=store, partial=partial)
+
+
+class AccountState(enum.Enum):
+    """The token user's account, as the routes see it.
+
+    TOKEN_REFUSED: every token is refused (401 Authentication failed. on upload,
+    Unauthenticated. on the auth:sanctum routes). API_DISABLED: CheckIsEnableApi
+    answers 403 管理员未启用 API (a 404 page when the client does not want JSON).
+    UNVERIFIED, FROZEN, QUOTA_FULL: the profile still answers 200 (Sanctum does not
+    look at them); uploads answer HTTP 200 status false 账户未验证 / 账号状态异常 /
+    储存空间不足, after the type, size and strategy checks, as ImageService::store.
+    """
+
+    HEALTHY = "healthy"
+    TOKEN_REFUSED = "token_refused"
+    API_DISABLED = "api_disabled"
+    UNVERIFIED = "unverified"
+    FROZEN = "frozen"
+    QUOTA_FULL = "quota_full"
+
+
+_ACCOUNT_REFUSALS = {
+    AccountState.UNVERIFIED: "账户未验证",
+    AccountState.FROZEN: "账号状态异常",
+    AccountState.QUOTA_FULL: "储存空间不足",
+}
 
 
 class GuestMode(enum.Enum):
@@ -165,12 +245,14 @@ class UploadAttempt:
     sha256: str | None
     fields: dict[str, str]
     headers: dict[str, str]  # lower-case names, as received
-    outcome: str  # a Kind value, or unauthenticated/guest_disabled/rejected/malformed/csrf
+    # A Kind value, or unauthenticated/api_disabled/guest_disabled/rejected/rate_limited/csrf.
+    outcome: str
     status: int  # HTTP status sent (0: connection closed before a status line)
     message: str | None = None
     pathname: str | None = None  # where it was stored, if it was
     origin: str | None = None
     referer: str | None = None
+    key: str | None = None  # the image row created, if one was
 
     @property
     def sent_origin_or_referer(self) -> bool:
@@ -182,26 +264,47 @@ class UploadAttempt:
 
 
 @dataclass
-class _Stored:
-    key: str
-    path: str
-    name: str
-    size_kb: float
-    mimetype: str
-
-    @property
-    def pathname(self) -> str:
-        return f"{self.path}/{self.name}"
-
-
-@dataclass
 class _Config:
+    """Settings a test may change between requests (`lsky.config.x = ...`);
+    `reset()` restores the constructor's values."""
+
     token: str
     guest_mode: GuestMode
     accepted_suffixes: frozenset[str]
     max_file_kb: float | None
     strategy_ids: frozenset[int]
     csrf_check: bool
+    # Group settings. Real defaults: 20/100/300/600/999, quality 75; here off/100.
+    rate_limits: Mapping[str, int] = field(default_factory=dict)
+    window_scale: float | Mapping[str, float] | None = None  # see normalise_windows
+    image_quality: int = 100
+    watermark: bool = False
+    # The token user's account and settings.
+    account_state: AccountState = AccountState.HEALTHY
+    capacity_kb: float | None = None  # None: no quota check
+    default_album_id: int | None = None  # applied only if the user owns that album
+    default_permission: int = PRIVATE
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Validate (and freeze) the window settings when they are set, so a typo
+        # fails in the test, not in a handler thread.
+        if name == "rate_limits":
+            value = normalise_limits(value)
+        elif name == "window_scale":
+            normalise_windows(value)
+            if isinstance(value, Mapping):
+                value = MappingProxyType(dict(value))
+        super().__setattr__(name, value)
+
+    @property
+    def windows(self) -> Mapping[str, float]:
+        """Seconds per window after `window_scale`."""
+        return normalise_windows(self.window_scale)
+
+
+class _Refusal(NamedTuple):
+    message: str
+    outcome: str
 
 
 @dataclass
@@ -214,6 +317,8 @@ class _Request:
 
 class LskyStandIn(BackgroundServer):
     """Lsky Pro v1 API stand-in on 127.0.0.1 (context manager)."""
+
+    user = TOKEN_USER  # the name of the token's user (owner of its images)
 
     def __init__(
         self,
@@ -228,10 +333,22 @@ class LskyStandIn(BackgroundServer):
         strategy_ids: Iterable[int] = (1,),
         csrf_check: bool = False,
         public_url: str | None = None,
+        rate_limits: Mapping[str, int] | None = None,
+        window_scale: float | Mapping[str, float] | None = None,
+        image_quality: int = 100,
+        watermark: bool = False,
+        account_state: AccountState = AccountState.HEALTHY,
+        capacity_kb: float | None = None,
     ) -> None:
         """max_file_kb: Lsky's per-group limit (its default is 5120); None = no limit.
         csrf_check: answer 419 when Origin or Referer is sent, as Sanctum does for
         requests that look like they come from a stateful (browser) domain.
+        rate_limits: uploads allowed per window, e.g. {"minute": 3, "hour": 10}
+        (windows minute, hour, day, week, month; Lsky's default group has 20, 100,
+        300, 600, 999); None = no limit. window_scale: seconds per window, e.g.
+        {"minute": 2, "hour": 6}, or one factor for all real durations.
+        image_quality < 100 or watermark=True: stored files differ from uploads
+        (Lsky's default quality is 75). capacity_kb: the user's quota; None = none.
         """
         self.handler_class = _Handler
         self._defaults = _Config(
@@ -241,6 +358,12 @@ class LskyStandIn(BackgroundServer):
             max_file_kb=max_file_kb,
             strategy_ids=frozenset(strategy_ids),
             csrf_check=csrf_check,
+            rate_limits=rate_limits or {},
+            window_scale=window_scale,
+            image_quality=image_quality,
+            watermark=watermark,
+            account_state=account_state,
+            capacity_kb=capacity_kb,
         )
         self.config = replace(self._defaults)
         self._owns_storage = storage_dir is None
@@ -248,12 +371,14 @@ class LskyStandIn(BackgroundServer):
         self.storage_dir.mkdir(parents=True, exist_ok=True)
         self._incoming = self.storage_dir / ".incoming"
         self._incoming.mkdir(exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._script: deque[Behaviour] = deque()
         self._uploads: list[UploadAttempt] = []
-        self._index: dict[tuple[int | None, str, str], _Stored] = {}  # (strategy, md5, sha1)
-        self._by_md5: dict[str, _Stored] = {}
+        self._bodies = 0
+        self._gallery = Gallery()
         self._last_uniqid = ""
+        self._planted = itertools.count(1)
         super().__init__(host, port)
         self.public_url = (public_url or self.base_url).rstrip("/")
 
@@ -266,6 +391,14 @@ class LskyStandIn(BackgroundServer):
     @property
     def api_url(self) -> str:
         return self.base_url + "/api/v1"
+
+    @property
+    def account_state(self) -> AccountState:
+        return self.config.account_state
+
+    @account_state.setter
+    def account_state(self, state: AccountState) -> None:
+        self.config.account_state = state
 
     def script(self, *behaviours: Behaviour) -> None:
         """Queue behaviours for the next authenticated upload requests."""
@@ -292,6 +425,30 @@ class LskyStandIn(BackgroundServer):
         with self._lock:
             return sum(1 for u in self._uploads if u.outcome == Kind.SUCCESS.value)
 
+    @property
+    def rate_limited_count(self) -> int:
+        """Uploads refused by the window limiter (每...内你最多可以上传 N 张图片)."""
+        with self._lock:
+            return sum(1 for u in self._uploads if u.outcome == RATE_LIMITED)
+
+    @property
+    def bodies_received(self) -> int:
+        """Upload requests whose whole body the server has read (recorded or not yet)."""
+        with self._lock:
+            return self._bodies
+
+    def wait_for_bodies(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until `count` upload bodies have been read in full; False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._bodies >= count, timeout)
+
+    def wait_for_uploads(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until `count` upload attempts are recorded; False on timeout. An
+        attempt is recorded when its answer is buffered, just before it is flushed
+        (so also when the client has already gone)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._uploads) >= count, timeout)
+
     def stored_path(self, pathname_or_url: str) -> Path:
         """The file on disk for a `pathname` or a `links.url`."""
         prefix = self.public_url + "/i/"
@@ -301,14 +458,93 @@ class LskyStandIn(BackgroundServer):
             raise ValueError(f"outside the storage dir: {pathname_or_url}")
         return path
 
+    # -- the images table -----------------------------------------------------------
+
+    def image_records(self, owner: str | None = TOKEN_USER) -> list[ImageRecord]:
+        """The image rows of `owner` (None: guest rows), oldest first."""
+        with self._lock:
+            return self._gallery.owned(owner)
+
+    def find_image(self, key: str) -> ImageRecord | None:
+        with self._lock:
+            return next((r for r in self._gallery.rows if r.key == key), None)
+
+    def add_album(self, name: str = "album", *, owner: str = TOKEN_USER) -> int:
+        """Create an album for `owner`; returns its id (for album_id, default_album_id)."""
+        with self._lock:
+            return self._gallery.add_album(owner, name).id
+
+    def add_image(
+        self,
+        data: bytes | None = None,
+        *,
+        owner: str | None = TOKEN_USER,
+        origin_name: str = "planted.png",
+        alias_name: str = "",
+        album_id: int | None = None,
+        permission: int = PRIVATE,
+        strategy_id: int | None = 1,
+        age: float = 0.0,
+    ) -> ImageRecord:
+        """Plant an image row (and its file) as if uploaded `age` seconds ago by
+        another client: for `owner`, another user's name, or None (a guest). Without
+        `data`, a small PNG unique to this row. Counts for rate limits and quotas."""
+        if data is None:
+            png = images.png()
+            serial = next(self._planted)
+            position, chunk = insertion(png[:16], png[-12:], len(png), f"planted {serial}")
+            data = png[:position] + chunk + png[position:]
+        temp = self._new_temp()
+        temp.write_bytes(data)
+        digest = file_digest(temp)
+        now = time.monotonic()
+        return self._place(
+            temp,
+            digest,
+            strategy=strategy_id,
+            extension=_extension(origin_name),
+            owner=owner,
+            album_id=album_id,
+            origin_name=origin_name,
+            alias_name=alias_name,
+            permission=permission,
+            uploaded_ip="127.0.0.1",
+            created=now - age,
+            created_at=datetime.now(UTC) - timedelta(seconds=age),
+            source="planted",
+        )
+
+    def add_foreign_uploads(self, count: int = 1, *, age: float = 0.0) -> list[ImageRecord]:
+        """`count` images of the token user uploaded `age` seconds ago by another
+        client of the same account (they count against the rate limits)."""
+        return [self.add_image(origin_name=f"foreign-{i}.png", age=age) for i in range(count)]
+
+    def stored_timestamps(self, *, include_planted: bool = True) -> list[float]:
+        """time.monotonic() of every image row created for the token user, in
+        order, including rows deleted since; planted rows only if asked."""
+        with self._lock:
+            return sorted(
+                created
+                for owner, created, source in self._gallery.created_log
+                if owner == self.user and (include_planted or source != "planted")
+            )
+
+    def max_in_window(self, seconds: float, *, include_planted: bool = True) -> int:
+        """The most `stored_timestamps` in any closed window [t, t + seconds]."""
+        times = self.stored_timestamps(include_planted=include_planted)
+        return max(
+            (bisect.bisect_right(times, t + seconds) - i for i, t in enumerate(times)),
+            default=0,
+        )
+
     def reset(self) -> None:
-        """Forget the script, the records and the dedup index; restore config.
-        Files already stored stay on disk."""
+        """Forget the script, the records, the image rows and albums; restore
+        config. Files already stored stay on disk."""
         with self._lock:
             self._script.clear()
             self._uploads.clear()
-            self._index.clear()
-            self._by_md5.clear()
+            self._bodies = 0
+            self._gallery.clear()
             self.config = replace(self._defaults)
 
     def stop(self) -> None:
@@ -323,36 +559,140 @@ class LskyStandIn(BackgroundServer):
             return self._script.popleft() if self._script else Behaviour.success()
 
     def _record(self, attempt: UploadAttempt) -> None:
-        with self._lock:
+        with self._changed:
             self._uploads.append(attempt)
+            self._changed.notify_all()
+
+    def _body_read(self) -> None:
+        with self._changed:
+            self._bodies += 1
+            self._changed.notify_all()
 
     def _new_temp(self) -> Path:
         return self._incoming / uuid.uuid4().hex
 
-    def _store(self, temp: Path, part: multipart.FilePart, strategy: int | None) -> _Stored:
+    def _ingest(
+        self,
+        temp: Path,
+        part: multipart.FilePart,
+        *,
+        strategy: int | None,
+        owner: str | None,
+        ip: str,
+        checked: bool,
+    ) -> ImageRecord | _Refusal:
+        """ImageService::store from the account checks on; consumes `temp`.
+        checked=False (a scripted "stored anyway") skips the refusals."""
+        config = self.config
         extension = _extension(part.filename)
+        digest = Digest(part.md5, part.sha1, part.size)
+        unreadable = False
+        if extension not in NOT_PROCESSED and (config.image_quality < 100 or config.watermark):
+            if sniff(part.head) is None:
+                # Intervention cannot read it: the controller's catch-all answer.
+                unreadable = True
+            else:
+                processed = temp.with_name(temp.name + ".processed")
+                digest = process_file(
+                    temp, processed, quality=config.image_quality, watermark=config.watermark
+                )
+                processed.replace(temp)
         with self._lock:
-            existing = self._index.get((strategy, part.md5, part.sha1))
-            if existing is not None:
-                # Lsky only creates a new record pointing at the old file.
-                temp.unlink(missing_ok=True)
-                stored = replace(existing, key=_random_key(), size_kb=part.size / 1024)
-                self._by_md5[part.md5] = stored
-                return stored
-            path = time.strftime("%Y/%m/%d")
-            stored = _Stored(
-                key=_random_key(),
-                path=path,
-                name=f"{self._uniqid()}.{extension}",
-                size_kb=part.size / 1024,
-                mimetype=sniff(part.head) or "application/octet-stream",
+            now = time.monotonic()
+            if checked:
+                refusal = self._refusal(owner, ip, part.size, now)
+                if refusal is None and unreadable:
+                    refusal = _Refusal(CATCH_ALL_MESSAGE, "rejected")
+                if refusal is not None:
+                    temp.unlink(missing_ok=True)
+                    return refusal
+            return self._place(
+                temp,
+                digest,
+                strategy=strategy,
+                extension=extension,
+                owner=owner,
+                album_id=self._default_album(owner),
+                origin_name=_client_name(part.filename),
+                alias_name="",
+                permission=config.default_permission if owner is not None else PRIVATE,
+                uploaded_ip=ip,
+                created=now,
+                created_at=datetime.now(UTC),
+                source="upload",
             )
-            self._index[(strategy, part.md5, part.sha1)] = stored
-            self._by_md5[part.md5] = stored
-        target = self.storage_dir / stored.pathname
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temp.replace(target)
-        return stored
+
+    def _refusal(self, owner: str | None, ip: str, size: int, now: float) -> _Refusal | None:
+        """The account checks, then the rate limiter (called under the lock)."""
+        config = self.config
+        if owner is not None:
+            message = _ACCOUNT_REFUSALS.get(config.account_state)
+            capacity = config.capacity_kb
+            # Quota: the uploaded (not yet re-encoded) size plus the rows' sizes.
+            if (
+                message is None
+                and capacity is not None
+                and size / 1024 + self._gallery.used_kb(owner) > capacity
+            ):
+                message = _ACCOUNT_REFUSALS[AccountState.QUOTA_FULL]
+            if message is not None:
+                return _Refusal(message, "rejected")
+        message = rate_limit_message(
+            config.rate_limits, config.windows, self._gallery.created_times(owner, ip), now
+        )
+        return None if message is None else _Refusal(message, RATE_LIMITED)
+
+    def _default_album(self, owner: str | None) -> int | None:
+        album_id = self.config.default_album_id
+        album = self._gallery.albums.get(album_id) if album_id else None
+        return album_id if album is not None and owner == self.user == album.owner else None
+
+    def _place(
+        self,
+        temp: Path,
+        digest: Digest,
+        *,
+        strategy: int | None,
+        extension: str,
+        **row: Any,
+    ) -> ImageRecord:
+        """Insert the row; keep `temp` as a new file, or drop it for a stored twin."""
+        width, height = dimensions(temp)
+        mimetype = _mimetype(temp)
+        with self._lock:
+            existing = self._gallery.find_file(strategy, digest.md5, digest.sha1)
+            if existing is not None:
+                path, name = existing.path, existing.name
+            else:
+                path, name = time.strftime("%Y/%m/%d"), f"{self._uniqid()}.{extension}"
+            record = self._gallery.insert(
+                strategy_id=strategy,
+                path=path,
+                name=name,
+                size_kb=digest.size / 1024,
+                mimetype=mimetype,
+                extension=extension,
+                md5=digest.md5,
+                sha1=digest.sha1,
+                width=width,
+                height=height,
+                **row,
+            )
+        if existing is not None:
+            # Lsky only creates a new record pointing at the old file.
+            temp.unlink(missing_ok=True)
+        else:
+            target = self.storage_dir / record.pathname
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temp.replace(target)
+        return record
+
+    def _delete(self, key: str) -> None:
+        with self._lock:
+            row, orphaned = self._gallery.delete(self.user, key)
+        if row is not None and orphaned:
+            with contextlib.suppress(OSError, ValueError):
+                self.stored_path(row.pathname).unlink(missing_ok=True)
 
     def _uniqid(self) -> str:
         # PHP uniqid(): 8 hex digits of seconds + 5 of microseconds. Called
@@ -365,27 +705,41 @@ class LskyStandIn(BackgroundServer):
                 return value
             now += 1
 
-    def _thumbnail(self, md5: str) -> _Stored | None:
+    def _thumbnail(self, md5: str) -> ImageRecord | None:
         with self._lock:
-            return self._by_md5.get(md5)
+            return self._gallery.by_md5(md5)
 
     def _profile(self) -> dict[str, Any]:
         with self._lock:
-            used = sum(s.size_kb for s in self._by_md5.values())
-            count = len(self._by_md5)
+            rows = self._gallery.owned(self.user)
+            # `$user->images()->sum('size') + 0`: 0 (an int) when there are none.
+            used: float = round(sum(r.size for r in rows), 2) if rows else 0
+            albums = sum(1 for a in self._gallery.albums.values() if a.owner == self.user)
+        config = self.config
+        if config.account_state is AccountState.QUOTA_FULL:
+            capacity = float(used)
+        else:
+            capacity = DEFAULT_CAPACITY_KB if config.capacity_kb is None else config.capacity_kb
         return {
-            "name": "local",
+            "name": self.user,
             "avatar": f"{self.public_url}/avatar.png",
-            "email": "local@example.test",
-            "capacity": 1048576.0,
+            "email": f"{self.user}@example.test",
+            "capacity": float(capacity),
             "used_capacity": used,
             "url": "",
-            "image_num": count,
-            "album_num": 0,
+            "image_num": len(rows),
+            "album_num": albums,
             "registered_ip": "127.0.0.1",
         }
 
-    def _links(self, stored: _Stored, md5: str, origin_name: str) -> dict[str, str]:
+    def _list(self, query: Mapping[str, str | None], path: str) -> dict[str, Any]:
+        with self._lock:
+            rows = list(self._gallery.rows)
+        return list_images(
+            rows, self.user, query, path=path, links=lambda r: self._links(r, r.origin_name)
+        )
+
+    def _links(self, stored: ImageRecord, origin_name: str) -> dict[str, str]:
         url = f"{self.public_url}/i/{stored.pathname}"
         return {
             "url": url,
@@ -394,13 +748,19 @@ class LskyStandIn(BackgroundServer):
             "bbcode": f"[img]{url}[/img]",
             "markdown": f"![{origin_name}]({url})",
             "markdown_with_link": f"[![{origin_name}]({url})]({url})",
-            "thumbnail_url": f"{self.public_url}/thumbnails/{md5}.png",
+            "thumbnail_url": f"{self.public_url}/thumbnails/{stored.md5}.png",
         }
 
 
-def _random_key() -> str:
-    alphabet = string.ascii_letters + string.digits
-    return "".join(secrets.choice(alphabet) for _ in range(6))  # Str::random(6)
+def _mimetype(path: Path) -> str:
+    # Symfony's File::getMimeType(): from the content.
+    with path.open("rb") as handle:
+        return sniff(handle.read(64)) or "application/octet-stream"
+
+
+def _client_name(filename: str) -> str:
+    # Symfony's UploadedFile::getClientOriginalName(): the part after the last / or \.
+    return filename.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def _extension(filename: str) -> str:
@@ -434,6 +794,16 @@ def _wants_json(headers: dict[str, str]) -> bool:
     xhr = headers.get("x-requested-with", "") == "XMLHttpRequest"
     accepts_any = first in ("", "*/*", "*")
     return "/json" in first or "+json" in first or (xhr and accepts_any)
+
+
+_IMAGE_KEY = re.compile(r"/api/v1/images/([^/]+)")
+# Laravel's routes/api.php (v1), for the 405 answer's "Supported methods".
+_API_ROUTES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"/api/v1/upload"), "POST"),
+    (re.compile(r"/api/v1/profile"), "GET, HEAD"),
+    (re.compile(r"/api/v1/images"), "GET, HEAD"),
+    (_IMAGE_KEY, "DELETE"),
+)
 
 
 class _Handler(QuietHandler):
@@ -475,39 +845,53 @@ class _Handler(QuietHandler):
         self._discard_body()
         self._not_routed(urlsplit(self.path).path)
 
-    do_DELETE = do_PUT
+    def do_DELETE(self) -> None:
+        self._discard_body()
+        path = unquote(urlsplit(self.path).path)
+        match = _IMAGE_KEY.fullmatch(path)
+        if match is None:
+            self._not_routed(path)
+        elif self._api_gate(self._headers(), csrf=True):
+            # UserService::deleteImages filters by the user and says 删除成功 even
+            # when nothing matched (an unknown key, another user's image).
+            self.owner._delete(match.group(1))
+            self._send(200, envelope(True, "删除成功"), "application/json")
+
     do_PATCH = do_PUT
 
     def _get(self, *, head: bool) -> None:
         path = unquote(urlsplit(self.path).path)
         if path == "/api/v1/profile":
-            self._profile()
+            self._profile(head=head)
+        elif path == "/api/v1/images":
+            self._list_images(head=head)
         elif path.startswith("/i/"):
             self._serve_file(path.removeprefix("/i/"), head=head)
         elif path.startswith("/thumbnails/"):
             stored = self.owner._thumbnail(path.removeprefix("/thumbnails/").split(".", 1)[0])
             if stored is None:
-                self._send(404, b"Not Found", "text/plain")
+                self._send(404, b"Not Found", "text/plain", head=head)
             else:
                 self._serve_file(stored.pathname, head=head)
         elif path == "/login":
-            self._send(200, HTML_PAGE, "text/html; charset=UTF-8")
+            self._send(200, HTML_PAGE, "text/html; charset=UTF-8", head=head)
         else:
-            self._not_routed(path)
+            self._not_routed(path, head=head)
 
-    def _not_routed(self, path: str) -> None:
-        if path == "/api/v1/upload" or (path == "/api/v1/profile" and self.command != "GET"):
-            allowed = "POST" if path.endswith("upload") else "GET, HEAD"
+    def _not_routed(self, path: str, *, head: bool = False) -> None:
+        allowed = next((methods for route, methods in _API_ROUTES if route.fullmatch(path)), None)
+        if allowed is not None:
+            # Only reached for a method the route does not have.
             message = (
                 f"The {self.command} method is not supported for this route. "
                 f"Supported methods: {allowed}."
             )
-            self._send(405, php_json({"message": message}), "application/json")
+            self._send(405, php_json({"message": message}), "application/json", head=head)
         elif path.startswith("/api/"):
             message = f"The route {path.lstrip('/')} could not be found."
-            self._send(404, php_json({"message": message}), "application/json")
+            self._send(404, php_json({"message": message}), "application/json", head=head)
         else:
-            self._send(404, b"<!DOCTYPE html><title>Not Found</title>", "text/html")
+            self._send(404, NOT_FOUND_PAGE, "text/html", head=head)
 
     # -- responses ------------------------------------------------------------------
 
@@ -533,23 +917,67 @@ class _Handler(QuietHandler):
         if not head:
             self.wfile.write(body)
 
-    def _unauthenticated(self, headers: dict[str, str], message: str) -> int:
+    def _unauthenticated(self, headers: dict[str, str], message: str, *, head: bool = False) -> int:
         if _wants_json(headers):
-            self._send(401, envelope(False, message), "application/json")
+            self._send(401, envelope(False, message), "application/json", head=head)
             return 401
         location = f"{self.owner.public_url}/login"
         page = f'<!DOCTYPE html><meta http-equiv="refresh" content="0;url={location}">'
-        self._send(302, page.encode(), "text/html; charset=UTF-8", {"Location": location})
+        self._send(
+            302, page.encode(), "text/html; charset=UTF-8", {"Location": location}, head=head
+        )
         return 302
 
-    def _profile(self) -> None:
-        headers = self._headers()
-        token = _bearer(headers.get("authorization", ""))
-        if token != self.owner.token:
+    def _api_disabled(self, headers: dict[str, str], *, head: bool = False) -> int:
+        # CheckIsEnableApi: 403 in the envelope for JSON clients, else abort(404).
+        if _wants_json(headers):
+            self._send(403, envelope(False, API_DISABLED_MESSAGE), "application/json", head=head)
+            return 403
+        self._send(404, NOT_FOUND_PAGE, "text/html", head=head)
+        return 404
+
+    def _csrf_refused(self, headers: dict[str, str]) -> bool:
+        if self.owner.config.csrf_check and ("origin" in headers or "referer" in headers):
+            self._send(419, php_json({"message": "CSRF token mismatch."}), "application/json")
+            return True
+        return False
+
+    def _token_ok(self, headers: dict[str, str]) -> bool:
+        config = self.owner.config
+        return (
+            "authorization" in headers
+            and _bearer(headers["authorization"]) == config.token
+            and config.account_state is not AccountState.TOKEN_REFUSED
+        )
+
+    def _api_gate(self, headers: dict[str, str], *, csrf: bool = False, head: bool = False) -> bool:
+        """The auth:sanctum routes' middleware, in Laravel's sorted order: CSRF
+        (not for GET), auth, then CheckIsEnableApi. True = let the request in."""
+        if csrf and self._csrf_refused(headers):
+            return False
+        if not self._token_ok(headers):
             # auth:sanctum middleware: its exception message is "Unauthenticated."
-            self._unauthenticated(headers, "Unauthenticated.")
+            self._unauthenticated(headers, "Unauthenticated.", head=head)
+            return False
+        if self.owner.config.account_state is AccountState.API_DISABLED:
+            self._api_disabled(headers, head=head)
+            return False
+        return True
+
+    def _profile(self, *, head: bool = False) -> None:
+        if self._api_gate(self._headers(), head=head):
+            body = envelope(True, "success", self.owner._profile())
+            self._send(200, body, "application/json", head=head)
+
+    def _list_images(self, *, head: bool = False) -> None:
+        headers = self._headers()
+        if not self._api_gate(headers, head=head):
             return
-        self._send(200, envelope(True, "success", self.owner._profile()), "application/json")
+        query = trimmed_query(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        # The paginator's path is Request::url(): this request's host, no query.
+        host = headers.get("host") or f"{self.owner.host}:{self.owner.port}"
+        data = self.owner._list(query, f"http://{host}/api/v1/images")
+        self._send(200, envelope(True, "success", data), "application/json", head=head)
 
     def _serve_file(self, pathname: str, *, head: bool) -> None:
         try:
@@ -611,6 +1039,8 @@ class _Handler(QuietHandler):
     def _upload(self) -> None:
         headers = self._headers()
         request = self._read_upload(headers)
+        if request.error is None:
+            self.owner._body_read()
         try:
             status, outcome, message, stored = self._answer_upload(request)
         finally:
@@ -631,49 +1061,57 @@ class _Handler(QuietHandler):
                 pathname=stored.pathname if stored else None,
                 origin=headers.get("origin"),
                 referer=headers.get("referer"),
+                key=stored.key if stored else None,
             )
         )
         self.wfile.flush()
         if self._drop_pending:
             self.drop_connection()
 
-    def _answer_upload(self, request: _Request) -> tuple[int, str, str | None, _Stored | None]:
+    def _answer_upload(self, request: _Request) -> tuple[int, str, str | None, ImageRecord | None]:
         """Send the answer; returns (HTTP status, outcome, message, stored)."""
         refused = self._gate(request.headers)
         if refused is not None:
             return refused
         behaviour = self.owner._next_behaviour()
         if behaviour.delay:
-            time.sleep(behaviour.delay)
+            time.sleep(behaviour.delay)  # the client may be gone by now: carry on
         if behaviour.kind is Kind.SUCCESS:
             return self._succeed(request)
-        stored = self._store(request) if behaviour.store and request.error is None else None
+        stored = None
+        if behaviour.store and request.error is None:
+            result = self._store(request, checked=False)
+            stored = result if isinstance(result, ImageRecord) else None
         status, message = _FAILURES[behaviour.kind](self, request.headers, behaviour)
         return status, behaviour.kind.value, message, stored
 
     def _gate(self, headers: dict[str, str]) -> tuple[int, str, str | None, None] | None:
-        """CSRF and authentication, before the controller runs; None = let it in."""
+        """The upload route's middleware (CSRF, CheckIsEnableApi) and the
+        controller's authentication, before the service runs; None = let it in."""
         config = self.owner.config
-        if config.csrf_check and ("origin" in headers or "referer" in headers):
-            self._send(419, php_json({"message": "CSRF token mismatch."}), "application/json")
+        if self._csrf_refused(headers):
             return 419, "csrf", "CSRF token mismatch.", None
-        token_ok = "authorization" in headers and _bearer(headers["authorization"]) == config.token
+        if config.account_state is AccountState.API_DISABLED:
+            return self._api_disabled(headers), "api_disabled", API_DISABLED_MESSAGE, None
         guest = "authorization" not in headers
-        if token_ok or (guest and config.guest_mode is GuestMode.ALLOW):
+        if self._token_ok(headers) or (guest and config.guest_mode is GuestMode.ALLOW):
             return None
         if guest and config.guest_mode is GuestMode.DISABLED:
             return self._fail("管理员关闭了游客上传", "guest_disabled")
         message = "Authentication failed."
         return self._unauthenticated(headers, message), "unauthenticated", message, None
 
-    def _succeed(self, request: _Request) -> tuple[int, str, str | None, _Stored | None]:
+    def _succeed(self, request: _Request) -> tuple[int, str, str | None, ImageRecord | None]:
         rejection = self._validate(request)
         if rejection is not None:
             return self._fail(rejection, "rejected")
-        stored = self._store(request)
-        assert stored is not None
-        self._send(200, self._success_body(request, stored), "application/json")
-        return 200, Kind.SUCCESS.value, SUCCESS_MESSAGE, stored
+        result = self._store(request, checked=True)
+        if result is None:
+            return self._fail(CATCH_ALL_MESSAGE, "rejected")
+        if isinstance(result, _Refusal):
+            return self._fail(result.message, result.outcome)
+        self._send(200, self._success_body(request, result), "application/json")
+        return 200, Kind.SUCCESS.value, SUCCESS_MESSAGE, result
 
     # Scripted failures: each sends its answer and returns (status, message).
 
@@ -699,7 +1137,12 @@ class _Handler(QuietHandler):
             "X-RateLimit-Remaining": "0",
             "X-RateLimit-Reset": str(int(time.time()) + b.retry_after),
         }
-        self._send(429, envelope(False, b.message), "application/json", limits)
+        self._send(
+            429,
+            envelope(False, b.message),
+            "application/json",
+            limits if b.throttle_headers else None,
+        )
         return 429, b.message
 
     def _server_error(self, headers: dict[str, str], b: Behaviour) -> tuple[int, str | None]:
@@ -744,31 +1187,36 @@ class _Handler(QuietHandler):
                 return "选定的策略不存在"
         return None
 
-    def _store(self, request: _Request) -> _Stored | None:
+    def _store(self, request: _Request, *, checked: bool) -> ImageRecord | _Refusal | None:
         part = request.form.file("file")
         if part is None or request.temp is None:
             return None
         raw = request.form.fields.get("strategy_id", "").strip()
         # No strategy_id: Lsky uses the group's first strategy.
         strategy = int(raw) if raw.isdigit() else min(self.owner.config.strategy_ids, default=None)
-        stored = self.owner._store(request.temp, part, strategy)
-        request.temp = None  # moved (or deduplicated away)
-        return stored
+        guest = "authorization" not in request.headers
+        temp, request.temp = request.temp, None  # _ingest moves or deletes it
+        return self.owner._ingest(
+            temp,
+            part,
+            strategy=strategy,
+            owner=None if guest else self.owner.user,
+            ip=self.client_address[0],
+            checked=checked,
+        )
 
-    def _success_body(self, request: _Request, stored: _Stored) -> bytes:
-        part = request.form.file("file")
-        assert part is not None
+    def _success_body(self, request: _Request, stored: ImageRecord) -> bytes:
         data = {
             "key": stored.key,
             "name": stored.name,
             "pathname": stored.pathname,
-            "origin_name": part.filename,
+            "origin_name": stored.origin_name,
             "size": stored.size_kb,
             "mimetype": stored.mimetype,
-            "extension": _extension(part.filename),
-            "md5": part.md5,
-            "sha1": part.sha1,
-            "links": self.owner._links(stored, part.md5, part.filename),
+            "extension": stored.extension,
+            "md5": stored.md5,
+            "sha1": stored.sha1,
+            "links": self.owner._links(stored, stored.origin_name),
         }
         return envelope(True, SUCCESS_MESSAGE, data)
 
