@@ -826,8 +826,26 @@ def test_alarms() -> None:
     for alarm in _alarms():
         assert alarm["TreatMissingData"] == "notBreaching"
         assert alarm["AlarmActions"]["Fn::If"][0] == "HasAlarmTopic"
-    age = next(a for a in _alarms() if a["MetricName"] == "ApproximateAgeOfOldestMessage")
+    age = next(a for a in _alarms() if a.get("MetricName") == "ApproximateAgeOfOldestMessage")
     assert ref_of(age["Threshold"]) == "QueueAgeAlarmSeconds"
+
+
+def test_own_faults_raise_an_alarm() -> None:
+    # A bad setting or a bug spends no attempt, so only this alarm makes it visible.
+    alarm = props("ArchiveOwnFaultAlarm")
+    stats = {
+        m["MetricStat"]["Metric"]["MetricName"]: m["MetricStat"]["Metric"]
+        for m in alarm["Metrics"]
+        if "MetricStat" in m
+    }
+    assert set(stats) == {"ConfigError", "InternalError"}
+    for metric in stats.values():
+        assert metric["Namespace"] == "ImageArchive"
+        assert metric["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+    [expression] = [m for m in alarm["Metrics"] if "Expression" in m]
+    assert "config" in expression["Expression"]
+    assert "internal" in expression["Expression"]
+    assert alarm["Threshold"] == 0
 
 
 def test_dashboard_shows_queues_outcomes_and_durations() -> None:
