@@ -91,6 +91,12 @@ def db(pg_dsn: str) -> Iterator[Any]:
     conn.run("SET lock_timeout = '5s'")
     try:
         conn.run("TRUNCATE users, image_generation_records RESTART IDENTITY CASCADE")
+        # The upload lane is shared state: every test starts with it open and empty.
+        conn.run(
+            "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL,"
+            " pause_window = NULL, pause_detail = NULL, paused_since = NULL,"
+            " upload_times = '{}', version = 0"
+        )
     except Exception as exc:
         conn.close()
         pytest.fail(f"cannot truncate the test tables (a leaked open transaction?): {exc}")

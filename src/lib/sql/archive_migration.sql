@@ -51,3 +51,19 @@ $$;
 
 ALTER TABLE image_generation_records
     VALIDATE CONSTRAINT image_generation_records_archive_status_check;
+
+-- The upload lane to the image host, shared by every container: a pause for host-level
+-- conditions (rate limits, account problems) and the recent upload times that pacing and
+-- pause estimates read. One row per host account ('lsky'); the project's own table.
+CREATE TABLE IF NOT EXISTS image_archive_lane (
+    lane TEXT PRIMARY KEY,
+    paused_until TIMESTAMPTZ,
+    pause_reason TEXT,
+    pause_window TEXT,
+    pause_detail TEXT,
+    paused_since TIMESTAMPTZ,
+    upload_times TIMESTAMPTZ[] NOT NULL DEFAULT '{}',
+    version BIGINT NOT NULL DEFAULT 0
+);
+
+INSERT INTO image_archive_lane (lane) VALUES ('lsky') ON CONFLICT (lane) DO NOTHING;

@@ -18,7 +18,12 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- the same owner (after a lost connection) returns the row without counting twice.
 -- `exhausted` concludes an expired lock on the last attempt, as the sweeper would;
 -- its condition excludes `claimed`'s, so the two never touch the same row.
-WITH target AS (
+WITH lane AS (
+    SELECT paused_until, pause_reason, pause_window, upload_times, version
+    FROM image_archive_lane
+    WHERE lane = 'lsky'
+),
+target AS (
     SELECT id, status, archive_status,
            {{lock_expired}} AS lock_expired,
            EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
@@ -40,6 +45,8 @@ claimed AS (
            OR (r.archive_status = 'RUNNING'
                AND (r.archive_locked_by = :owner
                     OR ({{lock_expired}} AND r.archive_attempts < :max_attempts))))
+      -- A paused lane takes no new attempt: the message waits, no attempt is spent.
+      AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.paused_until > now())
     RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
 ),
 exhausted AS (
@@ -60,8 +67,11 @@ exhausted AS (
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
-       claimed.started_at, claimed.archive_attempts
+       claimed.started_at, claimed.archive_attempts,
+       EXTRACT(EPOCH FROM lane.paused_until - now()), lane.pause_reason, lane.pause_window,
+       lane.upload_times, lane.version, now()
 FROM (SELECT 1) AS one
+LEFT JOIN lane ON true
 LEFT JOIN target ON true
 LEFT JOIN claimed ON true
 LEFT JOIN exhausted ON true
@@ -92,6 +102,15 @@ written AS (
     FROM before
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
+),
+logged AS (
+    -- The lane's upload log (drain rate, pause estimates), when pacing did not already
+    -- log this upload at its reservation. Same round trip as the success write.
+    UPDATE image_archive_lane
+    SET upload_times = {{trimmed_upload_log}}
+    WHERE lane = 'lsky' AND CAST(:log_upload AS boolean)
+      AND EXISTS (SELECT 1 FROM written)
+    RETURNING lane
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
        written.id IS NOT NULL,
@@ -126,6 +145,9 @@ UPDATE image_generation_records
 SET archive_status = 'PENDING',
     archive_attempts = GREATEST(archive_attempts - 1, 0),
     archive_error = COALESCE(CAST(:error AS text), archive_error),
+    -- Parked (no message left for it): the sweeper sends it once due.
+    archive_enqueued_at = CASE WHEN CAST(:park AS boolean) THEN NULL
+                               ELSE archive_enqueued_at END,
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
     archive_locked_at = NULL
@@ -330,3 +352,70 @@ SELECT COALESCE(archive_status, 'not queued'), count(*)
 FROM image_generation_records
 GROUP BY 1
 ORDER BY 1;
+
+-- name: trimmed_upload_log
+-- The upload log with now() added: the newest 1000 entries of the last :log_seconds.
+(SELECT COALESCE(array_agg(t ORDER BY t), '{}')
+ FROM (SELECT t FROM unnest(array_append(upload_times, now())) AS t
+       WHERE t > now() - make_interval(secs => :log_seconds)
+       ORDER BY t DESC LIMIT 1000) AS recent)
+
+-- name: park
+-- A PENDING row the paused lane will not take for a long while: its message is
+-- acknowledged, and the sweeper sends a new one when the row is due.
+UPDATE image_generation_records
+SET archive_next_run_at = GREATEST(archive_next_run_at, CAST(:due AS timestamptz)),
+    archive_enqueued_at = NULL
+WHERE id = :record_id AND archive_status = 'PENDING'
+RETURNING id;
+
+-- name: lane_state
+SELECT EXTRACT(EPOCH FROM paused_until - now()), pause_reason, pause_window, upload_times,
+       version, now(), paused_until, paused_since, pause_detail
+FROM image_archive_lane
+WHERE lane = 'lsky';
+
+-- name: pause_lane
+-- Close the lane until :until (infinity: until cleared). A longer pause already in
+-- force is kept; the first cause of a pause is remembered as its start.
+UPDATE image_archive_lane
+SET paused_until = GREATEST(COALESCE(paused_until, '-infinity'), CAST(:until AS timestamptz)),
+    pause_reason = CASE WHEN paused_until > CAST(:until AS timestamptz) THEN pause_reason
+                        ELSE :reason END,
+    pause_window = CASE WHEN paused_until > CAST(:until AS timestamptz) THEN pause_window
+                        ELSE :window END,
+    pause_detail = CASE WHEN paused_until > CAST(:until AS timestamptz) THEN pause_detail
+                        ELSE :detail END,
+    paused_since = CASE WHEN paused_until > now() THEN paused_since ELSE now() END,
+    version = version + 1
+WHERE lane = 'lsky'
+RETURNING paused_until;
+
+-- name: clear_pause
+-- Open the lane (an operator, or the sweeper's probe found the account healthy).
+-- :reason limits it to pauses of that reason; NULL clears any.
+UPDATE image_archive_lane
+SET paused_until = NULL, pause_reason = NULL, pause_window = NULL, pause_detail = NULL,
+    paused_since = NULL, version = version + 1
+WHERE lane = 'lsky' AND paused_until IS NOT NULL
+  AND (CAST(:reason AS text) IS NULL OR pause_reason = :reason)
+RETURNING pause_reason;
+
+-- name: reserve_upload
+-- Pacing: take an upload slot (the caller computed the new log from the version it
+-- read), or close the lane until the next free slot. Optimistic: 0 rows if another
+-- container changed the lane meanwhile, and the caller reads it again.
+UPDATE image_archive_lane
+SET upload_times = CAST(:upload_times AS timestamptz[]),
+    paused_until = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN paused_until
+                        ELSE GREATEST(COALESCE(paused_until, '-infinity'),
+                                      CAST(:closed_until AS timestamptz)) END,
+    pause_reason = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN pause_reason
+                        WHEN paused_until > now() THEN pause_reason
+                        ELSE 'pacing' END,
+    paused_since = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN paused_since
+                        WHEN paused_until > now() THEN paused_since
+                        ELSE now() END,
+    version = version + 1
+WHERE lane = 'lsky' AND version = :version
+RETURNING version;

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
+from lib.state.lane import LaneState
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
 # A message may come back a little before the row's due time (clock skew between SQS
@@ -37,6 +38,7 @@ class ClaimSnapshot:
     lock_expired: bool = False
     due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
     exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
+    lane: LaneState | None = None  # the upload lane when the claim ran
 
 
 @dataclass(frozen=True)

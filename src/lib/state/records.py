@@ -14,11 +14,14 @@ from typing import Any
 
 from lib.platform.db import Database
 from lib.state.claim import EARLY_SLACK_SECONDS, ClaimResult, ClaimSnapshot, Task
+from lib.state.lane import LaneState, lane_state
 from lib.state.queries import QUERIES
 from lib.state.status import ArchiveStatus
 
 # The first keyset page starts below every due time.
 BEGINNING = "-infinity"
+# How far back the lane's upload log reaches: the longest window pacing can enforce.
+UPLOAD_LOG_SECONDS = 31 * 86_400
 
 
 class Recorded(enum.StrEnum):
@@ -115,7 +118,8 @@ class ArchiveRecords:
             early_slack=EARLY_SLACK_SECONDS,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
-        (claimed_id, user_id, username, url, started, attempt) = row[5:]
+        (claimed_id, user_id, username, url, started, attempt) = row[5:11]
+        lane = lane_state(row[11:])
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -123,6 +127,7 @@ class ArchiveRecords:
             lock_expired=bool(expired),
             due_in_seconds=float(due_in) if due_in is not None else 0.0,
             exhausted=bool(exhausted),
+            lane=lane,
         )
         if claimed_id is None:
             return ClaimResult(None, snapshot)
@@ -137,7 +142,14 @@ class ArchiveRecords:
         return ClaimResult(task, snapshot)
 
     def succeed(
-        self, task: Task, *, owner: str, hosted_url: str, mime_type: str, response: dict[str, Any]
+        self,
+        task: Task,
+        *,
+        owner: str,
+        hosted_url: str,
+        mime_type: str,
+        response: dict[str, Any],
+        log_upload: bool = True,
     ) -> Recorded:
         """Record the hosted image; says what the row held before (see Recorded)."""
         rows = self._run(
@@ -147,6 +159,8 @@ class ArchiveRecords:
             hosted_url=hosted_url,
             mime_type=mime_type,
             hosted_response=json.dumps(response, ensure_ascii=False),
+            log_upload=log_upload,
+            log_seconds=UPLOAD_LOG_SECONDS,
         )
         if not rows:
             return Recorded.ROW_GONE
@@ -167,11 +181,56 @@ class ArchiveRecords:
         return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
 
     def release(
-        self, task: Task, *, owner: str, delay_seconds: int, error: str | None = None
+        self,
+        task: Task,
+        *,
+        owner: str,
+        delay_seconds: int,
+        error: str | None = None,
+        park: bool = False,
     ) -> bool:
-        """PENDING with the attempt given back; False when the lock had passed on."""
+        """PENDING with the attempt given back; False when the lock had passed on.
+        park: no message is left for it (the sweeper sends one once due)."""
         rows = self._run(
-            "release", record_id=task.record_id, owner=owner, delay=delay_seconds, error=error
+            "release",
+            record_id=task.record_id,
+            owner=owner,
+            delay=delay_seconds,
+            error=error,
+            park=park,
+        )
+        return bool(rows)
+
+    def park(self, record_id: int, *, due: datetime) -> bool:
+        """A PENDING row left without a message until `due` (the sweeper sends it then)."""
+        return bool(self._run("park", record_id=record_id, due=due))
+
+    # -- the lane -----------------------------------------------------------------------
+
+    def lane(self) -> LaneState:
+        [row] = self._run("lane_state")
+        return lane_state(row)
+
+    def pause_lane(
+        self, *, until: datetime | str, reason: str, window: str | None, detail: str
+    ) -> None:
+        self._run("pause_lane", until=until, reason=reason, window=window, detail=detail)
+
+    def clear_pause(self, *, reason: str | None = None) -> str | None:
+        """Open the lane; returns the reason of the pause cleared, None if it was open."""
+        rows = self._run("clear_pause", reason=reason)
+        return str(rows[0][0]) if rows else None
+
+    def reserve_upload(
+        self, *, version: int, upload_times: list[datetime], closed_until: datetime | None
+    ) -> bool:
+        """Write the lane's new upload log (and a pacing pause) if nobody changed it since
+        `version`; False: read it again and decide again."""
+        rows = self._run(
+            "reserve_upload",
+            version=version,
+            upload_times=upload_times,
+            closed_until=closed_until,
         )
         return bool(rows)
 
