@@ -21,6 +21,7 @@ from devkit.lsky import LskyStandIn
 from devkit.postgres import PostgresCluster, apply_schema, connect
 from devkit.sqs import DEFAULT_REGION, MotoServer, QueuePair, create_queue_pair, start_moto_server
 from devkit.upstream import UpstreamServer
+from tests.support import reset_lane
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -91,12 +92,7 @@ def db(pg_dsn: str) -> Iterator[Any]:
     conn.run("SET lock_timeout = '5s'")
     try:
         conn.run("TRUNCATE users, image_generation_records RESTART IDENTITY CASCADE")
-        # The upload lane is shared state: every test starts with it open and empty.
-        conn.run(
-            "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL,"
-            " pause_window = NULL, pause_detail = NULL, paused_since = NULL,"
-            " upload_times = '{}', version = 0"
-        )
+        reset_lane(conn)  # shared state: every test starts with the lane open
     except Exception as exc:
         conn.close()
         pytest.fail(f"cannot truncate the test tables (a leaked open transaction?): {exc}")

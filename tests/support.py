@@ -185,3 +185,21 @@ def emf_metrics(capsys: Any) -> dict[str, float]:
                 values = value if isinstance(value, list) else [value]
                 totals[metric["Name"]] = totals.get(metric["Name"], 0.0) + sum(values)
     return totals
+
+
+def reset_lane(conn: Any) -> None:
+    """Open the shared upload lane and empty its log (tests start from a quiet host)."""
+    conn.run(
+        "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL,"
+        " pause_window = NULL, pause_detail = NULL, paused_since = NULL,"
+        " upload_times = '{}', version = 0"
+    )
+
+
+def lane_row(conn: Any) -> dict[str, Any]:
+    [row] = conn.run(
+        "SELECT paused_until, pause_reason, pause_window, pause_detail, upload_times"
+        " FROM image_archive_lane WHERE lane = 'lsky'"
+    )
+    names = ("paused_until", "reason", "window", "detail", "upload_times")
+    return dict(zip(names, row, strict=True))

@@ -154,7 +154,6 @@ def test_last_attempt_fails_the_row_and_acknowledges(
 @pytest.mark.parametrize(
     ("behaviour", "fragment"),
     [
-        ("http_401", "HTTP 401"),
         ("status_false_type", "不支持的文件类型"),
         ("http_413", "HTTP 413"),
     ],

@@ -12,24 +12,25 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour
 from tests.integration.conftest import quick_invoke
-from tests.support import fetch_record, seed_record
+from tests.support import fetch_record, lane_row, reset_lane, seed_record
 
 PNG = images.png(8, 8)
 RECORD = 950
 
 P = "FAILED"  # permanent: failed on the first attempt
 T = "PENDING"  # transient: scheduled for a retry
+H = "HOST"  # the host account's condition: the lane pauses, the record pays nothing
 
 STATUS_FALSE = {
     "不支持的文件类型": P,  # type
     "图片大小超出限制": P,  # size
     "选定的策略不存在": P,  # strategy
-    "储存空间不足": P,  # quota
-    "管理员关闭了游客上传": P,  # guest uploads off: the token was not applied
-    "账户未验证": P,  # account not verified
-    "账号状态异常": P,  # account suspended
+    "储存空间不足": H,  # quota
+    "管理员关闭了游客上传": H,  # guest uploads off: the token was not applied
+    "账户未验证": H,  # account not verified
+    "账号状态异常": H,  # account suspended
     "图片涉嫌违规": P,  # moderation
-    "每分钟内你最多可以上传 20 张图片": T,  # upload-count window
+    "每分钟内你最多可以上传 20 张图片": H,  # upload-count window
     "图片上传失败": T,  # storage write failed
     "图片记录保存失败": T,  # database write failed
     "服务异常，请稍后再试": T,  # the catch-all, Lsky's exact text
@@ -37,10 +38,10 @@ STATUS_FALSE = {
 }
 
 SCRIPTED: dict[str, tuple[Behaviour, str, str]] = {
-    "http-401": (Behaviour.unauthorized(), P, "HTTP 401: Authentication failed."),
-    "http-403": (Behaviour.forbidden(), P, "HTTP 403: 管理员未启用 API"),
+    "http-401": (Behaviour.unauthorized(), H, "HTTP 401: Authentication failed."),
+    "http-403": (Behaviour.forbidden(), H, "HTTP 403: 管理员未启用 API"),
     "http-413-nginx-html": (Behaviour.too_large(), P, "HTTP 413"),
-    "http-429": (Behaviour.rate_limited(retry_after=90), T, "HTTP 429: Too Many Attempts."),
+    "http-429": (Behaviour.rate_limited(retry_after=90), H, "HTTP 429: Too Many Attempts."),
     "http-500": (Behaviour.server_error(), T, "HTTP 500: Server Error"),
     "html-200": (Behaviour.html_200(), T, "non-JSON"),
     "drop-half-answer": (Behaviour.drop(), T, "dropped the response"),
@@ -55,6 +56,7 @@ SCRIPTED: dict[str, tuple[Behaviour, str, str]] = {
 @pytest.fixture
 def db(quick_conn: Any) -> Any:
     quick_conn.run("DELETE FROM image_generation_records WHERE id = :id", id=RECORD)
+    reset_lane(quick_conn)
     return quick_conn
 
 
@@ -76,14 +78,23 @@ def test_scripted_lsky_answer(
     response = quick_invoke(RECORD)
 
     row = fetch_record(db, RECORD)
+    assert fragment in row["archive_error"]
+    if outcome == H:
+        # No attempt spent, the record not failed; the whole lane waits instead.
+        assert row["archive_status"] == "PENDING", row["archive_error"]
+        assert row["archive_attempts"] == 0
+        assert row["archive_error"].startswith("lane paused")
+        lane = lane_row(db)
+        assert lane["paused_until"] is not None
+        assert lane["reason"] in ("rate_limit", "account")
+        if behaviour.retry_after != 60:  # the 429 case: Retry-After sets the pause
+            assert row["archive_next_run_at"].timestamp() - before >= 89
+        return
     assert row["archive_status"] == outcome, row["archive_error"]
     assert row["archive_attempts"] == 1
-    assert fragment in row["archive_error"]
     assert row["archive_error"].startswith("upload failed")
     assert len(response["batchItemFailures"]) == (1 if outcome == T else 0)
-    if behaviour.retry_after != 60:  # the 429 case: a longer Retry-After wins
-        assert row["archive_next_run_at"].timestamp() - before >= 89
-    elif outcome == T:
+    if outcome == T:
         assert row["archive_next_run_at"].timestamp() - before == pytest.approx(30, abs=3)
 
 
@@ -115,7 +126,7 @@ def test_lsky_validation_failures_are_permanent(
     assert fragment in row["archive_error"]
 
 
-def test_a_revoked_token_is_refetched_once_then_fails(
+def test_a_revoked_token_is_refetched_once_then_pauses_the_lane(
     quick_env: Callable[..., None], db: Any, upstream: Any, lsky: Any
 ) -> None:
     quick_env()
@@ -124,4 +135,6 @@ def test_a_revoked_token_is_refetched_once_then_fails(
     quick_invoke(RECORD)
     # A plain LSKY_TOKEN cannot be refetched: one request, no silent guest upload.
     assert [u.authorization for u in lsky.uploads] == [f"Bearer {lsky.token}"]
-    assert fetch_record(db, RECORD)["archive_status"] == "FAILED"
+    row = fetch_record(db, RECORD)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert lane_row(db)["reason"] == "account"

@@ -7,9 +7,11 @@ message again (after the visibility set here) or it is acknowledged.
 from __future__ import annotations
 
 import enum
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pg8000.exceptions
@@ -17,13 +19,22 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
+from lib.archive.lane import (
+    HostCondition,
+    PauseReason,
+    host_condition,
+    jitter,
+    next_upload_at,
+    pause_until,
+)
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.platform.config import Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
-from lib.platform.sqs import Queue
-from lib.state.claim import ClaimSnapshot, Task, early_delay, skip_reason
+from lib.platform.sqs import MAX_VISIBILITY_SECONDS, Queue
+from lib.state.claim import ClaimSnapshot, Task, blocked_by_lane, early_delay, skip_reason
+from lib.state.lane import LaneState
 from lib.state.records import ArchiveRecords, Recorded
 from lib.transfer.failures import ArchiveFailure, Failure
 
@@ -34,6 +45,15 @@ MIN_ATTEMPT_MS = 25_000
 FINISH_RESERVE_MS = 15_000
 # How soon a message comes back after the invocation ran out of time.
 NO_TIME_RETRY_SECONDS = 5
+# A paused lane holds a message (its visibility) for pauses up to this long; longer ones,
+# or a message received this often already, park the row instead, so that a long pause
+# costs no receives (each one counts towards maxReceiveCount).
+HOLD_LIMIT_SECONDS = 900
+HOLD_LIMIT_RECEIVES = 3
+# Pacing: a wait this short is slept through rather than paid for with a second invocation.
+PACING_SLEEP_SECONDS = 3.0
+# Optimistic reservations retried this often before the attempt gives way.
+RESERVE_TRIES = 5
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
 # that a fix applies within minutes, slow enough not to spin.
 OWN_FAULT_RETRY_SECONDS = 300
@@ -51,6 +71,8 @@ class Outcome(enum.StrEnum):
     RELEASED = "released"  # given back unspent: not enough time left
     UNCONCLUDED = "unconcluded"  # database unreachable or our own fault: SQS redelivers
     LOST_LOCK = "lost_lock"  # the lock passed on before our write: the new holder concludes
+    PAUSED = "paused"  # the upload lane is paused: held until it opens, no attempt spent
+    PARKED = "parked"  # paused for longer than a hold: the sweeper sends it when due
 
     @property
     def redelivers(self) -> bool:
@@ -60,7 +82,14 @@ class Outcome(enum.StrEnum):
 
 
 _REDELIVERED = frozenset(
-    {Outcome.RETRY, Outcome.EARLY, Outcome.RELEASED, Outcome.UNCONCLUDED, Outcome.MALFORMED_LEFT}
+    {
+        Outcome.RETRY,
+        Outcome.EARLY,
+        Outcome.RELEASED,
+        Outcome.UNCONCLUDED,
+        Outcome.MALFORMED_LEFT,
+        Outcome.PAUSED,
+    }
 )
 
 
@@ -147,19 +176,37 @@ class ArchiveWorker:
             lock_ttl_seconds=self.settings.lock_ttl_seconds,
             max_attempts=self.settings.max_attempts,
         )
+        claimed_at = time.monotonic()
         task = claim.task
         if task is None:
             return self._skip(message, record_id, claim.snapshot)
+        lane = claim.snapshot.lane or LaneState(now=datetime.now(UTC))
         logger.append_keys(attempt=task.attempt)
 
         deadline = time.monotonic() + (remaining_ms() - FINISH_RESERVE_MS) / 1000
         if not can_start(deadline):
             # Checked before anything is fetched: the only time an attempt is given back.
             return self._release(message, task, owner)
+        if self.settings.rate_limits:
+            closed_until = self._reserve_upload(lane, claimed_at, deadline)
+            if closed_until is not None:
+                pacing = HostCondition(PauseReason.PACING, "pacing: LSKY_RATE_LIMITS")
+                return self._lane_paused(message, task, owner, pacing, lane, until=closed_until)
         logger.info("archive started", max_attempts=self.settings.max_attempts)
         try:
             copied = self.copier.copy(task, deadline)
         except ArchiveFailure as error:
+            condition = host_condition(error.failure)
+            if condition is not None:
+                now = _db_now(lane, claimed_at)
+                until = pause_until(condition, now=now, upload_times=lane.upload_times)
+                self.records.pause_lane(
+                    until=until or "infinity",
+                    reason=condition.reason,
+                    window=condition.window,
+                    detail=condition.detail[:200],
+                )
+                return self._lane_paused(message, task, owner, condition, lane, until=until)
             return self._failed_attempt(message, task, owner, error.failure)
         except ConfigError as error:
             # A bad secret value, fetched lazily: the setting's fault, not the record's.
@@ -180,6 +227,8 @@ class ArchiveWorker:
                 hosted_url=hosted.url,
                 mime_type=hosted.mime_type,
                 response=hosted.data,
+                # With pacing, the reservation already logged this upload.
+                log_upload=not self.settings.rate_limits,
             )
         except (DatabaseUnavailable, pg8000.exceptions.DatabaseError) as error:
             # Stored on Lsky, not recorded: what an operator needs to reconcile by hand.
@@ -221,6 +270,8 @@ class ArchiveWorker:
                 retry_in_seconds=hold,
             )
             return Result(Outcome.EARLY, record_id, f"due in {hold} s")
+        if blocked_by_lane(snapshot) and snapshot.lane is not None:
+            return self._wait_for_lane(message, record_id, snapshot.lane)
         reason = skip_reason(snapshot)
         if snapshot.exhausted:
             # The claim itself concluded the row: a failure, not a duplicate.
@@ -230,6 +281,96 @@ class ArchiveWorker:
         logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
         metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
         return Result(Outcome.DUPLICATE, record_id, reason)
+
+    def _reserve_upload(
+        self, lane: LaneState, claimed_at: float, deadline: float
+    ) -> datetime | None:
+        """Pacing: take an upload slot (None) or say until when the lane is closed. Short
+        waits are slept through; the log is shared through the lane row, optimistically."""
+        limits = self.settings.rate_limits
+        longest = timedelta(seconds=max(seconds for seconds, _ in limits))
+        for _ in range(RESERVE_TRIES):
+            now = _db_now(lane, claimed_at)
+            free = next_upload_at(lane.upload_times, limits, now)
+            recent = [t for t in lane.upload_times if t > now - longest]
+            if free <= now:
+                if self.records.reserve_upload(
+                    version=lane.version, upload_times=[*recent, now], closed_until=None
+                ):
+                    return None
+            elif (free - now).total_seconds() <= PACING_SLEEP_SECONDS and can_start(
+                deadline - (free - now).total_seconds()
+            ):
+                time.sleep((free - now).total_seconds())
+            elif self.records.reserve_upload(
+                version=lane.version, upload_times=recent, closed_until=free
+            ):
+                return free
+            lane, claimed_at = self.records.lane(), time.monotonic()
+        # Contention on every try: give way briefly rather than overrun the limits.
+        return _db_now(lane, claimed_at) + timedelta(seconds=PACING_SLEEP_SECONDS)
+
+    def _lane_paused(
+        self,
+        message: Message,
+        task: Task,
+        owner: str,
+        condition: HostCondition,
+        lane: LaneState,
+        *,
+        until: datetime | None,
+    ) -> Result:
+        """The host (or our pacing) closed the lane: the record pays nothing. Its attempt
+        is given back, and its message held until the lane opens, or parked."""
+        now = lane.now
+        seconds = (until - now).total_seconds() if until is not None else math.inf
+        park = seconds > HOLD_LIMIT_SECONDS or message.receive_count >= HOLD_LIMIT_RECEIVES
+        delay = 0 if until is None else max(1, math.ceil(seconds))
+        summary = f"lane paused ({condition.reason}): {condition.detail}"[:300]
+        if not self.records.release(
+            task, owner=owner, delay_seconds=delay, error=summary, park=park
+        ):
+            return self._lost_lock(task, "release", summary)
+        if condition.reason is PauseReason.ACCOUNT:
+            metrics.add_metric(name="AccountProblem", unit=MetricUnit.Count, value=1)
+        elif condition.reason is not PauseReason.PACING:
+            metrics.add_metric(name="RateLimited", unit=MetricUnit.Count, value=1)
+        logger.warning(
+            "upload lane paused; attempt given back",
+            reason=str(condition.reason),
+            window=condition.window,
+            detail=condition.detail[:200],
+            paused_until=until.isoformat() if until is not None else "until cleared",
+        )
+        return self._hold_or_park(message, task.record_id, seconds, park=park)
+
+    def _wait_for_lane(self, message: Message, record_id: int, lane: LaneState) -> Result:
+        """The claim met a paused lane: wait for it without touching the attempts."""
+        seconds = lane.paused_for_seconds
+        park = seconds > HOLD_LIMIT_SECONDS or message.receive_count >= HOLD_LIMIT_RECEIVES
+        if park:
+            due = lane.now + timedelta(seconds=seconds if math.isfinite(seconds) else 0)
+            self.records.park(record_id, due=due)
+        return self._hold_or_park(message, record_id, seconds, park=park)
+
+    def _hold_or_park(
+        self, message: Message, record_id: int, seconds: float, *, park: bool
+    ) -> Result:
+        if park:
+            logger.info(
+                "upload lane paused; record parked, the sweeper sends it when due",
+                outcome=Outcome.PARKED,
+                paused_for_seconds=None if math.isinf(seconds) else round(seconds),
+            )
+            metrics.add_metric(name="LaneParked", unit=MetricUnit.Count, value=1)
+            return Result(Outcome.PARKED, record_id, "parked while the lane is paused")
+        hold = min(math.ceil(seconds + jitter()), MAX_VISIBILITY_SECONDS)
+        self._delay(message, hold)
+        logger.info(
+            "upload lane paused; message held", outcome=Outcome.PAUSED, retry_in_seconds=hold
+        )
+        metrics.add_metric(name="LaneHeld", unit=MetricUnit.Count, value=1)
+        return Result(Outcome.PAUSED, record_id, f"lane paused, back in {hold} s")
 
     def _failed_attempt(self, message: Message, task: Task, owner: str, failure: Failure) -> Result:
         settings = self.settings
@@ -362,3 +503,8 @@ class ArchiveWorker:
             self.queue.change_visibility(message.queue_arn, message.receipt_handle, seconds)
         except Exception as error:  # noqa: BLE001 - the queue's own visibility timeout still applies
             logger.warning("could not change message visibility", error=type(error).__name__)
+
+
+def _db_now(lane: LaneState, since: float) -> datetime:
+    """The database's clock (read by the claim) moved on by the time elapsed here."""
+    return lane.now + timedelta(seconds=time.monotonic() - since)

@@ -56,6 +56,8 @@ class Settings:
     # Resolved lazily by lib.platform.secrets (a secret is fetched only when needed).
     lsky_token: str | None = field(default=None, repr=False)
     lsky_token_secret_arn: str | None = None
+    # Proactive pacing (LSKY_RATE_LIMITS): (window seconds, uploads) pairs; empty = off.
+    rate_limits: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,34 @@ def require_one_of(env: Mapping[str, str], *names: str) -> None:
         raise ConfigError(f"missing required setting: set {' or '.join(names)}")
 
 
+RATE_WINDOWS = {
+    "second": 1,
+    "minute": 60,
+    "hour": 3_600,
+    "day": 86_400,
+    "week": 604_800,
+    "month": 2_592_000,
+}
+
+
+def rate_limits(
+    env: Mapping[str, str], name: str = "LSKY_RATE_LIMITS"
+) -> tuple[tuple[int, int], ...]:
+    """ "20/minute,100/hour" -> ((60, 20), (3600, 100)); a bad part is skipped with a warning."""
+    raw = _text(env, name)
+    if raw is None:
+        return ()
+    limits: list[tuple[int, int]] = []
+    for part in raw.split(","):
+        count, _, unit = part.strip().partition("/")
+        seconds = RATE_WINDOWS.get(unit.strip().lower().removesuffix("s"))
+        if count.strip().isdigit() and int(count) > 0 and seconds is not None:
+            limits.append((seconds, int(count)))
+        else:
+            _warn("invalid part %r of %s=%r, ignoring it", part.strip(), name, raw)
+    return tuple(sorted(limits))
+
+
 SSL_MODES = ("disable", "prefer", "require", "verify-full")
 
 
@@ -193,6 +223,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         dlq_url=_text(env, "ARCHIVE_DLQ_URL"),
         lsky_token=_text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
+        rate_limits=rate_limits(env),
     )
 
 

@@ -68,7 +68,8 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts,
-       EXTRACT(EPOCH FROM lane.paused_until - now()), lane.pause_reason, lane.pause_window,
+       EXTRACT(EPOCH FROM lane.paused_until) - EXTRACT(EPOCH FROM now()),
+       lane.pause_reason, lane.pause_window,
        lane.upload_times, lane.version, now()
 FROM (SELECT 1) AS one
 LEFT JOIN lane ON true
@@ -370,7 +371,8 @@ WHERE id = :record_id AND archive_status = 'PENDING'
 RETURNING id;
 
 -- name: lane_state
-SELECT EXTRACT(EPOCH FROM paused_until - now()), pause_reason, pause_window, upload_times,
+SELECT EXTRACT(EPOCH FROM paused_until) - EXTRACT(EPOCH FROM now()),
+       pause_reason, pause_window, upload_times,
        version, now(), paused_until, paused_since, pause_detail
 FROM image_archive_lane
 WHERE lane = 'lsky';

@@ -77,3 +77,14 @@ def skip_reason(snapshot: ClaimSnapshot) -> str:
         return "archive is RUNNING under a live lock"
     # PENDING or an expired RUNNING lock the claim should have taken: a race it lost.
     return f"claimed concurrently (archive {status})"
+
+
+def blocked_by_lane(snapshot: ClaimSnapshot) -> bool:
+    """The claim lost only because the upload lane is paused: the row itself was ready."""
+    if snapshot.lane is None or not snapshot.lane.paused or snapshot.exhausted:
+        return False
+    if snapshot.status != GENERATION_SUCCEEDED:
+        return False
+    if snapshot.archive_status == ArchiveStatus.PENDING:
+        return snapshot.due_in_seconds <= EARLY_SLACK_SECONDS
+    return snapshot.archive_status == ArchiveStatus.RUNNING and snapshot.lock_expired

@@ -1,0 +1,129 @@
+"""The host-aware lane's rules (pure): which answers pause every upload, for how long,
+and when pacing lets the next upload go. docs/archive.md has the rationale.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from lib.transfer.failures import Failure, Kind, Stage
+
+# Lsky Pro 2.x (ImageService::rateLimiter): "每{分钟|小时|天|周|月}内你最多可以上传 N 张图片".
+_RATE_LIMIT = re.compile(r"每\s*(分钟|小时|天|周|月)\s*内.*?最多可以上传\s*(\d+)")
+RATE_LIMIT_MARKER = "最多可以上传"
+WINDOWS = {
+    "分钟": ("minute", 60),
+    "小时": ("hour", 3_600),
+    "天": ("day", 86_400),
+    "周": ("week", 604_800),
+    "月": ("month", 2_592_000),  # Lsky's subMonth(); 30 days is the shortest safe reading
+}
+# Wording we do not recognise: a pause long enough to matter, short enough to re-test soon.
+SAFE_PAUSE_SECONDS = 900
+# A 429 without Retry-After (Laravel's throttle middleware counts per minute).
+DEFAULT_429_SECONDS = 60
+# Problems of the host account, not of a record: no retry can fix them, an operator can.
+ACCOUNT_MESSAGES = (
+    "储存空间不足",  # quota used up
+    "管理员关闭了游客上传",  # guest uploads refused: our token was not applied
+    "账户未验证",  # account not verified
+    "账号状态异常",  # account suspended
+)
+ACCOUNT_STATUSES = frozenset({401, 403})
+# Spread the return of held messages so the containers do not all come back at once.
+MAX_JITTER_SECONDS = 5.0
+
+
+class PauseReason(enum.StrEnum):
+    RATE_LIMIT = "rate_limit"  # Lsky's upload-count window, or HTTP 429
+    RETRY_AFTER = "retry_after"  # Lsky asked for a pause (Retry-After on an error)
+    ACCOUNT = "account"  # token, API switch, quota, account state: until cleared or probed
+    PACING = "pacing"  # our own spacing (LSKY_RATE_LIMITS)
+
+
+@dataclass(frozen=True)
+class HostCondition:
+    """An answer that concerns every upload of the account, not the record at hand."""
+
+    reason: PauseReason
+    detail: str
+    window: str | None = None  # minute ... month; "unknown" for unrecognised wording
+    window_seconds: int | None = None
+    limit: int | None = None  # uploads allowed in the window, as Lsky said
+    seconds: float | None = None  # a pause Lsky asked for (Retry-After)
+
+
+def host_condition(failure: Failure) -> HostCondition | None:
+    """The lane-wide meaning of an upload failure, or None when it is the record's own."""
+    if failure.stage is not Stage.UPLOAD:
+        return None
+    message = failure.message
+    if RATE_LIMIT_MARKER in message or failure.status == 429:
+        return _rate_limit(failure)
+    if failure.kind is Kind.REJECTED and any(text in message for text in ACCOUNT_MESSAGES):
+        return HostCondition(PauseReason.ACCOUNT, message)
+    if failure.kind is Kind.HTTP_STATUS and failure.status in ACCOUNT_STATUSES:
+        return HostCondition(PauseReason.ACCOUNT, message)
+    if failure.retry_after is not None:
+        return HostCondition(PauseReason.RETRY_AFTER, message, seconds=failure.retry_after)
+    return None
+
+
+def _rate_limit(failure: Failure) -> HostCondition:
+    match = _RATE_LIMIT.search(failure.message)
+    if match is not None:
+        window, seconds = WINDOWS[match.group(1)]
+        limit = int(match.group(2))
+        return HostCondition(
+            PauseReason.RATE_LIMIT, failure.message, window, seconds, limit or None
+        )
+    if failure.status == 429:
+        seconds_asked = failure.retry_after or DEFAULT_429_SECONDS
+        return HostCondition(PauseReason.RATE_LIMIT, failure.message, seconds=seconds_asked)
+    return HostCondition(PauseReason.RATE_LIMIT, failure.message, "unknown")
+
+
+def pause_until(
+    condition: HostCondition, *, now: datetime, upload_times: Sequence[datetime]
+) -> datetime | None:
+    """When the lane may upload again; None: until an operator or the probe clears it.
+
+    A window Lsky named frees when the limit-th newest upload we logged ages out of it;
+    when our log holds fewer (other clients count too), the whole window is waited out.
+    """
+    if condition.reason is PauseReason.ACCOUNT:
+        return None
+    if condition.seconds is not None:
+        return now + timedelta(seconds=condition.seconds)
+    if condition.window_seconds is None:
+        return now + timedelta(seconds=SAFE_PAUSE_SECONDS)
+    window = timedelta(seconds=condition.window_seconds)
+    if condition.limit is not None:
+        freed = next_upload_at(upload_times, [(condition.window_seconds, condition.limit)], now)
+        if freed > now:
+            return freed
+    return now + window
+
+
+def next_upload_at(
+    upload_times: Sequence[datetime], limits: Sequence[tuple[int, int]], now: datetime
+) -> datetime:
+    """The earliest time at which one more upload keeps every sliding window within its
+    limit ((seconds, uploads) pairs), as Lsky counts: uploads in the last window."""
+    free = now
+    for seconds, limit in limits:
+        window = timedelta(seconds=seconds)
+        recent = sorted((t for t in upload_times if t > now - window), reverse=True)
+        if len(recent) >= limit:
+            # One slot frees when the limit-th newest upload leaves the window.
+            free = max(free, recent[limit - 1] + window)
+    return free
+
+
+def jitter(rng: random.Random | None = None) -> float:
+    return (rng or random).uniform(0.0, MAX_JITTER_SECONDS)
