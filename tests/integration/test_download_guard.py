@@ -19,9 +19,11 @@ import pytest
 
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
+from lib.archive.retry import ErrorClass, classify
 from lib.transfer.download import Downloader, spool
 from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.imagetype import JPEG, PNG
+from lib.transfer.netguard import NO_SUCH_NAME_ERRORS, resolve
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)
@@ -389,3 +391,20 @@ def test_https_to_a_pinned_address_verifies_the_url_host(tmp_path: Path) -> None
         with pytest.raises(ArchiveFailure, match="could not fetch") as excinfo:
             downloader.fetch(f"https://other.test:{port}/a.png", deadline=soon())
         assert failure_of(excinfo).kind is Kind.CONNECTION
+
+
+def test_a_name_that_does_not_exist_fails_for_good_with_the_real_resolver() -> None:
+    # RFC 6761: names under .invalid never resolve. What this machine's resolver answers
+    # (no network here: glibc says EAI_NONAME, "Name or service not known") is checked
+    # first, so a resolver that cannot answer at all shows up as such, not as a guard bug.
+    with pytest.raises(socket.gaierror) as lookup:
+        resolve("nonexistent.invalid", 443)
+    assert lookup.value.errno in NO_SUCH_NAME_ERRORS, f"the resolver answered {lookup.value!r}"
+
+    downloader = Downloader(max_bytes=10**6)
+    with pytest.raises(ArchiveFailure) as excinfo:
+        downloader.open("https://nonexistent.invalid/a.png?sig=s3cr3t", deadline=soon())
+    failure = failure_of(excinfo)
+    assert failure.kind is Kind.NO_SUCH_HOST
+    assert classify(failure) is ErrorClass.PERMANENT
+    assert failure.message == "host nonexistent.invalid does not exist (DNS)"
