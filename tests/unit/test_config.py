@@ -9,8 +9,10 @@ from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAYS,
+    FINISH_RESERVE_MS,
     QueueUrls,
     load_settings,
+    load_sweeper_settings,
     lock_ttl_seconds,
     queue_urls,
 )
@@ -84,8 +86,75 @@ def test_invalid_numbers_fall_back_to_defaults(
 ) -> None:
     settings = load_settings({**BASE, name: value})
     assert getattr(settings, attribute) == default
-    if value:  # the warning names the variable
-        assert any(name in str(line["message"]) for line in logs())
+    warnings = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    if value:  # the warning names the variable and the value it rejected
+        [warning] = warnings
+        assert f"{name}={value!r}," in warning
+    else:  # empty is unset: the default, silently
+        assert warnings == []
+
+
+def test_an_invalid_network_is_named_with_its_variable(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    settings = load_settings({**BASE, "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8,10.0.0.300"})
+    assert settings.allow_private_networks == (ipaddress.ip_network("127.0.0.0/8"),)
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert "ARCHIVE_ALLOW_PRIVATE_NETWORKS" in warning
+    assert "'10.0.0.300'" in warning
+
+
+@pytest.mark.parametrize(
+    ("overrides", "ttl", "timeout"),
+    [
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "120"}, 120, 120),
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "135"}, 135, 120),  # equal is not enough
+        ({"ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"}, DEFAULT_LOCK_TTL_SECONDS, 300),
+        (
+            {"ARCHIVE_LOCK_TTL_SECONDS": "600", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "900"},
+            600,
+            900,
+        ),
+    ],
+)
+@pytest.mark.parametrize("load", [load_settings, load_sweeper_settings])
+def test_a_lock_ttl_that_does_not_outlast_an_attempt_is_warned_about(
+    overrides: dict[str, str],
+    ttl: int,
+    timeout: int,
+    load: Callable[[dict[str, str]], object],
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    settings = load({**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q", **overrides})
+    assert settings.lock_ttl_seconds == ttl  # a warning, not a change
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert f"ARCHIVE_LOCK_TTL_SECONDS={ttl} " in warning
+    assert f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout} " in warning
+    assert f"{FINISH_RESERVE_MS // 1000} s finish reserve" in warning
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # the template's numbers: 180 > 120 + 15
+        {"ARCHIVE_LOCK_TTL_SECONDS": "136"},
+        {"ARCHIVE_LOCK_TTL_SECONDS": "400", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"},
+    ],
+)
+def test_a_lock_ttl_that_outlasts_an_attempt_is_quiet(
+    overrides: dict[str, str], logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    load_settings({**BASE, **overrides})
+    load_sweeper_settings({**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q", **overrides})
+    assert [line for line in logs() if line["level"] == "WARNING"] == []
+
+
+def test_a_typo_in_the_function_timeout_is_named_and_the_default_used(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    load_settings({**BASE, "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "12O"})
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert warning == "invalid ARCHIVE_FUNCTION_TIMEOUT_SECONDS='12O', using default 120"
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from lib.archive import retry as policy
 from lib.archive.budget import download_needs, time_left, upload_needs
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.naming import hosted_file_name
-from lib.platform.config import Settings
+from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
@@ -35,8 +35,6 @@ from lib.transfer.lsky import HostedImage, LskyClient
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
 MIN_ATTEMPT_MS = 25_000
-# Stop transfers this long before Lambda's hard timeout, to leave time to record the outcome.
-FINISH_RESERVE_MS = 15_000
 # How soon a message comes back after the invocation ran out of time.
 NO_TIME_RETRY_SECONDS = 5
 
