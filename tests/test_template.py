@@ -550,6 +550,7 @@ def test_each_function_gets_its_contract_environment(function: str) -> None:
     # as unset) and whose secret-read permission is conditional.
     for name, param in (
         ("DB_SECRET_ARN", "DbSecretArn"),
+        ("DB_SSL_ROOT_CERT", "DbSslRootCert"),
         ("LSKY_TOKEN_SECRET_ARN", "LskyTokenSecretArn"),
         ("LSKY_STRATEGY_ID", "LskyStrategyId"),
         ("LSKY_ALBUM_ID", "LskyAlbumId"),

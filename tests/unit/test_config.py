@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from lib.platform.config import (
     DEFAULT_RETRY_DELAYS,
     FINISH_RESERVE_MS,
     QueueUrls,
+    load_database_config,
     load_settings,
     load_sweeper_settings,
     lock_ttl_seconds,
@@ -208,3 +210,39 @@ def test_lock_ttl_alone_falls_back_like_the_functions_settings() -> None:
     assert lock_ttl_seconds({}) == DEFAULT_LOCK_TTL_SECONDS
     assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "0"}) == DEFAULT_LOCK_TTL_SECONDS
     assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "240"}) == 240
+
+
+def test_db_ssl_root_cert_is_read_for_verify_full(
+    tmp_path: Path, logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    bundle = tmp_path / "global-bundle.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = load_database_config(
+        {**BASE, "DB_SSLMODE": "verify-full", "DB_SSL_ROOT_CERT": f" {bundle} "}
+    )
+    assert config.ssl_root_cert == str(bundle)
+    assert load_database_config(BASE).ssl_root_cert is None
+    assert load_database_config({**BASE, "DB_SSL_ROOT_CERT": ""}).ssl_root_cert is None
+    assert [line for line in logs() if line["level"] == "WARNING"] == []
+
+
+def test_a_missing_db_ssl_root_cert_file_is_a_clear_startup_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.pem"
+    env = {**BASE, "DB_SSLMODE": "verify-full", "DB_SSL_ROOT_CERT": str(missing)}
+    with pytest.raises(ConfigError, match=f"DB_SSL_ROOT_CERT: no such file: {missing}"):
+        load_database_config(env)
+
+
+@pytest.mark.parametrize("sslmode", [None, "require", "prefer"])
+def test_db_ssl_root_cert_without_verify_full_is_warned_about(
+    sslmode: str | None, tmp_path: Path, logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    env = {**BASE, "DB_SSL_ROOT_CERT": str(bundle)}
+    if sslmode:
+        env["DB_SSLMODE"] = sslmode
+    load_database_config(env)
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert f"DB_SSL_ROOT_CERT={str(bundle)!r}" in warning
+    assert f"DB_SSLMODE={sslmode or 'unset'}" in warning

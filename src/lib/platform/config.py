@@ -11,6 +11,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lib.platform.errors import ConfigError
 from lib.platform.observability import logger
@@ -46,6 +47,8 @@ class DatabaseConfig:
     url: str | None = field(default=None, repr=False)
     secret_arn: str | None = None
     sslmode: str | None = None
+    # A CA bundle file for verify-full (RDS: global-bundle.pem); None: the system's CAs.
+    ssl_root_cert: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,22 @@ def load_database_config(env: Mapping[str, str] | None = None) -> DatabaseConfig
     sslmode = _text(env, "DB_SSLMODE")
     if sslmode is not None and sslmode not in SSL_MODES:
         raise ConfigError(f"DB_SSLMODE must be one of {', '.join(SSL_MODES)}")
+    root_cert = _text(env, "DB_SSL_ROOT_CERT")
+    if root_cert is not None:
+        # Checked here: at connect time a missing file would look like a lost connection.
+        if not Path(root_cert).is_file():
+            raise ConfigError(f"DB_SSL_ROOT_CERT: no such file: {root_cert}")
+        if sslmode != "verify-full":
+            logger.warning(
+                "DB_SSL_ROOT_CERT=%r is used only with DB_SSLMODE=verify-full (DB_SSLMODE=%s)",
+                root_cert,
+                sslmode or "unset",
+            )
     return DatabaseConfig(
-        url=_text(env, "DATABASE_URL"), secret_arn=_text(env, "DB_SECRET_ARN"), sslmode=sslmode
+        url=_text(env, "DATABASE_URL"),
+        secret_arn=_text(env, "DB_SECRET_ARN"),
+        sslmode=sslmode,
+        ssl_root_cert=root_cert,
     )
 
 

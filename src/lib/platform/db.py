@@ -82,18 +82,19 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-def ssl_option(sslmode: str) -> ssl.SSLContext | bool | None:
+def ssl_option(sslmode: str, root_cert: str | None = None) -> ssl.SSLContext | bool | None:
     """pg8000's `ssl_context` for a libpq-style sslmode.
 
     pg8000 itself reads False as "no TLS" and None as "try TLS, stay plain if the
-    server refuses" (libpq's prefer); a context means TLS or nothing.
+    server refuses" (libpq's prefer); a context means TLS or nothing. verify-full trusts
+    `root_cert` (a CA bundle file, e.g. RDS's) instead of the system's CAs when given.
     """
     if sslmode == "disable":
         return False
     if sslmode == "prefer":
         return None
     if sslmode == "verify-full":
-        return ssl.create_default_context()
+        return ssl.create_default_context(cafile=root_cert)
     # require: encrypted, not verified (libpq's semantics for this mode).
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -142,7 +143,12 @@ MIGRATION_SESSION = Session(statement_timeout_ms=0, lock_timeout_ms=5_000)
 
 class Connect(Protocol):
     def __call__(
-        self, params: DatabaseParams, *, application_name: str, session: Session
+        self,
+        params: DatabaseParams,
+        *,
+        application_name: str,
+        session: Session,
+        ssl_root_cert: str | None,
     ) -> pg8000.native.Connection: ...
 
 
@@ -161,7 +167,11 @@ def _tune_keepalive(sock: socket.socket) -> None:
 
 
 def open_connection(
-    params: DatabaseParams, *, application_name: str, session: Session = HANDLER_SESSION
+    params: DatabaseParams,
+    *,
+    application_name: str,
+    session: Session = HANDLER_SESSION,
+    ssl_root_cert: str | None = None,
 ) -> pg8000.native.Connection:
     # pg8000's `timeout` is the socket's timeout for the whole session, not just for
     # connecting: it is used for the connection and its startup only, then replaced.
@@ -171,7 +181,7 @@ def open_connection(
         host=params.host,
         port=params.port,
         database=params.database,
-        ssl_context=ssl_option(effective_sslmode(params)),
+        ssl_context=ssl_option(effective_sslmode(params), ssl_root_cert),
         timeout=CONNECT_TIMEOUT_SECONDS,
         application_name=application_name,
         tcp_keepalive=True,
@@ -211,19 +221,21 @@ class Database:
         self.statements_run = 0
 
     def _connect(self) -> pg8000.native.Connection:
-        params = database_params(self._config)
-        try:
-            conn = self._connect_fn(
-                params, application_name=self._application_name, session=self.session
+        def connect(params: DatabaseParams) -> pg8000.native.Connection:
+            return self._connect_fn(
+                params,
+                application_name=self._application_name,
+                session=self.session,
+                ssl_root_cert=self._config.ssl_root_cert,
             )
+
+        try:
+            conn = connect(database_params(self._config))
         except pg8000.exceptions.DatabaseError as error:
             if _sqlstate(error) not in _AUTH_FAILED or not self._config.secret_arn:
                 raise
             # The password may have been rotated since the secret was cached.
-            params = database_params(self._config, force=True)
-            conn = self._connect_fn(
-                params, application_name=self._application_name, session=self.session
-            )
+            conn = connect(database_params(self._config, force=True))
         self.connections_opened += 1
         return conn
 
