@@ -173,3 +173,20 @@ def test_only_a_missing_operation_triggers_the_manual_redrive(
     code: str, status: int, expected: bool
 ) -> None:
     assert redrive.not_implemented(_client_error(code, status)) is expected
+
+
+def test_status_json_gives_each_queue_its_total() -> None:
+    from lib.cli.status import ArchiveCounts, QueueDepth, Status
+
+    depth = QueueDepth(name="queue", url="https://sqs/q", visible=3, in_flight=2, delayed=1)
+    counts = ArchiveCounts(
+        pending=0,
+        pending_due=0,
+        oldest_pending_age_seconds=None,
+        running=0,
+        running_expired=0,
+        failed=0,
+        failed_last_24h=0,
+    )
+    [queue] = Status(archive=counts, queues=[depth]).as_dict()["queues"]
+    assert queue["total"] == depth.total == 6

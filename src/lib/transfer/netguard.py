@@ -135,12 +135,6 @@ class Target:
     request_uri: str  # path and query, percent-encoded
     addresses: tuple[str, ...]  # every one checked; tried in this order
 
-    @property
-    def origin(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = DEFAULT_PORTS[self.scheme] == self.port
-        return f"{self.scheme}://{host}" + ("" if default else f":{self.port}")
-
 
 def host_name_problem(host: str) -> str | None:
     """Why `host` (no trailing dot) cannot be a DNS name, or None. IP literals pass."""
