@@ -21,11 +21,14 @@ from devkit.sqs import DEFAULT_ACCOUNT, DEFAULT_REGION, lambda_event
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
+    from lib.transfer.download import DownloadedImage, Downloader
+
 __all__ = [
     "DEFAULT_QUEUE_ARN",
     "FakeLambdaContext",
     "QueueCounts",
     "assert_aborted_upload_stored_nothing",
+    "fetch_image",
     "fetch_record",
     "queue_attrs",
     "seed_record",
@@ -104,6 +107,15 @@ def seed_record(
         f"VALUES ({', '.join(values.values())})",
         **params,
     )
+
+
+def fetch_image(downloader: Downloader, url: str, *, deadline: float) -> DownloadedImage:
+    """The whole image in a temporary file, as the worker gets one without a Content-Length:
+    open (guard, redirects, sniff), then spool."""
+    from lib.transfer.download import spool
+
+    with downloader.open(url, deadline=deadline) as stream:
+        return spool(stream)
 
 
 def fetch_record(conn: Any, record_id: int) -> dict[str, Any]:

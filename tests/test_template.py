@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
+from lib.platform.config import FINISH_RESERVE_MS
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "template.yaml"
 ENV_JSON = ROOT / "env.json"
@@ -319,6 +321,16 @@ def test_lock_ttl_is_between_function_timeout_and_visibility_timeout() -> None:
         assert timeout < ttl < visibility, (function, timeout, ttl, visibility)
 
 
+def test_the_functions_are_told_the_archive_function_timeout() -> None:
+    timeout = number(props("ArchiveFunction")["Timeout"])
+    for function in FUNCTIONS:
+        env = declared_env(function)
+        assert number(env["ARCHIVE_FUNCTION_TIMEOUT_SECONDS"]) == timeout, function
+        # What lib.platform.config warns about at start: the lock outlives an attempt.
+        ttl = number(env["ARCHIVE_LOCK_TTL_SECONDS"])
+        assert ttl > timeout + FINISH_RESERVE_MS / 1000, (function, ttl, timeout)
+
+
 def test_max_receive_count_exceeds_max_attempts_for_every_allowed_value() -> None:
     receive, attempts = parameter("MaxReceiveCount"), parameter("ArchiveMaxAttempts")
     assert int(receive["Default"]) > int(attempts["Default"])
@@ -538,6 +550,7 @@ def test_each_function_gets_its_contract_environment(function: str) -> None:
     # as unset) and whose secret-read permission is conditional.
     for name, param in (
         ("DB_SECRET_ARN", "DbSecretArn"),
+        ("DB_SSL_ROOT_CERT", "DbSslRootCert"),
         ("LSKY_TOKEN_SECRET_ARN", "LskyTokenSecretArn"),
         ("LSKY_STRATEGY_ID", "LskyStrategyId"),
         ("LSKY_ALBUM_ID", "LskyAlbumId"),
@@ -793,6 +806,51 @@ def test_functions_attach_to_a_vpc_only_when_subnets_are_given() -> None:
         "SecurityGroupIds": {"Ref": "SecurityGroupIds"},
     }
     assert parameter("SubnetIds")["Default"] == "" == parameter("SecurityGroupIds")["Default"]
+
+
+def evaluate_rule(node: Any, values: dict[str, Any]) -> Any:
+    """A template rule condition, evaluated as CloudFormation would for these values."""
+    if not isinstance(node, dict):
+        return node
+    [(function, args)] = node.items()
+    if function == "Ref":
+        return values[args]
+    if function == "Fn::Or":
+        return any(evaluate_rule(arg, values) for arg in args)
+    if function == "Fn::And":
+        return all(evaluate_rule(arg, values) for arg in args)
+    if function == "Fn::Not":
+        return not evaluate_rule(args[0], values)
+    if function == "Fn::Equals":
+        return evaluate_rule(args[0], values) == evaluate_rule(args[1], values)
+    if function == "Fn::EachMemberEquals":
+        members, value = evaluate_rule(args[0], values), evaluate_rule(args[1], values)
+        return all(member == value for member in members)
+    raise AssertionError(f"no evaluator for {function}")
+
+
+def comma_list(text: str) -> list[str]:
+    # CloudFormation passes a CommaDelimitedList "" as [""].
+    return text.split(",")
+
+
+@pytest.mark.parametrize(
+    ("subnets", "groups", "accepted"),
+    [
+        ("", "", True),
+        ("subnet-0a1b2c3d,subnet-4e5f6a7b", "sg-0123456789abcdef0", True),
+        ("subnet-0a1b2c3d", "", False),  # would fail late, in the Lambda update
+        ("", "sg-0123456789abcdef0", False),  # would be silently ignored
+    ],
+)
+def test_vpc_subnets_and_security_groups_come_together(
+    subnets: str, groups: str, accepted: bool
+) -> None:
+    rule = template()["Rules"]["VpcSettingsComeTogether"]
+    values = {"SubnetIds": comma_list(subnets), "SecurityGroupIds": comma_list(groups)}
+    results = [evaluate_rule(item["Assert"], values) for item in rule["Assertions"]]
+    assert all(results) is accepted
+    assert all("SubnetIds" in item["AssertDescription"] for item in rule["Assertions"])
 
 
 # ---------------------------------------------------------------- alarms, dashboard, outputs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -151,6 +152,45 @@ def test_migrate_rebuilds_an_index_an_interrupted_run_left_invalid(
 
     assert ctl("migrate") == EXIT_OK
     assert "dropped invalid index image_generation_records_archive_failed_idx" in ctl.out
+    assert valid_indexes(blank_database) == INDEXES
+
+
+@pytest.mark.slow
+def test_migrate_drops_an_invalid_index_under_lock_timeout_then_rebuilds_it(
+    ctl: Ctl, monkeypatch: pytest.MonkeyPatch, blank_database: str
+) -> None:
+    apply_schema(blank_database)
+    conn = connect(blank_database)
+    conn.run(
+        "UPDATE pg_index SET indisvalid = false "
+        "WHERE indexrelid = 'image_generation_records_archive_pending_idx'::regclass"
+    )
+    conn.close()
+    # A long maintenance transaction holds the lock DROP INDEX CONCURRENTLY needs. Released
+    # after 15 s whatever happens, so a migrate that does not give up cannot hang the suite.
+    blocker = connect(blank_database)
+    blocker.run("BEGIN")
+    blocker.run("LOCK TABLE image_generation_records IN SHARE UPDATE EXCLUSIVE MODE")
+    release = threading.Timer(15.0, blocker.run, args=("ROLLBACK",))
+    release.start()
+    monkeypatch.setenv("DATABASE_URL", blank_database)
+    try:
+        started = time.monotonic()
+        code = ctl("migrate")
+        waited = time.monotonic() - started
+    finally:
+        release.cancel()
+        release.join()
+        blocker.run("ROLLBACK")  # a no-op (a warning) when the timer already did it
+        blocker.close()
+
+    assert code == EXIT_ERROR
+    assert "55P03" in ctl.err  # lock_not_available: gave up after the file's lock_timeout
+    assert 4.5 <= waited < 8, waited
+    assert "image_generation_records_archive_pending_idx" not in valid_indexes(blank_database)
+
+    assert ctl("migrate") == EXIT_OK  # the table is free again
+    assert "dropped invalid index image_generation_records_archive_pending_idx" in ctl.out
     assert valid_indexes(blank_database) == INDEXES
 
 

@@ -19,9 +19,12 @@ import pytest
 
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
+from lib.archive.retry import ErrorClass, classify
 from lib.transfer.download import Downloader, spool
 from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.imagetype import JPEG, PNG
+from lib.transfer.netguard import NO_SUCH_NAME_ERRORS, resolve
+from tests.support import fetch_image
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)
@@ -54,7 +57,8 @@ def test_connects_to_the_checked_address_with_the_original_host(upstream: Upstre
     resolver = CountingResolver({"images.test": ["127.0.0.1"]})
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK, resolver=resolver)
 
-    image = downloader.fetch(f"http://images.test:{upstream.port}/a.png?sig=1", deadline=soon())
+    url = f"http://images.test:{upstream.port}/a.png?sig=1"
+    image = fetch_image(downloader, url, deadline=soon())
 
     assert image.file.read() == IMAGE
     assert resolver.calls == ["images.test"]  # one lookup, no rebinding window
@@ -94,12 +98,12 @@ def test_three_redirects_are_followed_and_each_hop_is_checked(upstream: Upstream
     resolver = CountingResolver({})
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK, resolver=resolver)
 
-    assert downloader.fetch(upstream.url("/r1"), deadline=soon()).size == len(IMAGE)
+    assert fetch_image(downloader, upstream.url("/r1"), deadline=soon()).size == len(IMAGE)
     assert len(resolver.calls) == 4  # every hop resolved and checked again
 
     upstream.add("/r0", redirect_to="/r1")
     with pytest.raises(ArchiveFailure, match="more than 3 redirects") as excinfo:
-        downloader.fetch(upstream.url("/r0"), deadline=soon())
+        fetch_image(downloader, upstream.url("/r0"), deadline=soon())
     assert failure_of(excinfo).kind is Kind.REFUSED_URL
 
 
@@ -120,7 +124,7 @@ def test_a_redirect_to_a_refused_address_is_refused(
     only_the_stand_in = (ipaddress.ip_network("127.0.0.1/32"),)
     downloader = Downloader(max_bytes=10**6, allow_private_networks=only_the_stand_in)
     with pytest.raises(ArchiveFailure) as excinfo:
-        downloader.fetch(upstream.url("/go"), deadline=soon())
+        fetch_image(downloader, upstream.url("/go"), deadline=soon())
     assert failure_of(excinfo).kind is Kind.REFUSED_URL
 
 
@@ -146,11 +150,12 @@ def test_the_cap_is_enforced_on_the_bytes_whatever_the_header(
     downloader = Downloader(max_bytes=1_000_000, allow_private_networks=LOOPBACK)
     if framing == "chunked":
         with pytest.raises(ArchiveFailure) as excinfo:
-            downloader.fetch(upstream.url("/endless.png"), deadline=soon())
+            fetch_image(downloader, upstream.url("/endless.png"), deadline=soon())
         assert failure_of(excinfo).kind is Kind.TOO_LARGE
     else:
         # HTTP framing ends the body at Content-Length: never more than it said.
-        assert downloader.fetch(upstream.url("/endless.png"), deadline=soon()).size == 500_000
+        image = fetch_image(downloader, upstream.url("/endless.png"), deadline=soon())
+        assert image.size == 500_000
 
 
 def test_content_length_longer_than_the_body_is_a_dropped_connection(
@@ -159,7 +164,7 @@ def test_content_length_longer_than_the_body_is_a_dropped_connection(
     upstream.add("/short.png", IMAGE, content_length=len(IMAGE) + 1000)
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
     with pytest.raises(ArchiveFailure) as excinfo:
-        downloader.fetch(upstream.url("/short.png"), deadline=soon())
+        fetch_image(downloader, upstream.url("/short.png"), deadline=soon())
     assert failure_of(excinfo).kind is Kind.CONNECTION
 
 
@@ -167,7 +172,7 @@ def test_a_drop_mid_body_is_a_connection_failure(upstream: UpstreamServer) -> No
     upstream.add("/drop.png", images.png(size=400_000), drop_after=100_000)
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
     with pytest.raises(ArchiveFailure, match="dropped") as excinfo:
-        downloader.fetch(upstream.url("/drop.png"), deadline=soon())
+        fetch_image(downloader, upstream.url("/drop.png"), deadline=soon())
     assert failure_of(excinfo).kind is Kind.CONNECTION
 
 
@@ -186,7 +191,7 @@ def test_a_slow_drip_body_cannot_outlast_the_deadline(
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
     started = time.monotonic()
     with pytest.raises(ArchiveFailure, match="deadline") as excinfo:
-        downloader.fetch(upstream.url("/drip.png"), deadline=soon(0.6))
+        fetch_image(downloader, upstream.url("/drip.png"), deadline=soon(0.6))
     assert failure_of(excinfo).kind is Kind.TIMEOUT
     assert time.monotonic() - started < 1.2
 
@@ -220,7 +225,7 @@ def test_a_server_that_never_answers_is_cut_at_the_deadline(upstream: UpstreamSe
     downloader = Downloader(max_bytes=10**6, allow_private_networks=LOOPBACK)
     started = time.monotonic()
     with pytest.raises(ArchiveFailure) as excinfo:
-        downloader.fetch(upstream.url("/late.png"), deadline=soon(0.8))
+        fetch_image(downloader, upstream.url("/late.png"), deadline=soon(0.8))
     assert failure_of(excinfo).kind is Kind.TIMEOUT
     assert time.monotonic() - started < 1.4
 
@@ -382,10 +387,27 @@ def test_https_to_a_pinned_address_verifies_the_url_host(tmp_path: Path) -> None
         ca_certs=str(cert),
     )
     with https_server(cert, key, sni) as port:
-        image = downloader.fetch(f"https://images.test:{port}/a.png", deadline=soon())
+        image = fetch_image(downloader, f"https://images.test:{port}/a.png", deadline=soon())
         assert image.file.read() == IMAGE
         assert sni == ["images.test"]
         # The same address under a name the certificate does not cover: refused by TLS.
         with pytest.raises(ArchiveFailure, match="could not fetch") as excinfo:
-            downloader.fetch(f"https://other.test:{port}/a.png", deadline=soon())
+            fetch_image(downloader, f"https://other.test:{port}/a.png", deadline=soon())
         assert failure_of(excinfo).kind is Kind.CONNECTION
+
+
+def test_a_name_that_does_not_exist_fails_for_good_with_the_real_resolver() -> None:
+    # RFC 6761: names under .invalid never resolve. What this machine's resolver answers
+    # (no network here: glibc says EAI_NONAME, "Name or service not known") is checked
+    # first, so a resolver that cannot answer at all shows up as such, not as a guard bug.
+    with pytest.raises(socket.gaierror) as lookup:
+        resolve("nonexistent.invalid", 443)
+    assert lookup.value.errno in NO_SUCH_NAME_ERRORS, f"the resolver answered {lookup.value!r}"
+
+    downloader = Downloader(max_bytes=10**6)
+    with pytest.raises(ArchiveFailure) as excinfo:
+        downloader.open("https://nonexistent.invalid/a.png?sig=s3cr3t", deadline=soon())
+    failure = failure_of(excinfo)
+    assert failure.kind is Kind.NO_SUCH_HOST
+    assert classify(failure) is ErrorClass.PERMANENT
+    assert failure.message == "host nonexistent.invalid does not exist (DNS)"

@@ -120,6 +120,11 @@ CORPUS: dict[str, Case] = {
     "private-192": refused("http://192.168.0.1/a.png", "private"),
     "multicast": refused("http://224.0.0.1/a.png", "multicast"),
     "broadcast": refused("http://255.255.255.255/a.png", "reserved"),
+    # -- host names that can never resolve: failed at once, not retried (the real resolver)
+    "nxdomain": refused("http://nonexistent.invalid/a.png", "nonexistent.invalid does not exist"),
+    "label-over-63": refused("http://" + "a" * 64 + ".example.com/a.png", "longer than 63"),
+    "name-over-253": refused("http://" + "abcdefghi." * 26 + "com/", "longer than 253"),
+    "empty-label": refused("http://cdn..example.com/a.png", "empty label"),
     # -- redirects: every hop is checked again -------------------------------------------
     "redirect-to-metadata": Case(redirects("http://169.254.169.254/latest/"), "FAILED", "link"),
     "redirect-to-other-loopback": Case(

@@ -26,7 +26,7 @@ from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
-from tests.support import fetch_record, reset_lane, seed_record
+from tests.support import fetch_image, fetch_record, reset_lane, seed_record
 
 TOKEN_SECRET = "tok-5ecret-Zq8Hx1Lm"
 TOKEN = f"42|{TOKEN_SECRET}"
@@ -167,7 +167,7 @@ def test_download_exceptions_carry_no_secret(upstream: Any, path: str) -> None:
     }.get(path, upstream.url(f"/{path}.png"))
     downloader = Downloader(max_bytes=10**6, allow_private_networks=allowed)
     with pytest.raises(ArchiveFailure) as excinfo:
-        downloader.fetch(signed(url), deadline=time.monotonic() + 0.5)
+        fetch_image(downloader, signed(url), deadline=time.monotonic() + 0.5)
     assert not leaks(exception_text(excinfo.value))
 
 

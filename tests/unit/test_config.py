@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -9,8 +10,11 @@ from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_DELAYS,
+    FINISH_RESERVE_MS,
     QueueUrls,
+    load_database_config,
     load_settings,
+    load_sweeper_settings,
     lock_ttl_seconds,
     queue_urls,
 )
@@ -84,8 +88,75 @@ def test_invalid_numbers_fall_back_to_defaults(
 ) -> None:
     settings = load_settings({**BASE, name: value})
     assert getattr(settings, attribute) == default
-    if value:  # the warning names the variable
-        assert any(name in str(line["message"]) for line in logs())
+    warnings = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    if value:  # the warning names the variable and the value it rejected
+        [warning] = warnings
+        assert f"{name}={value!r}," in warning
+    else:  # empty is unset: the default, silently
+        assert warnings == []
+
+
+def test_an_invalid_network_is_named_with_its_variable(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    settings = load_settings({**BASE, "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8,10.0.0.300"})
+    assert settings.allow_private_networks == (ipaddress.ip_network("127.0.0.0/8"),)
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert "ARCHIVE_ALLOW_PRIVATE_NETWORKS" in warning
+    assert "'10.0.0.300'" in warning
+
+
+@pytest.mark.parametrize(
+    ("overrides", "ttl", "timeout"),
+    [
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "120"}, 120, 120),
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "135"}, 135, 120),  # equal is not enough
+        ({"ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"}, DEFAULT_LOCK_TTL_SECONDS, 300),
+        (
+            {"ARCHIVE_LOCK_TTL_SECONDS": "600", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "900"},
+            600,
+            900,
+        ),
+    ],
+)
+@pytest.mark.parametrize("load", [load_settings, load_sweeper_settings])
+def test_a_lock_ttl_that_does_not_outlast_an_attempt_is_warned_about(
+    overrides: dict[str, str],
+    ttl: int,
+    timeout: int,
+    load: Callable[[dict[str, str]], object],
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    settings = load({**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q", **overrides})
+    assert settings.lock_ttl_seconds == ttl  # a warning, not a change
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert f"ARCHIVE_LOCK_TTL_SECONDS={ttl} " in warning
+    assert f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout} " in warning
+    assert f"{FINISH_RESERVE_MS // 1000} s finish reserve" in warning
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # the template's numbers: 180 > 120 + 15
+        {"ARCHIVE_LOCK_TTL_SECONDS": "136"},
+        {"ARCHIVE_LOCK_TTL_SECONDS": "400", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"},
+    ],
+)
+def test_a_lock_ttl_that_outlasts_an_attempt_is_quiet(
+    overrides: dict[str, str], logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    load_settings({**BASE, **overrides})
+    load_sweeper_settings({**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q", **overrides})
+    assert [line for line in logs() if line["level"] == "WARNING"] == []
+
+
+def test_a_typo_in_the_function_timeout_is_named_and_the_default_used(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    load_settings({**BASE, "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "12O"})
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert warning == "invalid ARCHIVE_FUNCTION_TIMEOUT_SECONDS='12O', using default 120"
 
 
 @pytest.mark.parametrize(
@@ -139,3 +210,39 @@ def test_lock_ttl_alone_falls_back_like_the_functions_settings() -> None:
     assert lock_ttl_seconds({}) == DEFAULT_LOCK_TTL_SECONDS
     assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "0"}) == DEFAULT_LOCK_TTL_SECONDS
     assert lock_ttl_seconds({"ARCHIVE_LOCK_TTL_SECONDS": "240"}) == 240
+
+
+def test_db_ssl_root_cert_is_read_for_verify_full(
+    tmp_path: Path, logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    bundle = tmp_path / "global-bundle.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = load_database_config(
+        {**BASE, "DB_SSLMODE": "verify-full", "DB_SSL_ROOT_CERT": f" {bundle} "}
+    )
+    assert config.ssl_root_cert == str(bundle)
+    assert load_database_config(BASE).ssl_root_cert is None
+    assert load_database_config({**BASE, "DB_SSL_ROOT_CERT": ""}).ssl_root_cert is None
+    assert [line for line in logs() if line["level"] == "WARNING"] == []
+
+
+def test_a_missing_db_ssl_root_cert_file_is_a_clear_startup_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.pem"
+    env = {**BASE, "DB_SSLMODE": "verify-full", "DB_SSL_ROOT_CERT": str(missing)}
+    with pytest.raises(ConfigError, match=f"DB_SSL_ROOT_CERT: no such file: {missing}"):
+        load_database_config(env)
+
+
+@pytest.mark.parametrize("sslmode", [None, "require", "prefer"])
+def test_db_ssl_root_cert_without_verify_full_is_warned_about(
+    sslmode: str | None, tmp_path: Path, logs: Callable[[], list[dict[str, object]]]
+) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    env = {**BASE, "DB_SSL_ROOT_CERT": str(bundle)}
+    if sslmode:
+        env["DB_SSLMODE"] = sslmode
+    load_database_config(env)
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert f"DB_SSL_ROOT_CERT={str(bundle)!r}" in warning
+    assert f"DB_SSLMODE={sslmode or 'unset'}" in warning

@@ -48,7 +48,7 @@ def connections() -> list[FakeConnection]:
 
 @pytest.fixture
 def database(connections: list[FakeConnection]) -> Database:
-    def connect(params: Any, *, application_name: str) -> FakeConnection:
+    def connect(params: Any, **options: Any) -> FakeConnection:
         connections.append(FakeConnection())
         return connections[-1]
 

@@ -49,3 +49,15 @@ def test_valid_bodies(body: str, record_id: int) -> None:
 def test_malformed_bodies_say_why(body: str, reason: str) -> None:
     with pytest.raises(MalformedMessage, match=reason):
         parse_record_id(body)
+
+
+@pytest.mark.parametrize("levels", [1500, 100_000])
+def test_a_deeply_nested_body_is_malformed_not_a_crash(levels: int) -> None:
+    body = '{"recordId": ' + "[" * levels + "]" * levels + "}"
+    with pytest.raises(MalformedMessage) as malformed:
+        parse_record_id(body)
+    if levels == 1500:
+        assert len(body) < 4096  # small enough to reach the parser
+        assert "nested too deeply" in str(malformed.value)
+    else:
+        assert "characters" in str(malformed.value)  # refused by size before parsing

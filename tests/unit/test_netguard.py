@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import pytest
 
+from lib.archive.retry import ErrorClass, classify
 from lib.transfer.failures import ArchiveFailure, Kind
-from lib.transfer.netguard import UrlGuard, refusal, resolve
+from lib.transfer.netguard import Resolver, UrlGuard, refusal, resolve
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 
@@ -106,6 +108,10 @@ def fixed(answers: dict[str, list[str]]) -> UrlGuard:
         ("http://example.com:0/", "port 0"),
         ("http://ｌｏｃａｌｈｏｓｔ/", "cannot be parsed"),
         ("http://example.com/" + "a" * 9000, "longer than"),
+        ("http://" + "a" * 64 + ".example.com/a.png", "label longer than 63"),
+        ("http://" + "abcdefghi." * 26 + "com/a.png", "longer than 253"),
+        ("http://cdn..example.com/a.png", "empty label"),
+        ("http://.example.com/a.png", "empty label"),
     ],
 )
 def test_urls_refused_before_any_lookup(url: str, fragment: str) -> None:
@@ -117,6 +123,19 @@ def test_urls_refused_before_any_lookup(url: str, fragment: str) -> None:
     assert excinfo.value.failure.kind is Kind.REFUSED_URL
     assert fragment in str(excinfo.value)
     assert "pw" not in str(excinfo.value)
+
+
+def test_names_at_the_dns_limits_are_looked_up() -> None:
+    looked_up: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        looked_up.append(host)
+        return ["93.184.216.34"]
+
+    longest = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])  # 253 characters
+    for host in ("a" * 63 + ".example.com", longest, longest + "."):
+        UrlGuard((), resolver).check(f"http://{host}/a.png")
+    assert looked_up == ["a" * 63 + ".example.com", longest, longest + "."]
 
 
 @pytest.mark.parametrize(
@@ -162,7 +181,6 @@ def test_accepted_target_carries_what_the_connection_needs() -> None:
     assert target.port == 443
     assert target.request_uri == "/i/a%20b.png?X-Sig=s3cr3t"
     assert target.addresses == ("93.184.216.34", "2606:2800:220:1::1")
-    assert target.origin == "https://cdn.example.com"
 
 
 def test_a_name_with_any_refused_address_is_refused() -> None:
@@ -180,7 +198,62 @@ def test_a_failed_lookup_is_a_transient_connection_failure() -> None:
     assert excinfo.value.failure.kind is Kind.CONNECTION
 
 
+def raising(error: BaseException) -> Resolver:
+    def resolver(host: str, port: int) -> list[str]:
+        raise error
+
+    return resolver
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "error_class", "fragment"),
+    [
+        (
+            socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            Kind.NO_SUCH_HOST,
+            ErrorClass.PERMANENT,
+            "does not exist",
+        ),
+        (
+            socket.gaierror(socket.EAI_NODATA, "No address associated with hostname"),
+            Kind.NO_SUCH_HOST,
+            ErrorClass.PERMANENT,
+            "does not exist",
+        ),
+        (
+            UnicodeError("encoding with 'idna' codec failed (UnicodeError: label too long)"),
+            Kind.REFUSED_URL,
+            ErrorClass.PERMANENT,
+            "not a valid host name",
+        ),
+        (
+            socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"),
+            Kind.CONNECTION,
+            ErrorClass.TRANSIENT,
+            "could not resolve",
+        ),
+        (
+            socket.gaierror(socket.EAI_FAIL, "Non-recoverable failure in name resolution"),
+            Kind.CONNECTION,
+            ErrorClass.TRANSIENT,
+            "could not resolve",
+        ),
+    ],
+)
+def test_a_name_that_cannot_resolve_fails_for_good_a_resolver_that_cannot_answer_does_not(
+    error: BaseException, kind: Kind, error_class: ErrorClass, fragment: str
+) -> None:
+    with pytest.raises(ArchiveFailure) as excinfo:
+        UrlGuard((), raising(error)).check("http://cdn.example.com/a.png?sig=s3cr3t")
+    failure = excinfo.value.failure
+    assert failure.kind is kind
+    assert classify(failure) is error_class
+    assert fragment in failure.message
+    assert "cdn.example.com" in failure.message
+    assert "s3cr3t" not in failure.message
+
+
 def test_allowlisted_loopback_passes() -> None:
     target = UrlGuard(LOOPBACK).check("http://127.0.0.1:8080/a.png")
     assert target.addresses == ("127.0.0.1",)
-    assert target.origin == "http://127.0.0.1:8080"
+    assert (target.scheme, target.host, target.port) == ("http", "127.0.0.1", 8080)

@@ -1,18 +1,21 @@
-"""The pure parts of archive-ctl: argument types, the schema splitter, error classes."""
+"""The pure parts of archive-ctl: argument types, the schema splitter and runner, error classes."""
 
 from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from pg8000.exceptions import DatabaseError
 
 from lib.archive.message import MAX_RECORD_ID
 from lib.cli import dlq as redrive
 from lib.cli.args import parse_since, record_id
 from lib.cli.main import build_parser
 from lib.platform import schema as migrate
+from lib.platform.db import MIGRATION_SESSION, is_connection_lost
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -110,6 +113,42 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     assert with_base[-len(statements) :] == statements
 
 
+def test_the_settings_run_before_the_invalid_index_drop() -> None:
+    statements = migrate.load(migrate.schema_files(with_base_schema=True))
+    ran: list[str] = []
+
+    def run(sql: str, **params: Any) -> list[list[Any]]:
+        ran.append(sql)
+        if sql == migrate.INVALID_INDEXES_SQL:
+            return [["image_generation_records_archive_failed_idx"]]
+        return []
+
+    assert migrate.apply(run, statements) == ["image_generation_records_archive_failed_idx"]
+    assert ran[:3] == [
+        "SET lock_timeout = '5s'",  # before the base schema, and before the drop
+        migrate.INVALID_INDEXES_SQL,
+        "DROP INDEX CONCURRENTLY IF EXISTS image_generation_records_archive_failed_idx",
+    ]
+    assert sorted(ran[3:]) == sorted(s.sql for s in statements if not s.sql.startswith("SET"))
+
+
+def test_the_migration_session_holds_the_lock_timeout_the_file_sets() -> None:
+    [setting] = [
+        s.sql for s in migrate.load([migrate.ARCHIVE_MIGRATION]) if s.sql.startswith("SET")
+    ]
+    assert setting == "SET lock_timeout = '5s'"
+    assert MIGRATION_SESSION.lock_timeout_ms == 5_000
+    assert MIGRATION_SESSION.statement_timeout_ms == 0
+    assert MIGRATION_SESSION.socket_timeout is None
+
+
+def test_a_cancelled_statement_is_not_a_lost_connection() -> None:
+    assert not is_connection_lost(DatabaseError({"C": "57014", "M": "statement timeout"}))
+    assert is_connection_lost(DatabaseError({"C": "57P01", "M": "terminating connection"}))
+    assert is_connection_lost(DatabaseError({"C": "08006", "M": "connection failure"}))
+    assert is_connection_lost(TimeoutError("timed out"))  # the socket's own limit
+
+
 def _client_error(code: str, status: int) -> ClientError:
     return ClientError(
         {"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}},
@@ -134,3 +173,20 @@ def test_only_a_missing_operation_triggers_the_manual_redrive(
     code: str, status: int, expected: bool
 ) -> None:
     assert redrive.not_implemented(_client_error(code, status)) is expected
+
+
+def test_status_json_gives_each_queue_its_total() -> None:
+    from lib.cli.status import ArchiveCounts, QueueDepth, Status
+
+    depth = QueueDepth(name="queue", url="https://sqs/q", visible=3, in_flight=2, delayed=1)
+    counts = ArchiveCounts(
+        pending=0,
+        pending_due=0,
+        oldest_pending_age_seconds=None,
+        running=0,
+        running_expired=0,
+        failed=0,
+        failed_last_24h=0,
+    )
+    [queue] = Status(archive=counts, queues=[depth]).as_dict()["queues"]
+    assert queue["total"] == depth.total == 6

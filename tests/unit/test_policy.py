@@ -28,6 +28,7 @@ P, T = ErrorClass.PERMANENT, ErrorClass.TRANSIENT
         (Failure(D, Kind.HTTP_STATUS, "bad gateway", status=502), T),
         (Failure(D, Kind.TIMEOUT, "slow"), T),
         (Failure(D, Kind.CONNECTION, "reset"), T),
+        (Failure(D, Kind.NO_SUCH_HOST, "host nonexistent.invalid does not exist (DNS)"), P),
         (Failure(D, Kind.REFUSED_URL, "address 169.254.169.254 refused: link-local"), P),
         (Failure(D, Kind.REFUSED_URL, "URL carries userinfo (credentials) before the host"), P),
         (Failure(D, Kind.REFUSED_URL, "more than 3 redirects"), P),

@@ -163,6 +163,9 @@ def test_sslmode_maps_to_pg8000s_ssl_context() -> None:
     assert isinstance(verify, ssl.SSLContext)
     assert verify.verify_mode is ssl.CERT_REQUIRED
     assert verify.check_hostname
+    # With a bundle (RDS's global-bundle.pem), that file is what is loaded.
+    with pytest.raises(FileNotFoundError):
+        ssl_option("verify-full", "/nonexistent/global-bundle.pem")
 
 
 @pytest.mark.parametrize("token", ["1|abc def", "1|abc\ndef", "1|abc\tdef", "1|ключ"])

@@ -54,7 +54,7 @@ def test_invalid_numbers_fall_back_with_a_warning(
     settings = load_sweeper_settings({**BASE, "ARCHIVE_SWEEP_MAX_ROWS": value})
     assert settings.max_rows == 5000
     [warning] = [line for line in logs() if line["level"] == "WARNING"]
-    assert "ARCHIVE_SWEEP_MAX_ROWS" in str(warning["message"])
+    assert f"ARCHIVE_SWEEP_MAX_ROWS={value!r}" in str(warning["message"])
 
 
 def test_blank_values_mean_default() -> None:

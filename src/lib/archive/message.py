@@ -25,6 +25,9 @@ def parse_record_id(body: str | None) -> int:
         payload: Any = json.loads(body)
     except ValueError:
         raise MalformedMessage("body is not JSON") from None
+    except RecursionError:
+        # A few KB of brackets nest deeper than the parser's recursion limit (1000).
+        raise MalformedMessage("body is JSON nested too deeply to parse") from None
     if not isinstance(payload, dict):
         raise MalformedMessage("body is not a JSON object")
     if "recordId" not in payload:

@@ -44,7 +44,7 @@ class ErrorClass(enum.StrEnum):
 def classify(failure: Failure) -> ErrorClass:
     """The one place that decides whether a failure can succeed on retry."""
     match failure.kind:
-        case Kind.REFUSED_URL | Kind.NOT_IMAGE | Kind.TOO_LARGE:
+        case Kind.REFUSED_URL | Kind.NO_SUCH_HOST | Kind.NOT_IMAGE | Kind.TOO_LARGE:
             return ErrorClass.PERMANENT
         case Kind.TIMEOUT | Kind.CONNECTION | Kind.BAD_RESPONSE:
             return ErrorClass.TRANSIENT

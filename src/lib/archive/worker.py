@@ -28,7 +28,7 @@ from lib.archive.lane import (
     pause_until,
 )
 from lib.archive.message import MalformedMessage, parse_record_id
-from lib.platform.config import Settings
+from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
@@ -41,8 +41,6 @@ from lib.transfer.failures import ArchiveFailure, Failure
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
 MIN_ATTEMPT_MS = 25_000
-# Stop transfers this long before Lambda's hard timeout, to leave time to record the outcome.
-FINISH_RESERVE_MS = 15_000
 # How soon a message comes back after the invocation ran out of time.
 NO_TIME_RETRY_SECONDS = 5
 # A paused lane holds a message (its visibility) for pauses up to this long; longer ones,

@@ -12,8 +12,7 @@ from botocore.exceptions import ClientError
 
 from lib.cli import dlq
 from lib.platform import config
-from lib.platform import schema as migration
-from lib.platform.db import Database, describe
+from lib.platform.db import MIGRATION_SESSION, Database, describe
 from lib.platform.errors import DatabaseUnavailable, ServiceError
 from lib.state.records import ArchiveRecords
 
@@ -49,7 +48,7 @@ class Context:
                 self._db = Database(
                     settings,
                     application_name=f"{PROG}-migrate",
-                    connect=migration.open_migration_connection,
+                    session=MIGRATION_SESSION,
                 )
             else:
                 self._db = Database(settings, application_name=PROG)

@@ -47,8 +47,8 @@ class Status:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for queue in data["queues"]:
-            queue["total"] = queue["visible"] + queue["in_flight"] + queue["delayed"]
+        for queue, depth in zip(data["queues"], self.queues, strict=True):
+            queue["total"] = depth.total
         return data
 
     def to_json(self) -> str:

@@ -11,6 +11,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lib.platform.errors import ConfigError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
@@ -23,6 +24,12 @@ DEFAULT_RETRY_DELAYS = (30, 120, 600)
 # visibility timeout (720 s) is longer, so a crashed attempt's lock has expired by
 # the time its message comes back.
 DEFAULT_LOCK_TTL_SECONDS = 180
+# Lambda does not tell a function its own timeout through the environment (only sam
+# local sets AWS_LAMBDA_FUNCTION_TIMEOUT), so the template passes ArchiveFunction's.
+DEFAULT_FUNCTION_TIMEOUT_SECONDS = 120
+# The archive worker stops transfers this long before Lambda's hard timeout, to leave
+# time to record the outcome (lib.archive.worker reads it from here).
+FINISH_RESERVE_MS = 15_000
 DEFAULT_MAX_IMAGE_BYTES = 50 * 1024 * 1024
 # Sweeper: a PENDING row is re-sent once its due time is this far past (the queue
 # normally delivers within seconds of it)...
@@ -39,6 +46,8 @@ class DatabaseConfig:
     url: str | None = field(default=None, repr=False)
     secret_arn: str | None = None
     sslmode: str | None = None
+    # A CA bundle file for verify-full (RDS: global-bundle.pem); None: the system's CAs.
+    ssl_root_cert: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,23 @@ def networks(env: Mapping[str, str], name: str) -> tuple[IPNetwork, ...]:
     return tuple(parsed)
 
 
+def check_lock_ttl(env: Mapping[str, str], lock_ttl: int) -> None:
+    """Warn when a lock can expire while its attempt may still be running: the sweeper
+    would then send the row again and a second invocation upload the image twice."""
+    timeout = positive_int(
+        env, "ARCHIVE_FUNCTION_TIMEOUT_SECONDS", DEFAULT_FUNCTION_TIMEOUT_SECONDS
+    )
+    reserve = FINISH_RESERVE_MS // 1000
+    if lock_ttl <= timeout + reserve:
+        _warn(
+            "ARCHIVE_LOCK_TTL_SECONDS=%s does not exceed ARCHIVE_FUNCTION_TIMEOUT_SECONDS=%s "
+            "plus the %s s finish reserve: a lock can expire while its attempt still runs",
+            lock_ttl,
+            timeout,
+            reserve,
+        )
+
+
 def require_one_of(env: Mapping[str, str], *names: str) -> None:
     if not any(_text(env, name) for name in names):
         raise ConfigError(f"missing required setting: set {' or '.join(names)}")
@@ -195,8 +221,22 @@ def load_database_config(env: Mapping[str, str] | None = None) -> DatabaseConfig
     sslmode = _text(env, "DB_SSLMODE")
     if sslmode is not None and sslmode not in SSL_MODES:
         raise ConfigError(f"DB_SSLMODE must be one of {', '.join(SSL_MODES)}")
+    root_cert = _text(env, "DB_SSL_ROOT_CERT")
+    if root_cert is not None:
+        # Checked here: at connect time a missing file would look like a lost connection.
+        if not Path(root_cert).is_file():
+            raise ConfigError(f"DB_SSL_ROOT_CERT: no such file: {root_cert}")
+        if sslmode != "verify-full":
+            _warn(
+                "DB_SSL_ROOT_CERT=%r is used only with DB_SSLMODE=verify-full (DB_SSLMODE=%s)",
+                root_cert,
+                sslmode or "unset",
+            )
     return DatabaseConfig(
-        url=_text(env, "DATABASE_URL"), secret_arn=_text(env, "DB_SECRET_ARN"), sslmode=sslmode
+        url=_text(env, "DATABASE_URL"),
+        secret_arn=_text(env, "DB_SECRET_ARN"),
+        sslmode=sslmode,
+        ssl_root_cert=root_cert,
     )
 
 
@@ -210,12 +250,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("LSKY_BASE_URL must start with http:// or https://")
     database = load_database_config(env)
     require_one_of(env, "LSKY_TOKEN", "LSKY_TOKEN_SECRET_ARN")
+    lock_ttl = lock_ttl_seconds(env)
+    check_lock_ttl(env, lock_ttl)
     return Settings(
         lsky_base_url=base_url.rstrip("/"),
         database=database,
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
         retry_delays=retry_delays(env),
-        lock_ttl_seconds=positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS),
+        lock_ttl_seconds=lock_ttl,
         max_image_bytes=positive_int(env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES),
         allow_private_networks=networks(env, "ARCHIVE_ALLOW_PRIVATE_NETWORKS"),
         lsky_strategy_id=optional_id(env, "LSKY_STRATEGY_ID"),
@@ -235,6 +277,8 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         raise ConfigError("missing required setting: ARCHIVE_QUEUE_URL")
     if not queue_url.startswith(("http://", "https://")):
         raise ConfigError("ARCHIVE_QUEUE_URL must be a queue URL (https://sqs...), not an ARN")
+    lock_ttl = lock_ttl_seconds(env)
+    check_lock_ttl(env, lock_ttl)
     return SweeperSettings(
         database=load_database_config(env),
         queue_url=queue_url,
@@ -244,7 +288,7 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         ),
         max_rows=positive_int(env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS),
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
-        lock_ttl_seconds=positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS),
+        lock_ttl_seconds=lock_ttl,
     )
 
 

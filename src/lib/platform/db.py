@@ -6,10 +6,12 @@ each); `run` retries once on a fresh connection. docs/database.md says why.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import ssl
 import threading
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import pg8000.exceptions
 import pg8000.native
@@ -19,9 +21,20 @@ from lib.platform.errors import DatabaseUnavailable
 from lib.platform.observability import logger
 from lib.platform.secrets import DatabaseParams, database_params
 
-# Short: a reconnect may happen after the transfer, inside the time kept to record it.
+# Three separate limits. Connecting (TCP, TLS, authentication) must be quick: a reconnect
+# may happen after the transfer, inside the time kept to record it.
 CONNECT_TIMEOUT_SECONDS = 5
+# A statement is limited by the server (statement_timeout), which cancels it with SQLSTATE
+# 57014 and keeps the session: a slow statement is not a lost connection.
 STATEMENT_TIMEOUT_MS = 15_000
+# The socket waits this much longer than statement_timeout: a read still waiting after the
+# server should have cancelled the statement means the server or the path is gone.
+SOCKET_TIMEOUT_MARGIN_SECONDS = 5.0
+# With no statement timeout (migrations) the socket waits forever, so TCP keepalive is what
+# notices a peer that vanished: first probe after a minute idle, gone after six misses.
+KEEPALIVE_IDLE_SECONDS = 60
+KEEPALIVE_INTERVAL_SECONDS = 10
+KEEPALIVE_PROBES = 6
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 # SQLSTATEs after which the session is gone: connection exceptions and shutdowns.
 _CONNECTION_LOST_CLASSES = ("08", "57P")
@@ -40,6 +53,11 @@ def _sqlstate(error: BaseException) -> str | None:
 
 
 def is_connection_lost(error: BaseException) -> bool:
+    """The session is gone (network error, socket timeout, server shutdown): reconnect.
+
+    A statement the server cancelled (57014, statement_timeout) is not in these classes:
+    the session is fine, and running the same slow statement again would only wait twice.
+    """
     if isinstance(error, pg8000.exceptions.InterfaceError | OSError):
         return True
     code = _sqlstate(error)
@@ -54,18 +72,19 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error)[:200]}"
 
 
-def ssl_option(sslmode: str) -> ssl.SSLContext | bool | None:
+def ssl_option(sslmode: str, root_cert: str | None = None) -> ssl.SSLContext | bool | None:
     """pg8000's `ssl_context` for a libpq-style sslmode.
 
     pg8000 itself reads False as "no TLS" and None as "try TLS, stay plain if the
-    server refuses" (libpq's prefer); a context means TLS or nothing.
+    server refuses" (libpq's prefer); a context means TLS or nothing. verify-full trusts
+    `root_cert` (a CA bundle file, e.g. RDS's) instead of the system's CAs when given.
     """
     if sslmode == "disable":
         return False
     if sslmode == "prefer":
         return None
     if sslmode == "verify-full":
-        return ssl.create_default_context()
+        return ssl.create_default_context(cafile=root_cert)
     # require: encrypted, not verified (libpq's semantics for this mode).
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -80,20 +99,93 @@ def effective_sslmode(params: DatabaseParams) -> str:
     return "disable" if local else "prefer"
 
 
-def open_connection(params: DatabaseParams, *, application_name: str) -> pg8000.native.Connection:
+@dataclass(frozen=True)
+class Session:
+    """Limits set on every connection a Database opens, reconnects included (0: none)."""
+
+    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
+    lock_timeout_ms: int = 0
+
+    @property
+    def socket_timeout(self) -> float | None:
+        """How long one read may wait once connected: past the server's own limit."""
+        if self.statement_timeout_ms <= 0:
+            return None
+        return self.statement_timeout_ms / 1000 + SOCKET_TIMEOUT_MARGIN_SECONDS
+
+    @property
+    def sql(self) -> str:
+        # One simple-protocol message, so one round trip for both settings.
+        return (
+            f"SET statement_timeout = {int(self.statement_timeout_ms)}; "
+            f"SET lock_timeout = {int(self.lock_timeout_ms)}"
+        )
+
+
+# The functions' and archive-ctl's sessions.
+HANDLER_SESSION = Session()
+# archive-ctl migrate: no statement or socket timeout, because building an index
+# CONCURRENTLY on a large live table can take minutes; the lock_timeout that
+# archive_migration.sql sets for itself (5s), held across reconnects, so waiting for a
+# busy table fails fast instead of queueing the table's writers behind the migration.
+MIGRATION_SESSION = Session(statement_timeout_ms=0, lock_timeout_ms=5_000)
+
+
+class Connect(Protocol):
+    def __call__(
+        self,
+        params: DatabaseParams,
+        *,
+        application_name: str,
+        session: Session,
+        ssl_root_cert: str | None,
+    ) -> pg8000.native.Connection: ...
+
+
+def _tune_keepalive(sock: socket.socket) -> None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names; elsewhere the system's defaults (hours) stay.
+    for option, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECONDS),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECONDS),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def open_connection(
+    params: DatabaseParams,
+    *,
+    application_name: str,
+    session: Session = HANDLER_SESSION,
+    ssl_root_cert: str | None = None,
+) -> pg8000.native.Connection:
+    # pg8000's `timeout` is the socket's timeout for the whole session, not just for
+    # connecting: it is used for the connection and its startup only, then replaced.
     conn = pg8000.native.Connection(
         user=params.user,
         password=params.password,
         host=params.host,
         port=params.port,
         database=params.database,
-        ssl_context=ssl_option(effective_sslmode(params)),
+        ssl_context=ssl_option(effective_sslmode(params), ssl_root_cert),
         timeout=CONNECT_TIMEOUT_SECONDS,
         application_name=application_name,
         tcp_keepalive=True,
     )
-    # A wedged statement must end before the function times out.
-    conn.run(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    try:
+        # Part of connecting: a reconnected session gets the same limits as the first.
+        conn.run(session.sql)
+        sock: socket.socket = conn._usock  # pg8000 offers no public handle
+        _tune_keepalive(sock)
+        sock.settimeout(session.socket_timeout)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the socket may already be broken
+            conn.close()
+        raise
     return conn
 
 
@@ -105,10 +197,12 @@ class Database:
         config: DatabaseConfig,
         *,
         application_name: str = "image-archive",
-        connect: Callable[..., pg8000.native.Connection] = open_connection,
+        session: Session = HANDLER_SESSION,
+        connect: Connect = open_connection,
     ) -> None:
         self._config = config
         self._application_name = application_name
+        self.session = session
         self._connect_fn = connect
         self._conn: pg8000.native.Connection | None = None
         self._prepared: dict[str, pg8000.native.PreparedStatement] = {}
@@ -117,15 +211,21 @@ class Database:
         self.statements_run = 0
 
     def _connect(self) -> pg8000.native.Connection:
-        params = database_params(self._config)
+        def connect(params: DatabaseParams) -> pg8000.native.Connection:
+            return self._connect_fn(
+                params,
+                application_name=self._application_name,
+                session=self.session,
+                ssl_root_cert=self._config.ssl_root_cert,
+            )
+
         try:
-            conn = self._connect_fn(params, application_name=self._application_name)
+            conn = connect(database_params(self._config))
         except pg8000.exceptions.DatabaseError as error:
             if _sqlstate(error) not in _AUTH_FAILED or not self._config.secret_arn:
                 raise
             # The password may have been rotated since the secret was cached.
-            params = database_params(self._config, force=True)
-            conn = self._connect_fn(params, application_name=self._application_name)
+            conn = connect(database_params(self._config, force=True))
         self.connections_opened += 1
         return conn
 

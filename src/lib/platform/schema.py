@@ -10,12 +10,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pg8000.native
-
-    from lib.platform.secrets import DatabaseParams
+from typing import Any
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 BASE_SCHEMA = SQL_DIR / "base_schema.sql"
@@ -33,6 +28,8 @@ FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE NOT i.indisvalid AND c.relname = ANY(CAST(:names AS text[]))
 """
+
+_SET = re.compile(r"SET\s", re.IGNORECASE)
 
 # conn.run / Database.run: (sql, **params) -> rows
 Run = Callable[..., Any]
@@ -94,7 +91,20 @@ def apply(
     on_statement: Callable[[Statement], None] | None = None,
 ) -> list[str]:
     """Run each statement in order on an autocommit connection; returns the names of
-    invalid indexes that were dropped first (normally none)."""
+    invalid indexes that were dropped first (normally none).
+
+    The files' SET statements (lock_timeout) run before anything else, so that they
+    bound the drop of a leftover index as well as the statements written after them."""
+    settings = [s for s in statements if _SET.match(s.sql)]
+    rest = [s for s in statements if not _SET.match(s.sql)]
+
+    def execute(statement: Statement) -> None:
+        if on_statement is not None:
+            on_statement(statement)
+        run(statement.sql)
+
+    for statement in settings:
+        execute(statement)
     names = concurrent_index_names(statements)
     dropped: list[str] = []
     if names:
@@ -102,23 +112,6 @@ def apply(
             # Names come from our own SQL file, matched by \w+: safe to interpolate.
             run(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
             dropped.append(str(name))
-    for statement in statements:
-        if on_statement is not None:
-            on_statement(statement)
-        run(statement.sql)
+    for statement in rest:
+        execute(statement)
     return dropped
-
-
-def open_migration_connection(
-    params: DatabaseParams, *, application_name: str
-) -> pg8000.native.Connection:
-    """A connection without the handlers' statement timeout: building an index
-    CONCURRENTLY on a large live table can take minutes. The SQL file sets its own
-    lock_timeout, so waiting for a busy table still fails fast."""
-    # Deferred: devkit imports this module for the splitter alone, without the
-    # database client's logging stack.
-    from lib.platform.db import open_connection  # noqa: PLC0415
-
-    conn = open_connection(params, application_name=application_name)
-    conn.run("SET statement_timeout = 0")
-    return conn

@@ -396,12 +396,13 @@ RETURNING paused_until;
 -- name: clear_pause
 -- Open the lane (an operator, or the sweeper's probe found the account healthy).
 -- :reason limits it to pauses of that reason; NULL clears any.
-UPDATE image_archive_lane
+UPDATE image_archive_lane AS l
 SET paused_until = NULL, pause_reason = NULL, pause_window = NULL, pause_detail = NULL,
-    paused_since = NULL, version = version + 1
-WHERE lane = 'lsky' AND paused_until IS NOT NULL
-  AND (CAST(:reason AS text) IS NULL OR pause_reason = :reason)
-RETURNING pause_reason;
+    paused_since = NULL, version = l.version + 1
+FROM (SELECT lane, pause_reason FROM image_archive_lane WHERE lane = 'lsky' FOR UPDATE) AS old
+WHERE l.lane = old.lane AND l.paused_until IS NOT NULL
+  AND (CAST(:reason AS text) IS NULL OR old.pause_reason = :reason)
+RETURNING old.pause_reason;
 
 -- name: reserve_upload
 -- Pacing: take an upload slot (the caller computed the new log from the version it

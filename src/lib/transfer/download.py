@@ -125,10 +125,6 @@ class ImageStream:
         self._started = False
         self.image_type = self._sniff()
 
-    @property
-    def deadline(self) -> float:
-        return self._deadline
-
     def set_deadline(self, deadline: float) -> None:
         """Move the deadline (e.g. to keep time for the upload once the size is known)."""
         self._deadline = deadline
@@ -238,11 +234,6 @@ class Downloader:
         self.max_bytes = max_bytes
         self.guard = UrlGuard(allow_private_networks, resolver)
         self._tls = {"ca_certs": ca_certs} if ca_certs else {}
-
-    def fetch(self, url: str, *, deadline: float) -> DownloadedImage:
-        """The whole image in a temporary file; raises ArchiveFailure (stage download)."""
-        with self.open(url, deadline=deadline) as stream:
-            return spool(stream)
 
     def open(self, url: str, *, deadline: float) -> ImageStream:
         """Connect, follow redirects and check the answer; raises ArchiveFailure."""

@@ -22,8 +22,9 @@ class Stage(enum.StrEnum):
 class Kind(enum.StrEnum):
     HTTP_STATUS = "http_status"  # the peer answered with an error status
     TIMEOUT = "timeout"  # connect/read timeout or the attempt's deadline
-    CONNECTION = "connection"  # refused, reset, DNS failure, dropped mid-body
-    REFUSED_URL = "refused_url"  # scheme or address the downloader will not fetch
+    CONNECTION = "connection"  # refused, reset, DNS did not answer, dropped mid-body
+    NO_SUCH_HOST = "no_such_host"  # DNS answered: the name does not exist (NXDOMAIN)
+    REFUSED_URL = "refused_url"  # scheme, host name or address the downloader will not fetch
     NOT_IMAGE = "not_image"  # the bytes are not an image we know
     TOO_LARGE = "too_large"  # over ARCHIVE_MAX_IMAGE_BYTES
     REJECTED = "rejected"  # Lsky answered status:false

@@ -24,6 +24,15 @@ Resolver = Callable[[str, int], list[str]]  # (host, port) -> addresses, as geta
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_URL_LENGTH = 8192
+# DNS limits (RFC 1035): a name that breaks them can never resolve, whatever the resolver.
+MAX_HOST_NAME_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+# getaddrinfo's answers for "this name has no address" (NXDOMAIN, or no A/AAAA record):
+# asking again will not create it. EAI_AGAIN (no answer from DNS) stays a transient
+# connection failure. EAI_NODATA is not defined everywhere.
+NO_SUCH_NAME_ERRORS = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
 # Whitespace and control characters have no place in a URL; a backslash is read as "/"
 # by browsers (WHATWG) but as a userinfo/path character by RFC 3986 parsers, the
 # classic parser-differential trick. Refused rather than guessed at.
@@ -123,11 +132,19 @@ class Target:
     request_uri: str  # path and query, percent-encoded
     addresses: tuple[str, ...]  # every one checked; tried in this order
 
-    @property
-    def origin(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = DEFAULT_PORTS[self.scheme] == self.port
-        return f"{self.scheme}://{host}" + ("" if default else f":{self.port}")
+
+def host_name_problem(host: str) -> str | None:
+    """Why `host` (no trailing dot) cannot be a DNS name, or None. IP literals pass."""
+    if ":" in host:
+        return None  # an IPv6 literal; the address check decides
+    if len(host) > MAX_HOST_NAME_LENGTH:
+        return f"host name is longer than {MAX_HOST_NAME_LENGTH} characters"
+    labels = host.split(".")
+    if any(not label for label in labels):
+        return f"host {host} has an empty label"
+    if any(len(label) > MAX_LABEL_LENGTH for label in labels):
+        return f"host name has a label longer than {MAX_LABEL_LENGTH} characters"
+    return None
 
 
 def _refused(message: str) -> ArchiveFailure:
@@ -140,8 +157,9 @@ class UrlGuard:
         self._resolve = resolver
 
     def check(self, url: str) -> Target:
-        """The Target for `url`; raises ArchiveFailure (refused_url, or connection when DNS
-        fails). Messages name the host, never the query or userinfo (signatures, passwords)."""
+        """The Target for `url`; raises ArchiveFailure: refused_url (including names that
+        cannot exist), no_such_host (DNS says so), connection (DNS did not answer).
+        Messages name the host, never the query or userinfo (signatures, passwords)."""
         if len(url) > MAX_URL_LENGTH:
             raise _refused(f"URL is longer than {MAX_URL_LENGTH} characters")
         if _UNSAFE_CHARACTERS.search(url):
@@ -166,9 +184,21 @@ class UrlGuard:
         return Target(scheme, host, port, parts.request_uri, addresses)
 
     def _addresses(self, dns_host: str, host: str, port: int) -> tuple[str, ...]:
+        problem = host_name_problem(host)
+        if problem is not None:
+            raise _refused(problem)
         try:
             found = self._resolve(dns_host, port)
-        except (OSError, UnicodeError):
+        except UnicodeError:
+            # The idna codec refused the name: no lookup happened, and none ever could.
+            raise _refused(f"host {host[:100]} is not a valid host name (IDNA)") from None
+        except socket.gaierror as error:
+            if error.errno in NO_SUCH_NAME_ERRORS:
+                raise fail(
+                    Stage.DOWNLOAD, Kind.NO_SUCH_HOST, f"host {host} does not exist (DNS)"
+                ) from None
+            raise fail(Stage.DOWNLOAD, Kind.CONNECTION, f"could not resolve {host}") from None
+        except OSError:
             raise fail(Stage.DOWNLOAD, Kind.CONNECTION, f"could not resolve {host}") from None
         if not found:
             raise fail(Stage.DOWNLOAD, Kind.CONNECTION, f"{host} resolved to no address")

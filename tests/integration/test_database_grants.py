@@ -1,0 +1,177 @@
+"""The database grants docs/operations.md documents are enough, and nothing more is needed:
+every statement, the archive handler and the sweeper run as a role that has exactly them."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from devkit import images
+from devkit.postgres import connect
+from lib.archive.message import encode
+from lib.platform import schema
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
+from lib.state.queries import QUERIES
+from lib.state.records import ArchiveRecords
+from tests.integration.conftest import ArchiveHarness
+from tests.support import FakeLambdaContext, fetch_record, seed_record
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATIONS = ROOT / "docs" / "operations.md"
+RECORDS = ROOT / "src" / "lib" / "state" / "records.py"
+DOC_ROLE = "image_archive"
+URL = "https://upstream.invalid/gen.png"
+
+
+def documented_grants() -> str:
+    """The ```sql block of the Permissions section of docs/operations.md."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    section = text.split("### Permissions", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 1, "the Permissions section should hold one SQL block of grants"
+    assert "GRANT" in blocks[0]
+    return str(blocks[0])
+
+
+@pytest.fixture
+def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
+    """A login role with the documented grants and nothing else, and its DSN."""
+    role = f"archive_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE ROLE {role} LOGIN PASSWORD 'grants-test'")
+    grants = re.sub(rf"\b{DOC_ROLE}\b", role, documented_grants())
+    for statement in schema.split_statements(grants):
+        db.run(statement)
+    parts = urlsplit(pg_dsn)
+    netloc = f"{role}:grants-test@{parts.hostname}:{parts.port}"
+    try:
+        yield urlunsplit(parts._replace(netloc=netloc))
+    finally:
+        admin = connect(pg_dsn)
+        try:
+            admin.run(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :r",
+                r=role,
+            )
+            admin.run(f"DROP OWNED BY {role}")
+            admin.run(f"DROP ROLE {role}")
+        finally:
+            admin.close()
+
+
+class RecordingDatabase(Database):
+    """Remembers which named statements of queries.sql it ran."""
+
+    names = {sql: name for name, sql in QUERIES.items()}
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(DatabaseConfig(url=dsn), application_name="grants-test")
+        self.ran: set[str] = set()
+
+    def run(self, sql: str, **params: Any) -> list[list[Any]]:
+        rows = super().run(sql, **params)
+        self.ran.add(self.names.get(sql, sql))
+        return rows
+
+
+def statements_records_runs() -> set[str]:
+    return set(re.findall(r'_run\(\s*"(\w+)"', RECORDS.read_text(encoding="utf-8")))
+
+
+def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> None:
+    for record_id in (1, 2, 3, 4):
+        seed_record(db, record_id, image_url=URL)
+    seed_record(
+        db, 5, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="x", locked_at=1000
+    )
+    seed_record(db, 6, image_url=URL, archive_status="RUNNING", attempts=1)
+    seed_record(db, 7, image_url=URL, next_run_at=None)
+    seed_record(db, 8, image_url=URL, next_run_at=5000, enqueued_at=None)
+    seed_record(db, 9, image_url=URL, archive_status=None)
+    seed_record(db, 10, image_url=URL, archive_status="FAILED", attempts=3)
+    database = RecordingDatabase(role_dsn)
+    records = ArchiveRecords(database)
+    try:
+        tasks = {}
+        for record_id in (1, 2, 3, 4):
+            claim = records.claim(record_id, owner="o", lock_ttl_seconds=180, max_attempts=3)
+            assert claim.task is not None
+            tasks[record_id] = claim.task
+        assert records.succeed(
+            tasks[1],
+            owner="o",
+            hosted_url="https://img/x.png",
+            mime_type="image/png",
+            response={"key": "k"},
+        )
+        assert records.retry(tasks[2], owner="o", error="HTTP 500", delay_seconds=30)
+        assert records.fail(tasks[3], owner="o", error="HTTP 404")
+        assert records.release(tasks[4], owner="o", delay_seconds=5)
+
+        assert [
+            r.record_id
+            for r in records.take_expired_locks(limit=10, lock_ttl_seconds=180, max_attempts=3)
+        ] == [5]
+        assert [r.record_id for r in records.take_lockless(limit=10, max_attempts=3)] == [6]
+        assert records.date_undated(limit=10) == 3  # 7, and 5 and 6 recovered undated
+        lost = records.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
+        assert [r.record_id for r in lost] == [8]
+        assert records.restore(lost) == 1
+        records.oldest_pending_age_seconds()
+
+        [marked] = records.mark_for_enqueue([9])
+        assert marked.marked_at is not None
+        records.unstamp([9], stamp=marked.marked_at)
+        assert records.count_failed(since=None) == 2  # 3, and 10
+        assert len(records.preview_failed(since=None, limit=10)) == 2
+        assert len(records.requeue_failed(since=None, limit=10)) == 2
+        records.live_counts(lock_ttl_seconds=180)
+        records.all_counts()
+        # The upload lane.
+        lane = records.lane()
+        assert records.reserve_upload(
+            version=lane.version, upload_times=[lane.now], closed_until=None
+        )
+        records.pause_lane(until="infinity", reason="account", window=None, detail="401")
+        assert records.park(9, due=lane.now)
+        assert records.clear_pause() == "account"
+    finally:
+        database.close()
+
+    assert database.ran == statements_records_runs()
+    assert fetch_record(db, 1)["archive_status"] == "SUCCEEDED"
+
+
+def test_the_handlers_run_as_a_role_with_the_documented_grants(
+    role_dsn: str,
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+) -> None:
+    archive_env(DATABASE_URL=role_dsn)
+    seed_record(db, 21, image_url=upstream.add("/a.png", images.png(8, 8)))
+    seed_record(db, 22, image_url=upstream.add("/gone.png", b"", status=404))
+    seed_record(
+        db, 23, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="x", locked_at=1000
+    )
+
+    for record_id in (21, 22):
+        response = archive.deliver(encode(record_id))
+        assert response["batchItemFailures"] == []
+    assert fetch_record(db, 21)["archive_status"] == "SUCCEEDED"
+    assert fetch_record(db, 22)["archive_status"] == "FAILED"
+
+    from handlers.sweeper import lambda_handler
+
+    context = FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60)
+    summary = lambda_handler({}, context)
+    assert summary["requeued"] == 1
+    assert fetch_record(db, 23)["archive_status"] == "PENDING"
