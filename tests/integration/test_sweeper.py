@@ -51,7 +51,8 @@ class SweepHarness(LogAssertions):
         return result
 
     def drain(self) -> list[int]:
-        """Record ids of every visible message (received, so hidden afterwards)."""
+        """Record ids of every visible message, received and deleted as a consumer would
+        (the queue is empty afterwards: its depth feeds the sweeper's backlog rule)."""
         ids: list[int] = []
         while True:
             response = self.sqs.receive_message(
@@ -63,6 +64,9 @@ class SweepHarness(LogAssertions):
             for message in messages:
                 assert message["Body"] == encode(parse_record_id(message["Body"]))
                 ids.append(parse_record_id(message["Body"]))
+                self.sqs.delete_message(
+                    QueueUrl=self.queues.url, ReceiptHandle=message["ReceiptHandle"]
+                )
 
 
 @pytest.fixture(autouse=True)
@@ -549,6 +553,9 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "send_failures": 0,
         "dated": 0,
         "oldest_pending_age_seconds": pytest.approx(1000, abs=10),
+        "requeue_interval_seconds": 900,  # an empty queue: the plain interval
+        "lane_paused": None,
+        "lane_resumed": False,
         "pages": 2,
         "claimed": 2,
         "stopped_early": False,
@@ -567,7 +574,9 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "Requeued": "Count",
         "SweepFailed": "Count",
         "OldestPendingAgeSeconds": "Seconds",
+        "LanePausedAccount": "Count",
     }
+    assert emf[0]["LanePausedAccount"] == [0.0]
     assert directive["Namespace"] == "ImageArchive"
     assert emf[0]["Requeued"] == [1.0]
     assert emf[0]["SweepFailed"] == [1.0]

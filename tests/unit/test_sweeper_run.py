@@ -14,6 +14,7 @@ import pytest
 
 from lib.archive.sweeper import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason, Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
+from lib.state.lane import LaneState
 from lib.state.records import SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -54,6 +55,9 @@ class FakeStore:
     ) -> list[SweptRow]:
         return self._next(Step.LOST, limit, after)
 
+    def lane(self) -> LaneState:
+        return LaneState(now=T0)
+
     def date_undated(self, *, limit: int) -> int:
         return 0
 
@@ -83,6 +87,9 @@ class FakeQueue:
 
     def ids(self) -> list[int]:
         return [int(entry_id) for batch in self.sent for entry_id, _ in batch]
+
+    def depth(self, queue_url: str) -> int:
+        return 0
 
 
 def make(

@@ -11,7 +11,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -78,6 +78,33 @@ def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
 
 
+# The drain rate is read from the lane's upload log over this window.
+DRAIN_WINDOW_SECONDS = 900
+# A queued message may wait this many times the average backlog wait before it counts as
+# lost (standard queues are not FIFO), and never longer than a day.
+BACKLOG_SAFETY = 2.0
+MAX_BACKLOG_WAIT_SECONDS = 86_400
+
+
+def drain_rate(upload_times: Sequence[datetime], now: datetime) -> float:
+    """Uploads per second over the last DRAIN_WINDOW_SECONDS."""
+    since = now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
+    return sum(1 for t in upload_times if t > since) / DRAIN_WINDOW_SECONDS
+
+
+def requeue_interval(interval_seconds: int, *, queued: int | None, rate: float) -> int:
+    """How long after its last send a row's message may still be on its way: the requeue
+    interval, plus the time the queue ahead of it needs at the current drain rate. A queue
+    that does not drain makes no sent message look lost; unknown depth: the interval.
+    Rows never sent (no stamp: parked, or a failed send) are not affected."""
+    if not queued:
+        return interval_seconds
+    if rate <= 0:
+        return interval_seconds + MAX_BACKLOG_WAIT_SECONDS
+    wait = min(BACKLOG_SAFETY * queued / rate, MAX_BACKLOG_WAIT_SECONDS)
+    return interval_seconds + int(wait)
+
+
 def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | None:
     """Where the next page of lost messages starts (keyset paging on the due time)."""
     dues = [row.next_run_at for row in rows if row.next_run_at is not None]
@@ -99,6 +126,9 @@ class SweepSummary:
     claimed: int = 0  # rows taken, counted against the per-run bound
     stop_reason: StopReason = StopReason.DONE
     oldest_pending_age_seconds: float | None = None
+    requeue_interval_seconds: int | None = None  # the interval the lost-message step used
+    lane_paused: str | None = None  # the pause reason, while the lane is paused
+    lane_resumed: bool = False  # the probe found the account healthy and opened the lane
     duration_ms: float = 0.0
 
     @property
@@ -113,6 +143,9 @@ class SweepSummary:
             "send_failures": self.send_failures,
             "dated": self.dated,
             "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
+            "requeue_interval_seconds": self.requeue_interval_seconds,
+            "lane_paused": self.lane_paused,
+            "lane_resumed": self.lane_resumed,
             "pages": self.pages,
             "claimed": self.claimed,
             "stopped_early": self.stopped_early,
@@ -129,10 +162,15 @@ class Sweeper:
         records: ArchiveRecords,
         queue: Queue,
         page_size: int = PAGE_SIZE,
+        probe: Callable[[], bool] | None = None,
     ) -> None:
+        """probe: whether the host account is healthy again (Lsky's profile endpoint)."""
         self.settings = settings
         self.records = records
         self.queue = queue
+        self.probe = probe
+        self._lane_open = True
+        self._requeue_interval = settings.requeue_interval_seconds
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
@@ -141,6 +179,7 @@ class Sweeper:
         summary = SweepSummary()
         try:
             summary.dated = self.records.date_undated(limit=self.settings.max_rows)
+            self._read_lane(summary)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
                 if stop is not None:
@@ -159,10 +198,58 @@ class Sweeper:
         log("sweep finished", **summary.as_dict())
         return summary
 
+    def _read_lane(self, summary: SweepSummary) -> None:
+        """The lane decides what this run sends: nothing lost or parked while it is paused
+        (the probe may open it), and a requeue interval that grows with the backlog."""
+        lane = self.records.lane()
+        if lane.paused and lane.reason == "account" and self._probe():
+            self.records.clear_pause(reason="account")
+            summary.lane_resumed = True
+            logger.info("the host account is healthy again; upload lane opened")
+            lane = self.records.lane()
+        self._lane_open = not lane.paused
+        summary.lane_paused = lane.reason if lane.paused else None
+        if lane.paused:
+            paused_for = (lane.now - lane.paused_since).total_seconds() if lane.paused_since else 0
+            metrics.add_metric(
+                name="LanePausedSeconds", unit=MetricUnit.Seconds, value=round(paused_for)
+            )
+        metrics.add_metric(
+            name="LanePausedAccount",
+            unit=MetricUnit.Count,
+            value=1 if lane.paused and lane.reason == "account" else 0,
+        )
+        self._requeue_interval = requeue_interval(
+            self.settings.requeue_interval_seconds,
+            queued=self._queued(),
+            rate=drain_rate(lane.upload_times, lane.now),
+        )
+        summary.requeue_interval_seconds = self._requeue_interval
+
+    def _probe(self) -> bool:
+        if self.probe is None:
+            return False
+        try:
+            return self.probe()
+        except Exception as error:  # noqa: BLE001 - a failed probe leaves the pause as it is
+            logger.warning("account probe failed", error=type(error).__name__)
+            return False
+
+    def _queued(self) -> int | None:
+        try:
+            return self.queue.depth(self.settings.queue_url)
+        except Exception as error:  # noqa: BLE001 - without the depth, the plain grace applies
+            logger.warning("could not read the queue depth", error=type(error).__name__)
+            return None
+
     def _sweep(
         self, step: Step, summary: SweepSummary, remaining_ms: Callable[[], int]
     ) -> StopReason | None:
         """Page through one kind of stale row; None when it has no eligible row left."""
+        if step is Step.LOST and not self._lane_open:
+            # Nothing is uploaded while the lane is paused; rows parked by it (and any
+            # lost message) are sent once it opens, so they are not received in vain.
+            return None
         after: datetime | None = None
         while True:
             limit = next_page(
@@ -200,7 +287,7 @@ class Sweeper:
                 return self.records.take_lost(
                     limit=limit,
                     grace_seconds=settings.grace_seconds,
-                    interval_seconds=settings.requeue_interval_seconds,
+                    interval_seconds=self._requeue_interval,
                     after=after,
                 )
         raise AssertionError(f"unknown step {step}")  # pragma: no cover

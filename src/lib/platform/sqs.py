@@ -76,6 +76,18 @@ class Queue:
         # The client's endpoint: AWS's regional one, or AWS_ENDPOINT_URL_SQS (boto3 reads it).
         return queue_url_from_arn(arn, self.client.meta.endpoint_url)
 
+    def depth(self, queue_url: str) -> int:
+        """Messages in the queue: waiting, in flight (held or being handled) and delayed."""
+        attributes = self.client.get_queue_attributes(
+            QueueUrl=queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return sum(int(value) for value in attributes.values())
+
     def change_visibility(self, queue_arn: str, receipt_handle: str, seconds: int) -> None:
         self.client.change_message_visibility(
             QueueUrl=self.queue_url(queue_arn),

@@ -363,7 +363,8 @@ ORDER BY 1;
 
 -- name: park
 -- A PENDING row the paused lane will not take for a long while: its message is
--- acknowledged, and the sweeper sends a new one when the row is due.
+-- acknowledged, and the sweeper's lost-message step sends a new one once the row is
+-- due and the lane open (no stamp: no message is out for it).
 UPDATE image_generation_records
 SET archive_next_run_at = GREATEST(archive_next_run_at, CAST(:due AS timestamptz)),
     archive_enqueued_at = NULL
