@@ -35,6 +35,10 @@ ACCOUNT_MESSAGES = (
     "账号状态异常",  # account suspended
 )
 ACCOUNT_STATUSES = frozenset({401, 403})
+# Account states Lsky's profile endpoint does not show: only an operator clears these.
+NOT_PROBEABLE = ("账户未验证", "账号状态异常")
+# How much later than our log Lsky may date an upload (the transfer's duration).
+UPLOAD_TIME_MARGIN_SECONDS = 2.0
 # Spread the return of held messages so the containers do not all come back at once.
 MAX_JITTER_SECONDS = 5.0
 
@@ -117,12 +121,21 @@ def next_upload_at(
     limit ((seconds, uploads) pairs), as Lsky counts: uploads in the last window."""
     free = now
     for seconds, limit in limits:
-        window = timedelta(seconds=seconds)
+        # Our log holds when an upload was started; Lsky counts when it stored the image,
+        # up to a transfer later: the margin keeps the two counts from disagreeing.
+        window = timedelta(seconds=seconds + UPLOAD_TIME_MARGIN_SECONDS)
         recent = sorted((t for t in upload_times if t > now - window), reverse=True)
         if len(recent) >= limit:
             # One slot frees when the limit-th newest upload leaves the window.
             free = max(free, recent[limit - 1] + window)
     return free
+
+
+def probe_can_clear(detail: str | None) -> bool:
+    """Whether a healthy profile answer proves an account pause over (a token refused,
+    the API switched off, a full quota); an unverified or suspended account does not
+    show in the profile, so its pause waits for `archive-ctl lane clear`."""
+    return not any(text in (detail or "") for text in NOT_PROBEABLE)
 
 
 def jitter(rng: random.Random | None = None) -> float:

@@ -6,6 +6,7 @@ archive worker's HTTP stack (urllib3, the Lsky client).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,23 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
 
     db = Database(settings.database, application_name="image-archive-sweeper")
     # Queue's short default timeouts keep a send failure inside the run's time budget.
-    return Sweeper(settings=settings, records=ArchiveRecords(db), queue=Queue())
+    return Sweeper(
+        settings=settings, records=ArchiveRecords(db), queue=Queue(), probe=_probe(settings)
+    )
+
+
+def _probe(settings: SweeperSettings) -> Callable[[], bool] | None:
+    """Lsky's profile check for an account-paused lane, when the sweeper knows Lsky.
+    urllib3 is imported only then: the sweeper's cold start stays light otherwise."""
+    base_url = settings.lsky_base_url
+    if base_url is None or not (settings.lsky_token or settings.lsky_token_secret_arn):
+        return None
+    from lib.transfer.lsky import LskyClient  # noqa: PLC0415
+
+    def token(force: bool) -> str:
+        return lsky_token(settings.lsky_token, settings.lsky_token_secret_arn, force=force)
+
+    return LskyClient(base_url=base_url, token=token).account_healthy
 
 
 @cache

@@ -17,6 +17,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.enqueue import send_records
+from lib.archive.lane import PauseReason, probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
@@ -202,7 +203,12 @@ class Sweeper:
         """The lane decides what this run sends: nothing lost or parked while it is paused
         (the probe may open it), and a requeue interval that grows with the backlog."""
         lane = self.records.lane()
-        if lane.paused and lane.reason == "account" and self._probe():
+        if (
+            lane.paused
+            and lane.reason == PauseReason.ACCOUNT
+            and probe_can_clear(lane.detail)
+            and self._probe()
+        ):
             self.records.clear_pause(reason="account")
             summary.lane_resumed = True
             logger.info("the host account is healthy again; upload lane opened")
@@ -217,7 +223,7 @@ class Sweeper:
         metrics.add_metric(
             name="LanePausedAccount",
             unit=MetricUnit.Count,
-            value=1 if lane.paused and lane.reason == "account" else 0,
+            value=1 if lane.paused and lane.reason == PauseReason.ACCOUNT else 0,
         )
         self._requeue_interval = requeue_interval(
             self.settings.requeue_interval_seconds,

@@ -20,6 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
 from lib.archive.lane import (
+    UPLOAD_TIME_MARGIN_SECONDS,
     HostCondition,
     PauseReason,
     host_condition,
@@ -286,7 +287,9 @@ class ArchiveWorker:
         """Pacing: take an upload slot (None) or say until when the lane is closed. Short
         waits are slept through; the log is shared through the lane row, optimistically."""
         limits = self.settings.rate_limits
-        longest = timedelta(seconds=max(seconds for seconds, _ in limits))
+        longest = timedelta(
+            seconds=max(seconds for seconds, _ in limits) + UPLOAD_TIME_MARGIN_SECONDS
+        )
         for _ in range(RESERVE_TRIES):
             now = _db_now(lane, claimed_at)
             free = next_upload_at(lane.upload_times, limits, now)

@@ -80,6 +80,10 @@ class SweeperSettings:
     # when a lock has expired and on when the attempts are used up.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
+    # Optional: with them the sweeper probes an account-paused lane (GET /api/v1/profile).
+    lsky_base_url: str | None = None
+    lsky_token: str | None = field(default=None, repr=False)
+    lsky_token_secret_arn: str | None = None
 
 
 def _warn(message: str, *args: object) -> None:
@@ -289,6 +293,9 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         max_rows=positive_int(env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS),
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
         lock_ttl_seconds=lock_ttl,
+        lsky_base_url=(_text(env, "LSKY_BASE_URL") or "").rstrip("/") or None,
+        lsky_token=_text(env, "LSKY_TOKEN"),
+        lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
     )
 
 

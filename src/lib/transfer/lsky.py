@@ -53,6 +53,7 @@ class LskyClient:
         pool: urllib3.PoolManager | None = None,
     ) -> None:
         self.upload_url = f"{base_url.rstrip('/')}/api/v1/upload"
+        self.profile_url = f"{base_url.rstrip('/')}/api/v1/profile"
         self._token = token
         self.strategy_id = strategy_id
         self.album_id = album_id
@@ -61,6 +62,31 @@ class LskyClient:
             timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),
             retries=False,
         )
+
+    def account_healthy(self) -> bool:
+        """Whether the token's account can upload again (GET /api/v1/profile answers 200
+        with status true); raises urllib3's errors when Lsky cannot be reached."""
+        response = self.pool.request(
+            "GET",
+            self.profile_url,
+            headers={"Authorization": f"Bearer {self._token(True)}", "Accept": "application/json"},
+            redirect=False,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=10.0),
+        )
+        try:
+            payload: Any = json.loads(response.data[:MAX_RESPONSE_BYTES])
+        except ValueError:
+            return False
+        if response.status != 200 or not isinstance(payload, dict):
+            return False
+        data = payload.get("data")
+        if payload.get("status") is not True or not isinstance(data, dict):
+            return False
+        capacity, used = data.get("capacity"), data.get("used_capacity")
+        # A full quota answers 200 too: the profile's numbers tell.
+        if isinstance(capacity, int | float) and isinstance(used, int | float):
+            return used < capacity
+        return True
 
     def _fields(self) -> dict[str, str]:
         # Never send an empty strategy_id (Lsky rejects it); album_id only when configured.
