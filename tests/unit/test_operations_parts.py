@@ -73,6 +73,8 @@ def test_every_command_is_registered_with_a_handler() -> None:
         ["status"],
         ["enqueue", "1"],
         ["requeue", "--failed"],
+        ["backfill"],
+        ["lane", "clear"],
         ["redrive-dlq"],
         ["migrate"],
     ):
