@@ -70,6 +70,7 @@ def test_schema_has_archive_columns_and_partial_indexes(db: Any) -> None:
         ("image_generation_records_archive_pending_idx", "'PENDING'"),
         ("image_generation_records_archive_running_idx", "'RUNNING'"),
         ("image_generation_records_archive_failed_idx", "'FAILED'"),
+        ("image_generation_records_archive_backfill_idx", "archive_status IS NULL"),
     ]:
         assert predicate in indexes[name]
     # CONCURRENTLY builds leave an invalid index behind when they fail.

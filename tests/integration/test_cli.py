@@ -97,6 +97,7 @@ INDEXES = {
     "image_generation_records_archive_pending_idx",
     "image_generation_records_archive_running_idx",
     "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_backfill_idx",
 }
 
 
@@ -546,10 +547,21 @@ def test_sqs_errors_name_the_operation(ctl: Ctl, queues: QueuePair) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [None, "status", "enqueue", "requeue", "redrive-dlq", "migrate"]
+    "command",
+    [
+        None,
+        "status",
+        "enqueue",
+        "requeue",
+        "backfill",
+        "lane",
+        "lane clear",
+        "redrive-dlq",
+        "migrate",
+    ],
 )
 def test_every_command_has_help(command: str | None) -> None:
-    argv = [command, "--help"] if command else ["--help"]
+    argv = [*command.split(), "--help"] if command else ["--help"]
     result = subprocess.run(
         [str(REPO_ROOT / "scripts" / "archive-ctl"), *argv],
         capture_output=True,

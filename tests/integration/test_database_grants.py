@@ -141,6 +141,16 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         records.pause_lane(until="infinity", reason="account", window=None, detail="401")
         assert records.park(9, due=lane.now)
         assert records.clear_pause() == "account"
+        # Backfill: generations never queued.
+        seed_record(db, 11, image_url=URL, archive_status=None)
+        assert records.count_backfill(since=None, until=None, user_id=None) == 1
+        assert [
+            row[0]
+            for row in records.preview_backfill(since=None, until=None, user_id=None, limit=5)
+        ] == [11]
+        page = records.mark_backfill_page(since=None, until=None, user_id=None, after=None, limit=5)
+        assert [row[0] for row in page] == [11]
+        assert records.unmark_backfill([11], stamp=page[0][-1]) == [11]
     finally:
         database.close()
 

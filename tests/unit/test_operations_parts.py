@@ -76,6 +76,8 @@ def test_every_command_is_registered_with_a_handler() -> None:
         ["status"],
         ["enqueue", "1"],
         ["requeue", "--failed"],
+        ["backfill"],
+        ["lane", "clear"],
         ["redrive-dlq"],
         ["migrate"],
     ):
@@ -107,6 +109,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
         "image_generation_records_archive_pending_idx",
         "image_generation_records_archive_running_idx",
         "image_generation_records_archive_failed_idx",
+        "image_generation_records_archive_backfill_idx",
     ]
     with_base = migrate.load(migrate.schema_files(with_base_schema=True))
     assert with_base[0].source.name == "base_schema.sql"

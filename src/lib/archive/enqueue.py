@@ -173,3 +173,87 @@ def requeue_failed(
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
     return report
+
+
+@dataclass(frozen=True)
+class BackfillScope:
+    """Which never-queued SUCCEEDED generations a backfill takes (None: no bound)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    user_id: int | None = None
+
+
+@dataclass
+class BackfillPage:
+    marked: list[int]
+    report: EnqueueReport
+    # The keyset (started_at, id) of the page's last row: the next page starts after it.
+    last: tuple[datetime, int] | None
+
+
+class PageInterrupted(KeyboardInterrupt):
+    """Ctrl-C arrived while a backfill page was being sent; the page was settled first."""
+
+    def __init__(self, sent: list[int], put_back: list[int], left_pending: list[int]) -> None:
+        super().__init__("interrupted while sending a backfill page")
+        self.sent = sent  # messages that went out: those rows stay PENDING
+        self.put_back = put_back  # not sent, never-queued again: the next run takes them
+        # Not sent and not put back (touched meanwhile, or the database failed): PENDING,
+        # so the sweeper sends them.
+        self.left_pending = left_pending
+
+
+class _SentRecorder:
+    """A BatchSender that remembers which ids went out, for when the send loop is cut off."""
+
+    def __init__(self, sender: BatchSender) -> None:
+        self._sender = sender
+        self.sent: set[int] = set()
+
+    def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]:
+        failed = self._sender.send_batch(queue_url, entries)
+        self.sent.update(int(entry_id) for entry_id, _ in entries if entry_id not in failed)
+        return failed
+
+
+def backfill_page(
+    records: ArchiveRecords,
+    sender: BatchSender,
+    queue_url: str,
+    scope: BackfillScope,
+    *,
+    after: tuple[datetime, int] | None,
+    limit: int,
+) -> BackfillPage:
+    """Mark the next `limit` never-queued rows after `after` PENDING, then send their
+    messages, as `enqueue` does (rows whose send fails lose the stamp: the sweeper sends
+    them).
+
+    A KeyboardInterrupt during the send becomes PageInterrupted once the rows that were
+    not sent are never-queued again, so a re-run takes them and no row is queued twice.
+    """
+    rows = records.mark_backfill_page(
+        since=scope.since, until=scope.until, user_id=scope.user_id, after=after, limit=limit
+    )
+    report = EnqueueReport()
+    if not rows:
+        return BackfillPage([], report, None)
+    ids = sorted(record_id for record_id, _, _ in rows)
+    stamp = rows[0][2]  # one statement, one now()
+    recorder = _SentRecorder(sender)
+    try:
+        _send(records, recorder, queue_url, ids, stamp=stamp, report=report)
+    except KeyboardInterrupt:
+        unsent = [i for i in ids if i not in recorder.sent]
+        try:
+            put_back = records.unmark_backfill(unsent, stamp=stamp) if unsent else []
+        except Exception:  # noqa: BLE001 - still PENDING then: the sweeper sends them
+            put_back = []
+        raise PageInterrupted(
+            sent=sorted(recorder.sent),
+            put_back=sorted(put_back),
+            left_pending=sorted(set(unsent) - set(put_back)),
+        ) from None
+    last = max((started, record_id) for record_id, started, _ in rows)
+    return BackfillPage(ids, report, last)

@@ -4,7 +4,9 @@ which argparse reports as a bad command line (exit code 2)."""
 from __future__ import annotations
 
 import argparse
+import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from lib.archive.message import MAX_RECORD_ID
@@ -41,3 +43,23 @@ def positive(text: str) -> int:
     if text.isdigit() and int(text) > 0:
         return int(text)
     raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+
+
+def positive_at_most(highest: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = positive(text)
+        if value > highest:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {highest}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value

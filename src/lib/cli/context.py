@@ -4,6 +4,8 @@ URLs from the options or lib.platform.config), CommandError, exit codes, out()."
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,10 @@ class Context:
     args: argparse.Namespace
     _db: Database | None = None
     _queue: Queue | None = None
+    # How long-running commands wait and tell time; tests replace them so that a paced
+    # run takes no real time.
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
 
     def database(self, *, migration_session: bool = False) -> Database:
         if self._db is None:

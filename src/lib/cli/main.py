@@ -1,5 +1,6 @@
 """archive-ctl: parses the command line, hands it to the command's module (status,
-enqueue, redrive, migrate) and maps what fails to an exit code and one line on stderr.
+enqueue, backfill, lane, redrive, migrate) and maps what fails to an exit code and one
+line on stderr.
 
 Run it as `scripts/archive-ctl ...` or `python -m lib.cli ...` with src/ on the path.
 """
@@ -15,8 +16,8 @@ from contextlib import contextmanager
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli import enqueue, migrate, redrive, status
-from lib.cli.args import parse_since, positive
+from lib.cli import backfill, enqueue, lane, migrate, redrive, status
+from lib.cli.args import parse_since, positive, positive_at_most, positive_number
 from lib.cli.context import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -36,12 +37,16 @@ EXIT_CODES = f"""exit codes:
   {EXIT_ERROR}    error (configuration, database or SQS); the message says which
   {EXIT_USAGE}    bad command line
   {EXIT_PARTIAL}    partly done: some records were not found or their message was not sent
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); what was done is consistent, run it again to go on
 """
 
 EXAMPLES = f"""examples:
   {PROG} status                                   how things stand
   {PROG} enqueue 123 124                          queue records (row first, then message)
   {PROG} requeue --failed --since 24h --dry-run   what failed today, and why
+  {PROG} backfill --since 30d --dry-run           never-queued generations of the last 30 days
+  {PROG} backfill --since 30d                     queue them, paced by the upload lane
+  {PROG} lane clear --reason account              reopen the lane after fixing the token
   {PROG} redrive-dlq --dry-run                    look into the DLQ before moving it
   {PROG} migrate                                  add the archive columns and indexes
 """
@@ -146,6 +151,85 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=positive, default=50, help=argparse.SUPPRESS)
 
     p = command(
+        "backfill",
+        backfill.run,
+        "queue SUCCEEDED generations that were never queued, paced",
+        "Marks never-queued (archive_status NULL) rows of SUCCEEDED generations PENDING "
+        "and sends their messages, a page at a time, oldest generation first (row first, "
+        "then message, as `enqueue`). Before each page it reads the queue depth (visible, "
+        "in flight and delayed) and the upload lane's drain rate (its uploads in the last "
+        "15 minutes), and waits while the queue holds what the lane drains in "
+        "--max-queue-minutes (at least one page). It waits while the lane is paused, and "
+        "does not start while it is paused for an account problem unless --force. Progress "
+        "with rate and ETA on stderr. Ctrl-C stops after the page being sent (exit 130); "
+        "run it again to go on: a queued row is never selected again.",
+    )
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="WHEN",
+        help="only generations started since WHEN: a duration (24h, 90m, 7d) or an ISO "
+        "date/time (UTC without an offset)",
+    )
+    p.add_argument(
+        "--until",
+        type=parse_since,
+        metavar="WHEN",
+        help="only generations started before WHEN, same forms (default: when the run starts)",
+    )
+    p.add_argument("--user", type=positive, metavar="USER_ID", help="only this user's generations")
+    p.add_argument("--limit", type=positive, metavar="N", help="at most N records (default: all)")
+    p.add_argument(
+        "--page-size",
+        type=positive_at_most(1000),
+        default=100,
+        metavar="N",
+        help="rows marked and sent together (default 100); also the queue depth always "
+        "allowed, which starts an idle lane",
+    )
+    p.add_argument(
+        "--max-queue-minutes",
+        type=positive_number,
+        default=15.0,
+        metavar="MIN",
+        help="keep no more in the queue than the lane drains in MIN minutes (default 15)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="start although the lane is paused for an account problem (waits until it opens)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count and list, change nothing")
+    p.add_argument("--show", type=positive, default=10, help=argparse.SUPPRESS)
+
+    lane_parser = commands.add_parser(
+        "lane",
+        help="the upload lane: clear a pause",
+        description="The upload lane to Lsky Pro (image_archive_lane): one row that every "
+        "container reads before an upload. `archive-ctl status` shows it.",
+        epilog=EXIT_CODES,
+        formatter_class=_HelpFormatter,
+    )
+    lane_actions = lane_parser.add_subparsers(dest="lane_action", required=True, metavar="ACTION")
+    p = lane_actions.add_parser(
+        "clear",
+        parents=[common],
+        help="reopen a paused lane",
+        description="Clears the lane's pause (after fixing the Lsky token or quota, or to end "
+        "a rate-limit pause early) and prints what it was. Exit 0 also when the lane was not "
+        "paused. The sweeper's probe clears an account pause by itself once the account "
+        "works again.",
+        epilog=EXIT_CODES,
+        formatter_class=_HelpFormatter,
+    )
+    p.set_defaults(handler=lane.run_clear)
+    p.add_argument(
+        "--reason",
+        choices=lane.REASONS,
+        help="clear it only if it is a pause of this reason",
+    )
+
+    p = command(
         "redrive-dlq",
         redrive.run,
         "move DLQ messages back to the archive queue",
@@ -216,9 +300,13 @@ def error(message: str) -> int:
     return EXIT_ERROR
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    make_context: Callable[[argparse.Namespace], Context] = Context,
+) -> int:
     args = build_parser().parse_args(argv)
-    ctx = Context(args)
+    ctx = make_context(args)
     handler: Callable[[Context], int] = args.handler
     with _terminal_logging(args.verbose):
         try:

@@ -1,19 +1,27 @@
-"""`archive-ctl status`: archive states in PostgreSQL, queue depths in SQS.
+"""`archive-ctl status`: archive states in PostgreSQL, the upload lane, queue depths in SQS.
 
-The default query reads only the partial indexes of archive_migration.sql, so it is cheap
-on millions of rows; SUCCEEDED and never-queued rows have none, so `--all` scans the table.
+The default queries read only the partial indexes of archive_migration.sql and the lane's
+one row, so they are cheap on millions of rows; `--all` also counts SUCCEEDED and
+never-queued rows, which have no index, so it scans the table.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lib.cli import lane as lanes
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
+from lib.cli.pacing import DRAIN_WINDOW_SECONDS, backlog_eta_seconds, per_minute, uploads_within
+from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
+from lib.platform.db import describe
+from lib.state.lane import LaneState
 from lib.state.records import ArchiveRecords, LiveCounts
 
 if TYPE_CHECKING:
@@ -39,11 +47,39 @@ class QueueDepth:
         return self.visible + self.in_flight + self.delayed
 
 
+@dataclass(frozen=True)
+class LaneReport:
+    """The upload lane: its pause (fields None while open) and its drain rate."""
+
+    name: str
+    paused: bool
+    paused_until: str | None  # ISO time, or "infinity": until cleared
+    paused_for_seconds: float | None  # None while open or until cleared
+    reason: str | None
+    window: str | None
+    paused_since: str | None
+    detail: str | None
+    recent_uploads: int  # in the last drain_window_seconds
+    drain_window_seconds: int
+    drain_per_minute: float
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Rows still to upload (PENDING or RUNNING), and how long they take at the drain
+    rate after the current pause; None when that cannot be told."""
+
+    records: int
+    eta_seconds: float | None
+
+
 @dataclass
 class Status:
     archive: ArchiveCounts
     queues: list[QueueDepth] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    lane: LaneReport | None = None
+    backlog: Backlog | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -60,6 +96,39 @@ def archive_counts(
 ) -> ArchiveCounts:
     live = records.live_counts(lock_ttl_seconds=lock_ttl_seconds)
     return ArchiveCounts(**asdict(live), all_states=records.all_counts() if include_all else None)
+
+
+def lane_report(lane: LaneState) -> LaneReport:
+    pause = lanes.pause_of(lane)
+    recent = uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS)
+    return LaneReport(
+        name=lanes.LANE,
+        paused=pause is not None,
+        paused_until=pause.until if pause else None,
+        paused_for_seconds=(
+            round(pause.remaining_seconds, 1)
+            if pause and math.isfinite(pause.remaining_seconds)
+            else None
+        ),
+        reason=pause.reason if pause else None,
+        window=pause.window if pause else None,
+        paused_since=pause.since if pause else None,
+        detail=pause.detail if pause else None,
+        recent_uploads=recent,
+        drain_window_seconds=DRAIN_WINDOW_SECONDS,
+        drain_per_minute=round(per_minute(recent, DRAIN_WINDOW_SECONDS), 2),
+    )
+
+
+def backlog(archive: LiveCounts, lane: LaneState) -> Backlog:
+    # Rows, not messages: a queued row's message is in the queue as well (counting both
+    # would count it twice), and a parked row has none but still needs its upload.
+    records = archive.pending + archive.running
+    rate = per_minute(
+        uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS), DRAIN_WINDOW_SECONDS
+    )
+    eta = backlog_eta_seconds(records, rate, paused_for_seconds=max(lane.paused_for_seconds, 0))
+    return Backlog(records=records, eta_seconds=None if eta is None else round(eta, 1))
 
 
 def queue_depth(client: SQSClient, name: str, url: str) -> QueueDepth:
@@ -105,6 +174,7 @@ def render(status: Status) -> str:
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
+    lines += _lane_lines(status.lane, status.backlog)
     if status.queues:
         lines.append("queues (SQS, approximate)")
         lines.append(f"  {'':<6} {'visible':>8} {'in flight':>10} {'delayed':>8}   url")
@@ -116,13 +186,58 @@ def render(status: Status) -> str:
     return "\n".join(lines)
 
 
+def _lane_lines(lane: LaneReport | None, work: Backlog | None) -> list[str]:
+    if lane is None:
+        return []
+    lines = [f"upload lane ({lane.name})"]
+    if lane.paused and lane.paused_until is not None:
+        pause = lanes.Pause(
+            until=lane.paused_until,
+            reason=lane.reason,
+            window=lane.window,
+            since=lane.paused_since,
+            detail=lane.detail,
+            remaining_seconds=math.inf
+            if lane.paused_for_seconds is None
+            else lane.paused_for_seconds,
+        )
+        lines.append("  " + lanes.describe(pause))
+        if lane.detail:
+            lines.append(f"  detail: {lane.detail}")
+    else:
+        lines.append("  open")
+    lines.append(
+        f"  drain: {lane.recent_uploads} upload{'' if lane.recent_uploads == 1 else 's'} "
+        "in the last "
+        f"{duration(lane.drain_window_seconds)} ({lane.drain_per_minute:.1f}/min)"
+    )
+    if work is not None:
+        if work.eta_seconds is not None:
+            eta = duration(work.eta_seconds)
+        elif lane.paused_until == lanes.UNTIL_CLEARED:
+            eta = "- (the lane is paused until cleared)"
+        else:
+            eta = f"- (nothing uploaded in the last {duration(lane.drain_window_seconds)})"
+        lines.append(f"  backlog: {work.records} records PENDING or RUNNING, ETA {eta}")
+    return lines
+
+
 def run(ctx: Context) -> int:
     args = ctx.args
     lock_ttl = lock_ttl_seconds()
+    records = ctx.records()
     report = Status(
-        archive=archive_counts(ctx.records(), lock_ttl_seconds=lock_ttl, include_all=args.all)
+        archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all)
     )
     code = EXIT_OK
+    try:
+        lane = records.lane()
+    except pg8000.exceptions.DatabaseError as error:
+        report.notes.append(f"upload lane not shown: {describe(error)} (run `archive-ctl migrate`)")
+        code = EXIT_ERROR
+    else:
+        report.lane = lane_report(lane)
+        report.backlog = backlog(report.archive, lane)
     queue_url = ctx.queue_url()
     if queue_url is None:
         report.notes.append("queue depths not shown: set ARCHIVE_QUEUE_URL or pass --queue-url")

@@ -32,6 +32,12 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_
     ON image_generation_records (started_at)
     WHERE archive_status = 'FAILED';
 
+-- `archive-ctl backfill` pages through the never-queued SUCCEEDED generations by
+-- (started_at, id); the index holds only those rows, and a row leaves it when queued.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfill_idx
+    ON image_generation_records (started_at, id)
+    WHERE archive_status IS NULL AND status = 'SUCCEEDED';
+
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
 -- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without
 -- blocking writes; both are no-ops once done.

@@ -372,9 +372,14 @@ WHERE id = :record_id AND archive_status = 'PENDING'
 RETURNING id;
 
 -- name: lane_state
-SELECT EXTRACT(EPOCH FROM paused_until) - EXTRACT(EPOCH FROM now()),
-       pause_reason, pause_window, upload_times,
-       version, now(), paused_until, paused_since, pause_detail
+-- The lane as one row. PostgreSQL before 17 refuses to subtract an infinite timestamp:
+-- a pause until cleared reads as +Infinity seconds and a NULL end time.
+SELECT CASE WHEN isfinite(paused_until)
+                 THEN CAST(EXTRACT(EPOCH FROM paused_until - now()) AS double precision)
+            WHEN paused_until > now() THEN CAST('Infinity' AS double precision)
+            WHEN paused_until IS NOT NULL THEN CAST('-Infinity' AS double precision) END,
+       pause_reason, pause_window, upload_times, version, now(),
+       CASE WHEN isfinite(paused_until) THEN paused_until END, paused_since, pause_detail
 FROM image_archive_lane
 WHERE lane = 'lsky';
 
@@ -423,3 +428,59 @@ SET upload_times = CAST(:upload_times AS timestamptz[]),
     version = version + 1
 WHERE lane = 'lsky' AND version = :version
 RETURNING version;
+
+-- name: backfill_selection
+-- The generations `archive-ctl backfill` queues: SUCCEEDED and never queued, started in
+-- [:since, :until), of one user when :user_id is given. The partial index
+-- image_generation_records_archive_backfill_idx holds exactly the first two conditions.
+status = 'SUCCEEDED'
+AND archive_status IS NULL
+AND started_at >= CAST(:since AS timestamptz)
+AND started_at < CAST(:until AS timestamptz)
+AND (CAST(:user_id AS bigint) IS NULL OR user_id = CAST(:user_id AS bigint))
+
+-- name: count_backfill
+SELECT count(*) FROM image_generation_records WHERE {{backfill_selection}};
+
+-- name: preview_backfill
+SELECT id, started_at, user_id
+FROM image_generation_records
+WHERE {{backfill_selection}}
+ORDER BY started_at, id
+LIMIT :limit;
+
+-- name: mark_backfill_page
+-- One backfill page, marked as mark_for_enqueue marks (PENDING, due now, stamped); the
+-- caller then sends the messages. Keyset paging after (:after_started, :after_id) keeps
+-- each page an index range read. A marked row leaves the selection and rows another
+-- transaction holds are skipped, so concurrent runs or a re-run never mark a row twice.
+WITH picked AS (
+    SELECT id
+    FROM image_generation_records
+    WHERE {{backfill_selection}}
+      AND (started_at, id) > (CAST(:after_started AS timestamptz), CAST(:after_id AS bigint))
+    ORDER BY started_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE image_generation_records AS r
+SET archive_status = 'PENDING',
+    archive_next_run_at = now(),
+    archive_enqueued_at = now()
+FROM picked
+WHERE r.id = picked.id AND r.archive_status IS NULL
+RETURNING r.id, r.started_at, r.archive_enqueued_at;
+
+-- name: unmark_backfill
+-- Undo the part of a backfill page an interruption kept from being sent: never queued
+-- again, so the next run takes those rows. Only rows exactly as the page left them (its
+-- stamp as due time and enqueue time: no worker or sweeper has touched them).
+UPDATE image_generation_records
+SET archive_status = NULL,
+    archive_next_run_at = NULL,
+    archive_enqueued_at = NULL
+WHERE id = ANY(CAST(:ids AS bigint[]))
+  AND archive_status = 'PENDING'
+  AND archive_enqueued_at = CAST(:stamp AS timestamptz)
+  AND archive_next_run_at = CAST(:stamp AS timestamptz)
+RETURNING id;

@@ -328,3 +328,55 @@ class ArchiveRecords:
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}
+
+    # -- backfill and the lane, for operators (archive-ctl) --------------------------------
+
+    def count_backfill(
+        self, *, since: datetime | None, until: datetime | None, user_id: int | None
+    ) -> int:
+        [[total]] = self._run("count_backfill", **self._backfill_range(since, until, user_id))
+        return int(total)
+
+    def preview_backfill(
+        self, *, since: datetime | None, until: datetime | None, user_id: int | None, limit: int
+    ) -> list[tuple[int, datetime, int]]:
+        """The first `limit` rows backfill would take: (id, started_at, user_id)."""
+        rows = self._run(
+            "preview_backfill", limit=limit, **self._backfill_range(since, until, user_id)
+        )
+        return [(int(record_id), started, int(user)) for record_id, started, user in rows]
+
+    def mark_backfill_page(
+        self,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        user_id: int | None,
+        after: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[tuple[int, datetime, datetime]]:
+        """Mark the next never-queued rows after the keyset `after` (started_at, id)
+        PENDING; returns (id, started_at, stamp) for each."""
+        rows = self._run(
+            "mark_backfill_page",
+            limit=limit,
+            after_started=BEGINNING if after is None else after[0],
+            after_id=0 if after is None else after[1],
+            **self._backfill_range(since, until, user_id),
+        )
+        return [(int(record_id), started, stamp) for record_id, started, stamp in rows]
+
+    def unmark_backfill(self, record_ids: list[int], *, stamp: datetime) -> list[int]:
+        """Make rows a backfill page marked with `stamp` never-queued again; returns those
+        put back (a row someone touched since keeps its state)."""
+        return [int(row[0]) for row in self._run("unmark_backfill", ids=record_ids, stamp=stamp)]
+
+    @staticmethod
+    def _backfill_range(
+        since: datetime | None, until: datetime | None, user_id: int | None
+    ) -> dict[str, Any]:
+        return {
+            "since": BEGINNING if since is None else since,
+            "until": "infinity" if until is None else until,
+            "user_id": user_id,
+        }

@@ -1,0 +1,95 @@
+"""`archive-ctl lane clear`, and the words for the upload lane's pause that `status` and
+`backfill` use too (image_archive_lane, read with ArchiveRecords.lane)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from lib.cli.context import EXIT_OK, Context, out
+from lib.cli.progress import duration
+from lib.state.lane import LaneState
+
+LANE = "lsky"
+UNTIL_CLEARED = "infinity"  # how JSON reports a pause with no end
+# The pause reasons of image_archive_lane.pause_reason.
+REASONS = ("account", "rate_limit", "retry_after", "pacing")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A lane pause in words and ISO times (None fields: not known)."""
+
+    until: str  # ISO time, or UNTIL_CLEARED
+    reason: str | None
+    window: str | None
+    since: str | None
+    detail: str | None
+    remaining_seconds: float  # inf until cleared
+
+
+def pause_of(lane: LaneState) -> Pause | None:
+    """The lane's pause, or None when it is open."""
+    if not lane.paused:
+        return None
+    remaining = lane.paused_for_seconds
+    until = (
+        UNTIL_CLEARED
+        if math.isinf(remaining)
+        else (lane.now + timedelta(seconds=remaining)).isoformat(timespec="seconds")
+    )
+    return Pause(
+        until=until,
+        reason=lane.reason,
+        window=lane.window,
+        since=_iso(lane.paused_since),
+        detail=lane.detail,
+        remaining_seconds=remaining,
+    )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="seconds") if isinstance(moment, datetime) else None
+
+
+def describe(pause: Pause) -> str:
+    """`paused until cleared: reason account, since 2026-12-02T08:00:00+00:00` and the
+    window when the host named one."""
+    if pause.until == UNTIL_CLEARED:
+        until = "until cleared"
+    else:
+        until = f"until {pause.until} (for {duration(pause.remaining_seconds)} more)"
+    words = [f"reason {pause.reason or 'unknown'}"]
+    if pause.window:
+        words.append(f"window {pause.window}")
+    if pause.since:
+        words.append(f"since {pause.since}")
+    return f"paused {until}: {', '.join(words)}"
+
+
+def run_clear(ctx: Context) -> int:
+    records = ctx.records()
+    reason: str | None = ctx.args.reason
+    pause = pause_of(records.lane())
+    if pause is None:
+        out(f"the {LANE} lane was not paused: nothing to clear")
+        return EXIT_OK
+    if reason is not None and pause.reason != reason:
+        out(
+            f"the {LANE} lane is {describe(pause)}; not the reason asked for ({reason}): "
+            "left as it is"
+        )
+        return EXIT_OK
+    cleared = records.clear_pause(reason=reason)
+    if cleared is None:  # it ended, or was cleared, between the two statements
+        out(f"the {LANE} lane's pause ended meanwhile: nothing to clear")
+        return EXIT_OK
+    out(f"cleared the {LANE} lane's pause; it was {describe(pause)}")
+    if pause.detail:
+        out(f"  detail: {pause.detail}")
+    out(
+        "new attempts start as messages arrive (rows parked during the pause: when the "
+        "sweeper sends them); `archive-ctl status` shows the lane"
+    )
+    return EXIT_OK

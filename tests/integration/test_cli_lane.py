@@ -1,0 +1,173 @@
+"""The upload lane in archive-ctl against PostgreSQL and moto: `status` shows its pause,
+drain rate and the backlog's ETA; `lane clear` reopens it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from devkit.sqs import QueuePair
+from lib.cli.context import EXIT_OK
+from tests.integration.test_cli import URL, Ctl
+from tests.integration.test_cli_backfill import pause_lane, set_uploads
+from tests.support import seed_record
+
+
+@pytest.fixture
+def ctl(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str,
+    db: Any,
+    queues: QueuePair,
+) -> Ctl:
+    monkeypatch.setenv("DATABASE_URL", pg_dsn)
+    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
+    monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
+    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    return Ctl(capsys)
+
+
+def lane_row(db: Any) -> dict[str, Any]:
+    rows = db.run(
+        "SELECT paused_until, pause_reason, pause_window, pause_detail, paused_since"
+        " FROM image_archive_lane WHERE lane = 'lsky'"
+    )
+    return dict(zip(["until", "reason", "window", "detail", "since"], rows[0], strict=True))
+
+
+def seed_backlog(db: Any, pending: int, running: int = 0) -> None:
+    for record_id in range(1, pending + 1):
+        seed_record(db, record_id, image_url=URL, archive_status="PENDING", next_run_at=30)
+    for record_id in range(pending + 1, pending + running + 1):
+        seed_record(db, record_id, image_url=URL, archive_status="RUNNING", locked_by="x")
+
+
+# -- status ------------------------------------------------------------------------------
+
+
+def test_status_shows_an_open_lane_its_drain_rate_and_the_backlog_eta(ctl: Ctl, db: Any) -> None:
+    seed_backlog(db, pending=8, running=2)
+    seed_record(db, 50, image_url=URL, archive_status="SUCCEEDED")
+    set_uploads(db, 30)  # 2 a minute
+
+    assert ctl("status") == EXIT_OK, ctl.err
+    assert (
+        "upload lane (lsky)\n"
+        "  open\n"
+        "  drain: 30 uploads in the last 15 min (2.0/min)\n"
+        "  backlog: 10 records PENDING or RUNNING, ETA 5 min\n"
+    ) in ctl.out
+
+    assert ctl("status", "--json") == EXIT_OK
+    report = json.loads(ctl.out)
+    assert report["lane"] == {
+        "name": "lsky",
+        "paused": False,
+        "paused_until": None,
+        "paused_for_seconds": None,
+        "reason": None,
+        "window": None,
+        "paused_since": None,
+        "detail": None,
+        "recent_uploads": 30,
+        "drain_window_seconds": 900,
+        "drain_per_minute": 2.0,
+    }
+    assert report["backlog"] == {"records": 10, "eta_seconds": 300.0}
+
+
+def test_status_shows_a_pause_until_a_time(ctl: Ctl, db: Any) -> None:
+    seed_backlog(db, pending=6)
+    set_uploads(db, 90)  # 6 a minute
+    pause_lane(db, seconds=3600, reason="rate_limit", detail="每小时内你最多可以上传 100 张图片")
+    db.run("UPDATE image_archive_lane SET pause_window = 'hour'")
+
+    assert ctl("status", "--json") == EXIT_OK, ctl.err
+    lane = json.loads(ctl.out)["lane"]
+    assert lane["paused"] is True
+    assert lane["paused_until"] == lane_row(db)["until"].isoformat(timespec="seconds")
+    assert 3590 <= lane["paused_for_seconds"] <= 3600
+    assert (lane["reason"], lane["window"]) == ("rate_limit", "hour")
+    assert lane["paused_since"] == lane_row(db)["since"].isoformat(timespec="seconds")
+    assert lane["detail"] == "每小时内你最多可以上传 100 张图片"
+    eta = json.loads(ctl.out)["backlog"]["eta_seconds"]
+    assert 3590 + 60 <= eta <= 3600 + 60  # the pause, then 6 records at 6 a minute
+
+    assert ctl("status") == EXIT_OK
+    assert f"  paused until {lane['paused_until']} (for 60 min more): reason rate_limit, " in (
+        ctl.out
+    )
+    assert f"window hour, since {lane['paused_since']}\n" in ctl.out
+    assert "  detail: 每小时内你最多可以上传 100 张图片\n" in ctl.out
+    assert "ETA 61 min" in ctl.out
+
+
+def test_status_shows_a_pause_until_cleared(ctl: Ctl, db: Any) -> None:
+    seed_backlog(db, pending=3)
+    set_uploads(db, 15)
+    pause_lane(db, seconds=None, reason="account", detail="HTTP 401: Authentication failed.")
+
+    assert ctl("status") == EXIT_OK, ctl.err
+    assert "  paused until cleared: reason account, since " in ctl.out
+    assert "  detail: HTTP 401: Authentication failed.\n" in ctl.out
+    assert "  backlog: 3 records PENDING or RUNNING, ETA - (the lane is paused until cleared)" in (
+        ctl.out
+    )
+
+    assert ctl("status", "--json") == EXIT_OK
+    report = json.loads(ctl.out)
+    assert report["lane"]["paused_until"] == "infinity"
+    assert report["lane"]["paused_for_seconds"] is None
+    assert report["backlog"] == {"records": 3, "eta_seconds": None}
+
+
+def test_status_without_recent_uploads_has_no_eta(ctl: Ctl, db: Any) -> None:
+    seed_backlog(db, pending=2)
+    db.run("UPDATE image_archive_lane SET upload_times = ARRAY[now() - interval '2 hours']")
+    assert ctl("status") == EXIT_OK
+    assert "  drain: 0 uploads in the last 15 min (0.0/min)" in ctl.out
+    assert "ETA - (nothing uploaded in the last 15 min)" in ctl.out
+
+
+# -- lane clear ------------------------------------------------------------------------------
+
+
+def test_lane_clear_reopens_an_account_pause_and_says_what_it_was(ctl: Ctl, db: Any) -> None:
+    pause_lane(db, seconds=None, reason="account", detail="HTTP 401: Authentication failed.")
+
+    assert ctl("lane", "clear") == EXIT_OK, ctl.err
+    assert ctl.out.startswith(
+        "cleared the lsky lane's pause; it was paused until cleared: reason account, since "
+    )
+    assert "  detail: HTTP 401: Authentication failed.\n" in ctl.out
+    assert lane_row(db) == dict.fromkeys(["until", "reason", "window", "detail", "since"])
+
+    assert ctl("lane", "clear") == EXIT_OK  # nothing paused: still fine, and said
+    assert ctl.out == "the lsky lane was not paused: nothing to clear\n"
+
+
+def test_lane_clear_with_a_reason_clears_only_that_reason(ctl: Ctl, db: Any) -> None:
+    pause_lane(db, seconds=600, reason="rate_limit")
+
+    assert ctl("lane", "clear", "--reason", "account") == EXIT_OK, ctl.err
+    assert ctl.out.startswith("the lsky lane is paused until 20")
+    assert "reason rate_limit" in ctl.out
+    assert ctl.out.endswith("; not the reason asked for (account): left as it is\n")
+    assert lane_row(db)["reason"] == "rate_limit"
+
+    assert ctl("lane", "clear", "--reason", "rate_limit") == EXIT_OK
+    assert ctl.out.startswith("cleared the lsky lane's pause; it was paused until 20")
+    assert lane_row(db)["until"] is None
+
+
+def test_lane_clear_rejects_an_unknown_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    from lib.cli import main as cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["lane", "clear", "--reason", "weather"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'weather'" in capsys.readouterr().err
