@@ -780,8 +780,17 @@ def test_each_function_can_touch_only_its_own_queues_and_secrets() -> None:
     ]
     assert archive["logs:PutLogEvents"] == [{"Fn::GetAtt": ["ArchiveLogGroup", "Arn"]}]
     assert sweeper["sqs:SendMessage"] == [queue], "the sweeper requeues to the archive queue"
-    assert not any(a.startswith("sqs:") and a != "sqs:SendMessage" for a in sweeper)
-    assert sweeper["secretsmanager:GetSecretValue"] == [{"Ref": "DbSecretArn"}]
+    # ...and reads its depth, for the backlog rule that keeps queued rows from re-sends.
+    assert sweeper["sqs:GetQueueAttributes"] == [queue]
+    assert {a for a in sweeper if a.startswith("sqs:")} == {
+        "sqs:SendMessage",
+        "sqs:GetQueueAttributes",
+    }
+    # The token only for the probe that reopens an account-paused lane.
+    assert sorted(sweeper["secretsmanager:GetSecretValue"], key=str) == [
+        {"Ref": "DbSecretArn"},
+        {"Ref": "LskyTokenSecretArn"},
+    ]
     assert sweeper["logs:PutLogEvents"] == [{"Fn::GetAtt": ["SweeperLogGroup", "Arn"]}]
 
 
@@ -886,6 +895,17 @@ def test_alarms() -> None:
         assert alarm["AlarmActions"]["Fn::If"][0] == "HasAlarmTopic"
     age = next(a for a in _alarms() if a.get("MetricName") == "ApproximateAgeOfOldestMessage")
     assert ref_of(age["Threshold"]) == "QueueAgeAlarmSeconds"
+
+
+def test_an_account_paused_lane_raises_an_alarm_and_the_dashboard_shows_the_lane() -> None:
+    alarm = props("ArchiveLanePausedAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("ImageArchive", "LanePausedAccount")
+    assert alarm["Threshold"] == 0
+    assert "archive-ctl lane clear" in alarm["AlarmDescription"]
+    assert "paused" in props("ArchiveQueueOldestMessageAlarm")["AlarmDescription"]
+    body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
+    for metric in ("RateLimited", "LaneHeld", "LaneParked", "LanePausedSeconds"):
+        assert f'"{metric}"' in body, metric
 
 
 def test_own_faults_raise_an_alarm() -> None:
