@@ -9,13 +9,13 @@ import pytest
 from lib.archive import sweeper
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
-    UPLOAD_TIME_MARGIN_SECONDS,
     HostCondition,
     PauseReason,
     host_condition,
     next_upload_at,
     pause_until,
     probe_can_clear,
+    upload_time_margin,
 )
 from lib.platform.config import rate_limits
 from lib.transfer.failures import Failure, Kind, Stage
@@ -101,7 +101,7 @@ def test_a_window_pause_ends_when_the_oldest_counted_upload_leaves_it() -> None:
     minute = HostCondition(PauseReason.RATE_LIMIT, "每分钟", "minute", 60, 3)
     log = [NOW - timedelta(seconds=s) for s in (50, 30, 10)]
     until = pause_until(minute, now=NOW, upload_times=log)
-    assert until == NOW + timedelta(seconds=10 + UPLOAD_TIME_MARGIN_SECONDS)
+    assert until == NOW + timedelta(seconds=10 + upload_time_margin(60))
     # Fewer uploads of ours in the window than the limit: others used it; wait it out.
     assert pause_until(minute, now=NOW, upload_times=log[:1]) == NOW + timedelta(seconds=60)
 
@@ -113,8 +113,10 @@ def test_pacing_finds_the_first_instant_every_window_has_room() -> None:
     # The minute holds 2 (full until the older leaves); the hour holds 3 (full until the
     # 3,000 s-old one leaves, 600 s from now).
     assert next_upload_at(log, limits, NOW) == NOW + timedelta(
-        seconds=600 + UPLOAD_TIME_MARGIN_SECONDS
+        seconds=600 + upload_time_margin(3_600)
     )
+    assert upload_time_margin(3_600) == 2.0  # a transfer's worth
+    assert upload_time_margin(1) == 0.1  # scaled-down windows keep their proportion
 
 
 def test_only_pauses_the_profile_can_see_are_cleared_by_the_probe() -> None:
@@ -127,6 +129,7 @@ def test_only_pauses_the_profile_can_see_are_cleared_by_the_probe() -> None:
 def test_rate_limit_settings() -> None:
     assert rate_limits({"LSKY_RATE_LIMITS": "20/minute,100/hour"}) == ((60, 20), (3_600, 100))
     assert rate_limits({"LSKY_RATE_LIMITS": "5/seconds, 2/days"}) == ((1, 5), (86_400, 2))
+    assert rate_limits({"LSKY_RATE_LIMITS": "10/30 seconds"}) == ((30, 10),)
     assert rate_limits({"LSKY_RATE_LIMITS": "20/fortnight,0/hour,x/minute"}) == ()
     assert rate_limits({}) == ()
 

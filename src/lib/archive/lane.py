@@ -37,7 +37,8 @@ ACCOUNT_MESSAGES = (
 ACCOUNT_STATUSES = frozenset({401, 403})
 # Account states Lsky's profile endpoint does not show: only an operator clears these.
 NOT_PROBEABLE = ("账户未验证", "账号状态异常")
-# How much later than our log Lsky may date an upload (the transfer's duration).
+# How much later than our log Lsky may date an upload (the transfer's duration): at most
+# this, and a tenth of the window (scaled-down windows in tests and benchmarks).
 UPLOAD_TIME_MARGIN_SECONDS = 2.0
 # Spread the return of held messages so the containers do not all come back at once.
 MAX_JITTER_SECONDS = 5.0
@@ -114,6 +115,12 @@ def pause_until(
     return now + window
 
 
+def upload_time_margin(window_seconds: float) -> float:
+    """Our log holds when an upload was started; Lsky counts when it stored the image, up
+    to a transfer later: the margin keeps the two counts from disagreeing."""
+    return min(UPLOAD_TIME_MARGIN_SECONDS, window_seconds / 10)
+
+
 def next_upload_at(
     upload_times: Sequence[datetime], limits: Sequence[tuple[int, int]], now: datetime
 ) -> datetime:
@@ -121,9 +128,7 @@ def next_upload_at(
     limit ((seconds, uploads) pairs), as Lsky counts: uploads in the last window."""
     free = now
     for seconds, limit in limits:
-        # Our log holds when an upload was started; Lsky counts when it stored the image,
-        # up to a transfer later: the margin keeps the two counts from disagreeing.
-        window = timedelta(seconds=seconds + UPLOAD_TIME_MARGIN_SECONDS)
+        window = timedelta(seconds=seconds + upload_time_margin(seconds))
         recent = sorted((t for t in upload_times if t > now - window), reverse=True)
         if len(recent) >= limit:
             # One slot frees when the limit-th newest upload leaves the window.
@@ -138,5 +143,7 @@ def probe_can_clear(detail: str | None) -> bool:
     return not any(text in (detail or "") for text in NOT_PROBEABLE)
 
 
-def jitter(rng: random.Random | None = None) -> float:
-    return (rng or random).uniform(0.0, MAX_JITTER_SECONDS)
+def jitter(pause_seconds: float, rng: random.Random | None = None) -> float:
+    """A random spread for a held message's return: a twentieth of the pause, at most
+    MAX_JITTER_SECONDS, so short pauses stay short."""
+    return (rng or random).uniform(0.0, min(MAX_JITTER_SECONDS, pause_seconds / 20))

@@ -20,13 +20,13 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
 from lib.archive.lane import (
-    UPLOAD_TIME_MARGIN_SECONDS,
     HostCondition,
     PauseReason,
     host_condition,
     jitter,
     next_upload_at,
     pause_until,
+    upload_time_margin,
 )
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.platform.config import FINISH_RESERVE_MS, Settings
@@ -49,8 +49,10 @@ NO_TIME_RETRY_SECONDS = 5
 # costs no receives (each one counts towards maxReceiveCount).
 HOLD_LIMIT_SECONDS = 900
 HOLD_LIMIT_RECEIVES = 3
-# Pacing: a wait this short is slept through rather than paid for with a second invocation.
-PACING_SLEEP_SECONDS = 3.0
+# Pacing: a wait up to this long is slept through (when the invocation has the time) rather
+# than paid for with a second invocation; the event source's MaximumConcurrency keeps the
+# other messages in the queue meanwhile, unreceived.
+PACING_SLEEP_SECONDS = 60.0
 # Optimistic reservations retried this often before the attempt gives way.
 RESERVE_TRIES = 5
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
@@ -287,9 +289,8 @@ class ArchiveWorker:
         """Pacing: take an upload slot (None) or say until when the lane is closed. Short
         waits are slept through; the log is shared through the lane row, optimistically."""
         limits = self.settings.rate_limits
-        longest = timedelta(
-            seconds=max(seconds for seconds, _ in limits) + UPLOAD_TIME_MARGIN_SECONDS
-        )
+        longest_window = max(seconds for seconds, _ in limits)
+        longest = timedelta(seconds=longest_window + upload_time_margin(longest_window))
         for _ in range(RESERVE_TRIES):
             now = _db_now(lane, claimed_at)
             free = next_upload_at(lane.upload_times, limits, now)
@@ -365,7 +366,7 @@ class ArchiveWorker:
             )
             metrics.add_metric(name="LaneParked", unit=MetricUnit.Count, value=1)
             return Result(Outcome.PARKED, record_id, "parked while the lane is paused")
-        hold = min(math.ceil(seconds + jitter()), MAX_VISIBILITY_SECONDS)
+        hold = min(math.ceil(seconds + jitter(seconds)), MAX_VISIBILITY_SECONDS)
         self._delay(message, hold)
         logger.info(
             "upload lane paused; message held", outcome=Outcome.PAUSED, retry_in_seconds=hold

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,19 +202,23 @@ RATE_WINDOWS = {
 def rate_limits(
     env: Mapping[str, str], name: str = "LSKY_RATE_LIMITS"
 ) -> tuple[tuple[int, int], ...]:
-    """ "20/minute,100/hour" -> ((60, 20), (3600, 100)); a bad part is skipped with a warning."""
+    """ "20/minute,100/hour" -> ((60, 20), (3600, 100)); "10/30 seconds" is 10 per 30 s.
+    A bad part is skipped with a warning naming it."""
     raw = _text(env, name)
     if raw is None:
         return ()
     limits: list[tuple[int, int]] = []
     for part in raw.split(","):
-        count, _, unit = part.strip().partition("/")
-        seconds = RATE_WINDOWS.get(unit.strip().lower().removesuffix("s"))
-        if count.strip().isdigit() and int(count) > 0 and seconds is not None:
-            limits.append((seconds, int(count)))
+        match = _RATE.fullmatch(part.strip().lower())
+        if match and int(match.group(1)) > 0 and int(match.group(2) or 1) > 0:
+            seconds = int(match.group(2) or 1) * RATE_WINDOWS[match.group(3)]
+            limits.append((seconds, int(match.group(1))))
         else:
             _warn("invalid part %r of %s=%r, ignoring it", part.strip(), name, raw)
     return tuple(sorted(limits))
+
+
+_RATE = re.compile(r"(\d+)\s*/\s*(\d+)?\s*(second|minute|hour|day|week|month)s?")
 
 
 SSL_MODES = ("disable", "prefer", "require", "verify-full")
