@@ -48,6 +48,7 @@ ARCHIVE_COLUMNS = {
     "hosted_image_url",
     "image_mime_type",
     "hosted_response",
+    "archive_may_be_hosted",
 }
 
 

@@ -243,7 +243,9 @@ class ArchiveWorker:
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
         if decision.action is policy.Action.FAIL:
-            if not self.records.fail(task, owner=owner, error=error):
+            if not self.records.fail(
+                task, owner=owner, error=error, may_be_hosted=failure.may_be_hosted
+            ):
                 return self._lost_lock(task, "fail", error)
             logger.error(
                 "archive failed",
@@ -254,7 +256,13 @@ class ArchiveWorker:
             metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
             return Result(Outcome.FAILED, task.record_id, error)
         delay = decision.delay_seconds
-        if not self.records.retry(task, owner=owner, error=error, delay_seconds=delay):
+        if not self.records.retry(
+            task,
+            owner=owner,
+            error=error,
+            delay_seconds=delay,
+            may_be_hosted=failure.may_be_hosted,
+        ):
             return self._lost_lock(task, "retry", error)
         self._delay(message, delay)
         logger.warning(
@@ -284,7 +292,10 @@ class ArchiveWorker:
         """Our configuration or code failed, not the record: give the attempt back and
         redeliver, so a broken setting cannot walk the backlog to FAILED."""
         delay = OWN_FAULT_RETRY_SECONDS
-        if not self.records.release(task, owner=owner, delay_seconds=delay, error=error):
+        # The fault may have struck mid-upload: the next attempt looks the image up first.
+        if not self.records.release(
+            task, owner=owner, delay_seconds=delay, error=error, may_be_hosted=True
+        ):
             return self._lost_lock(task, "release", error)
         self._delay(message, delay)
         logger.error(

@@ -16,6 +16,9 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archived_at TIMEST
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_image_url TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS image_mime_type TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JSONB;
+-- The last attempt may have left an image on Lsky that the row does not point at: set by
+-- every claim, cleared by the writes that know the host's answer (queries.sql, docs/archive.md).
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_may_be_hosted BOOLEAN NOT NULL DEFAULT false;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.

@@ -115,7 +115,8 @@ class ArchiveRecords:
             early_slack=EARLY_SLACK_SECONDS,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
-        (claimed_id, user_id, username, url, started, attempt) = row[5:]
+        (claimed_id, user_id, username, url, started, attempt) = row[5:11]
+        may_be_hosted = row[11]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -133,6 +134,7 @@ class ArchiveRecords:
             image_url=url or "",
             started_at=started,
             attempt=int(attempt),
+            may_be_hosted=bool(may_be_hosted),
         )
         return ClaimResult(task, snapshot)
 
@@ -155,23 +157,61 @@ class ArchiveRecords:
             return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
         return Recorded.ALREADY_THIS if same_url else Recorded.ALREADY_OTHER
 
-    def retry(self, task: Task, *, owner: str, error: str, delay_seconds: int) -> bool:
-        """PENDING again after `delay_seconds`; False when the lock had passed on."""
+    def retry(
+        self,
+        task: Task,
+        *,
+        owner: str,
+        error: str,
+        delay_seconds: int,
+        may_be_hosted: bool = True,
+    ) -> bool:
+        """PENDING again after `delay_seconds`; False when the lock had passed on.
+
+        may_be_hosted: whether this attempt may have left an image on Lsky (default: the
+        safe answer for a caller that cannot tell; it costs the next attempt a look-up).
+        """
         rows = self._run(
-            "retry", record_id=task.record_id, owner=owner, error=error, delay=delay_seconds
+            "retry",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            delay=delay_seconds,
+            may_be_hosted=may_be_hosted,
         )
         return bool(rows)
 
-    def fail(self, task: Task, *, owner: str, error: str) -> bool:
-        """FAILED for good; False when the lock had passed on."""
-        return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
+    def fail(self, task: Task, *, owner: str, error: str, may_be_hosted: bool = True) -> bool:
+        """FAILED for good; False when the lock had passed on (may_be_hosted as in retry)."""
+        rows = self._run(
+            "fail",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            may_be_hosted=may_be_hosted,
+        )
+        return bool(rows)
 
     def release(
-        self, task: Task, *, owner: str, delay_seconds: int, error: str | None = None
+        self,
+        task: Task,
+        *,
+        owner: str,
+        delay_seconds: int,
+        error: str | None = None,
+        may_be_hosted: bool | None = None,
     ) -> bool:
-        """PENDING with the attempt given back; False when the lock had passed on."""
+        """PENDING with the attempt given back; False when the lock had passed on.
+
+        may_be_hosted: None puts back what the claim found (nothing was sent since).
+        """
         rows = self._run(
-            "release", record_id=task.record_id, owner=owner, delay=delay_seconds, error=error
+            "release",
+            record_id=task.record_id,
+            owner=owner,
+            delay=delay_seconds,
+            error=error,
+            may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
         )
         return bool(rows)
 

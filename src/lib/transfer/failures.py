@@ -37,6 +37,9 @@ class Failure:
     message: str
     status: int | None = None
     retry_after: float | None = None  # seconds, when the peer said so
+    # Lsky may have stored the image although the attempt failed (an upload whose answer
+    # was lost): set by lib.archive.copier, recorded for the next attempt to look up.
+    may_be_hosted: bool = False
 
 
 class ArchiveFailure(ServiceError):
