@@ -17,6 +17,7 @@ from lib.platform.errors import ServiceError
 class Stage(enum.StrEnum):
     DOWNLOAD = "download"
     UPLOAD = "upload"
+    LOOKUP = "lookup"  # looking for the record's image on Lsky before uploading it again
 
 
 class Kind(enum.StrEnum):
