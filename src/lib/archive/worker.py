@@ -18,6 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
 from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.reconcile import RESPONSE_KEY
 from lib.platform.config import Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
@@ -179,10 +180,11 @@ class ArchiveWorker:
                 owner=owner,
                 hosted_url=hosted.url,
                 mime_type=hosted.mime_type,
-                response=hosted.data,
+                response=self._stored_response(copied),
             )
         except (DatabaseUnavailable, pg8000.exceptions.DatabaseError) as error:
-            # Stored on Lsky, not recorded: what an operator needs to reconcile by hand.
+            # Stored on Lsky, not recorded: the row stays RUNNING with archive_may_be_hosted
+            # set, so the attempt that takes it over finds the image and adopts it.
             detail = error if isinstance(error, DatabaseUnavailable) else describe(error)
             return self._unconcluded(
                 message,
@@ -198,6 +200,7 @@ class ArchiveWorker:
             logger.warning("archived after the lock had passed on; recorded anyway")
         elif recorded is Recorded.ROW_GONE:
             logger.warning("archived, but the record no longer exists", hosted_url=hosted.url)
+        self._report_copy(copied)
         logger.info(
             "archive succeeded",
             outcome=Outcome.ARCHIVED,
@@ -206,8 +209,32 @@ class ArchiveWorker:
             mime_type=hosted.mime_type,
         )
         metrics.add_metric(name="Archived", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=copied.size)
+        if not copied.adopted:
+            metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=copied.size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
+
+    @staticmethod
+    def _stored_response(copied: Copied) -> dict[str, Any]:
+        """Lsky's `data`, with our note on how the row got it under a key of ours."""
+        if copied.adopted:
+            return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
+        return copied.hosted.data
+
+    @staticmethod
+    def _report_copy(copied: Copied) -> None:
+        if copied.adopted:
+            logger.info(
+                "an earlier attempt had stored the image; adopted it instead of uploading",
+                hosted_key=str(copied.hosted.data.get("key", "")),
+            )
+            metrics.add_metric(name="Reconciled", unit=MetricUnit.Count, value=1)
+        if copied.duplicates:
+            # Stored before this look-up existed, or by hand: left for an operator.
+            logger.warning(
+                "the host holds more than one image for this record",
+                hosted_key=str(copied.hosted.data.get("key", "")),
+                duplicate_keys=list(copied.duplicates[:10]),
+            )
 
     def _skip(self, message: Message, record_id: int, snapshot: ClaimSnapshot) -> Result:
         """The claim did not win: a copy that came early is held back, anything else is
