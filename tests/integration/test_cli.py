@@ -96,6 +96,7 @@ INDEXES = {
     "image_generation_records_archive_pending_idx",
     "image_generation_records_archive_running_idx",
     "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_altered_idx",
 }
 
 

@@ -8,10 +8,11 @@ Running out of time here is a timeout that spends the attempt.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from lib.archive.budget import download_needs, time_left, upload_needs
+from lib.archive.fidelity import ContentDigest, Digest, Fidelity, compare
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
 from lib.archive.reconcile import may_be_hosted
 from lib.state.claim import Task
@@ -29,6 +30,12 @@ class Copied:
     # of further images with the record's name (stored before this fix, or by hand).
     adopted: bool = False
     duplicates: tuple[str, ...] = ()
+    sent: Digest | None = None  # md5/sha1/size of the bytes sent (None when adopted)
+
+    @property
+    def fidelity(self) -> Fidelity | None:
+        """The bytes sent against those Lsky says it stored (None when adopted)."""
+        return None if self.sent is None else compare(self.sent, self.hosted.data)
 
 
 class _Progress:
@@ -36,23 +43,11 @@ class _Progress:
 
     def __init__(self) -> None:
         self.upload_started = False
-        self.streamed: _Sent | None = None  # the streamed body's file bytes, when streaming
+        self.streamed: ContentDigest | None = None  # the streamed body's file bytes
 
     @property
     def body_complete(self) -> bool:
         return self.upload_started and (self.streamed is None or self.streamed.finished)
-
-
-class _Sent:
-    """Chunks passed through to a streamed upload; `finished` once they all went out."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = chunks
-        self.finished = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield from self._chunks
-        self.finished = True
 
 
 def can_start(deadline: float) -> bool:
@@ -130,12 +125,14 @@ class Copier:
                 )
             # The spooled body must end early enough to leave the upload its share.
             stream.set_deadline(deadline - upload_needs(size))
-            image = spool(stream)
+            digest = ContentDigest()
+            image = spool(stream, observe=digest.update)
         try:
             if time_left(deadline) < upload_needs(image.size):
                 raise fail(Stage.UPLOAD, Kind.TIMEOUT, "not enough time left to upload")
             progress.upload_started = True
-            return Copied(self.lsky.upload(image, filename=filename, deadline=deadline), image.size)
+            hosted = self.lsky.upload(image, filename=filename, deadline=deadline)
+            return Copied(hosted, image.size, sent=digest.result())
         finally:
             image.close()
 
@@ -164,20 +161,21 @@ class Copier:
                 self.downloader.open(task.image_url, deadline=by - upload_needs(0))
             )
             progress.upload_started = True
-            progress.streamed = _Sent(again)
-            return progress.streamed
+            progress.streamed = ContentDigest()
+            return progress.streamed.wrap(again)
 
         progress.upload_started = True
-        progress.streamed = _Sent(stream)
+        progress.streamed = ContentDigest()
         hosted = self.lsky.upload_stream(
-            progress.streamed,
+            progress.streamed.wrap(stream),
             size=size,
             mime_type=stream.image_type.mime_type,
             filename=name,
             deadline=by,
             reopen=reopen,
         )
-        return Copied(hosted, size)
+        # The body's framing checked the length, so every byte went through the digest.
+        return Copied(hosted, size, sent=progress.streamed.result())
 
 
 def _filename(task: Task, image_type: ImageType) -> str:

@@ -17,6 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
+from lib.archive.fidelity import note
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.reconcile import RESPONSE_KEY
 from lib.platform.config import Settings
@@ -174,6 +175,7 @@ class ArchiveWorker:
 
     def _succeeded(self, message: Message, task: Task, owner: str, copied: Copied) -> Result:
         hosted = copied.hosted
+        fidelity = copied.fidelity
         try:
             recorded = self.records.succeed(
                 task,
@@ -181,6 +183,7 @@ class ArchiveWorker:
                 hosted_url=hosted.url,
                 mime_type=hosted.mime_type,
                 response=self._stored_response(copied),
+                altered=None if fidelity is None else fidelity.altered,
             )
         except (DatabaseUnavailable, pg8000.exceptions.DatabaseError) as error:
             # Stored on Lsky, not recorded: the row stays RUNNING with archive_may_be_hosted
@@ -216,12 +219,27 @@ class ArchiveWorker:
     @staticmethod
     def _stored_response(copied: Copied) -> dict[str, Any]:
         """Lsky's `data`, with our note on how the row got it under a key of ours."""
-        if copied.adopted:
-            return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
-        return copied.hosted.data
+        fidelity = copied.fidelity
+        if copied.sent is not None and fidelity is not None:
+            return {**copied.hosted.data, RESPONSE_KEY: note(copied.sent, fidelity)}
+        return {**copied.hosted.data, RESPONSE_KEY: {"adopted": copied.adopted}}
 
     @staticmethod
     def _report_copy(copied: Copied) -> None:
+        fidelity, sent, data = copied.fidelity, copied.sent, copied.hosted.data
+        if fidelity is not None and sent is not None and fidelity.altered:
+            # Re-encoded (group image quality below 100, a save format) or watermarked.
+            logger.warning(
+                "archived, but Lsky stored other bytes than the generated image",
+                differs=list(fidelity.differs),
+                sent_bytes=sent.size,
+                sent_md5=sent.md5,
+                hosted_md5=str(data.get("md5", "")),
+                hosted_size_kb=data.get("size"),
+            )
+            metrics.add_metric(name="ArchivedAltered", unit=MetricUnit.Count, value=1)
+        elif fidelity is not None and fidelity.altered is None:
+            logger.warning("Lsky's answer has no md5, sha1 or size: the bytes were not compared")
         if copied.adopted:
             logger.info(
                 "an earlier attempt had stored the image; adopted it instead of uploading",

@@ -19,6 +19,9 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JS
 -- The last attempt may have left an image on Lsky that the row does not point at: set by
 -- every claim, cleared by the writes that know the host's answer (queries.sql, docs/archive.md).
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_may_be_hosted BOOLEAN NOT NULL DEFAULT false;
+-- Lsky stored other bytes than the generated ones (re-encoded, watermarked): true; the
+-- same: false; not compared (adopted, archived before the check): NULL.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_altered BOOLEAN;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -34,6 +37,11 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_running
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
     ON image_generation_records (started_at)
     WHERE archive_status = 'FAILED';
+
+-- `archive-ctl status` counts the archives Lsky altered, by archive time.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_altered_idx
+    ON image_generation_records (archived_at)
+    WHERE archive_altered;
 
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
 -- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without

@@ -90,6 +90,7 @@ written AS (
         hosted_image_url = :hosted_url,
         image_mime_type = :mime_type,
         hosted_response = CAST(:hosted_response AS jsonb),
+        archive_altered = CAST(:altered AS boolean),
         archive_may_be_hosted = false,
         archive_error = NULL,
         archive_next_run_at = NULL,

@@ -139,9 +139,19 @@ class ArchiveRecords:
         return ClaimResult(task, snapshot)
 
     def succeed(
-        self, task: Task, *, owner: str, hosted_url: str, mime_type: str, response: dict[str, Any]
+        self,
+        task: Task,
+        *,
+        owner: str,
+        hosted_url: str,
+        mime_type: str,
+        response: dict[str, Any],
+        altered: bool | None = None,
     ) -> Recorded:
-        """Record the hosted image; says what the row held before (see Recorded)."""
+        """Record the hosted image; says what the row held before (see Recorded).
+
+        altered: whether Lsky stored other bytes than were sent (None: not compared).
+        """
         rows = self._run(
             "succeed",
             record_id=task.record_id,
@@ -149,6 +159,7 @@ class ArchiveRecords:
             hosted_url=hosted_url,
             mime_type=mime_type,
             hosted_response=json.dumps(response, ensure_ascii=False),
+            altered=altered,
         )
         if not rows:
             return Recorded.ROW_GONE
