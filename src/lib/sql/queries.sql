@@ -344,3 +344,14 @@ SELECT COALESCE(archive_status, 'not queued'), count(*)
 FROM image_generation_records
 GROUP BY 1
 ORDER BY 1;
+
+-- name: altered_counts
+-- `archive-ctl status`: archives whose stored bytes Lsky changed, all time and archived in
+-- the last 24 h. Reads only archive_altered_idx, and stops counting at :limit so a host
+-- that re-encodes everything cannot make `status` slow.
+SELECT
+    (SELECT count(*) FROM (SELECT 1 FROM image_generation_records
+                            WHERE archive_altered LIMIT :limit) AS altered),
+    (SELECT count(*) FROM (SELECT 1 FROM image_generation_records
+                            WHERE archive_altered AND archived_at >= now() - interval '24 hours'
+                            LIMIT :limit) AS recent);

@@ -79,6 +79,15 @@ class LiveCounts:
     failed_last_24h: int
 
 
+@dataclass(frozen=True)
+class AlteredCounts:
+    """Archives whose stored bytes Lsky changed (archive_altered); counting stops at `limit`."""
+
+    total: int
+    last_24h: int
+    limit: int
+
+
 def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     return [
         SweptRow(
@@ -317,6 +326,10 @@ class ArchiveRecords:
             failed=int(failed),
             failed_last_24h=int(failed_24h),
         )
+
+    def altered_counts(self, *, limit: int = 10_000) -> AlteredCounts:
+        [[total, recent]] = self._run("altered_counts", limit=limit)
+        return AlteredCounts(total=int(total), last_24h=int(recent), limit=limit)
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}
