@@ -220,9 +220,9 @@ class ArchiveWorker:
     def _stored_response(copied: Copied) -> dict[str, Any]:
         """Lsky's `data`, with our note on how the row got it under a key of ours."""
         fidelity = copied.fidelity
-        if copied.sent is not None and fidelity is not None:
-            return {**copied.hosted.data, RESPONSE_KEY: note(copied.sent, fidelity)}
-        return {**copied.hosted.data, RESPONSE_KEY: {"adopted": copied.adopted}}
+        if copied.sent is None or fidelity is None:  # adopted: nothing was sent to compare
+            return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
+        return {**copied.hosted.data, RESPONSE_KEY: note(copied.sent, fidelity)}
 
     @staticmethod
     def _report_copy(copied: Copied) -> None:
