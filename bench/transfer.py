@@ -12,12 +12,21 @@ One fresh process, warmed up (a tiny archive and a 10 MB one on each side), then
 So the database part is INCLUDED on the handler side only (two statements on a warm
 connection), which makes the comparison stricter, not looser. No SQS call happens on
 either side (the happy path does not call SQS; the event is synthetic).
+
+A third side, interleaved with the two, runs the handler with the md5/sha1 of the
+fidelity check switched off (ContentDigest.update only counting), which prices the
+hashing in the same process; and every request the handler sends to Lsky is counted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import statistics
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.child import child_main, run_child
 from bench.common import MB, Row, command_for, median, ms, ratio, write_results
@@ -26,6 +35,69 @@ from bench.services import TINY, Services
 IMAGE_PATH = "/img-10mb.png"
 IMAGE_BYTES = 10 * MB
 TARGET_RATIO = 1.15
+HASHING_TARGET_RATIO = 1.05
+# What a first attempt sent to Lsky before issue 13: one POST /api/v1/upload.
+REQUESTS_BEFORE = 1
+
+
+def _count_lsky_requests(base_url: str) -> tuple[Counter[str], Callable[[bool], None]]:
+    """Count `METHOD /path` of every urllib3 request to Lsky while switched on."""
+    import urllib3  # noqa: PLC0415
+
+    seen: Counter[str] = Counter()
+    active = [False]
+    original = urllib3.PoolManager.urlopen
+
+    def counting(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if active[0] and url.startswith(base_url):
+            seen[f"{method} {urlsplit(url).path}"] += 1
+        return original(self, method, url, *args, **kwargs)
+
+    urllib3.PoolManager.urlopen = counting  # type: ignore[method-assign]
+
+    def switch(on: bool) -> None:
+        active[0] = on
+
+    return seen, switch
+
+
+def _hashing_switch() -> Callable[[bool], contextlib.AbstractContextManager[None]] | None:
+    """Turn the fidelity hashing off and on (None: the code under test has none)."""
+    try:
+        from lib.archive import fidelity  # noqa: PLC0415
+    except ImportError:
+        return None
+    real = fidelity.ContentDigest.update
+
+    def count_only(self: Any, chunk: bytes) -> None:
+        self.size += len(chunk)
+
+    @contextlib.contextmanager
+    def hashing(on: bool) -> Iterator[None]:
+        fidelity.ContentDigest.update = real if on else count_only  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            fidelity.ContentDigest.update = real  # type: ignore[method-assign]
+
+    return hashing
+
+
+def _hashing_cpu_seconds() -> float | None:
+    """The hashing alone: md5 + sha1 over 10 MB in 256 KiB chunks, median of 5."""
+    try:
+        from lib.archive.fidelity import ContentDigest  # noqa: PLC0415
+    except ImportError:
+        return None
+    chunk = bytes(range(256)) * 1024
+    times = []
+    for _ in range(5):
+        digest = ContentDigest()
+        started = time.process_time()
+        for _ in range(IMAGE_BYTES // len(chunk)):
+            digest.update(chunk)
+        times.append(time.process_time() - started)
+    return statistics.median(times)
 
 
 def measure(args: dict[str, Any]) -> dict[str, Any]:
@@ -33,6 +105,8 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     from bench.plain import PlainClient  # noqa: PLC0415
 
     client = PlainClient(args["lsky_url"])
+    requests, counting = _count_lsky_requests(args["lsky_url"])
+    hashing = _hashing_switch()
 
     def plain() -> float:
         started = time.perf_counter()
@@ -45,30 +119,49 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         client.upload(body, content_type)
         return got + time.perf_counter() - started
 
-    def handler(record_id: int) -> float:
-        started = time.perf_counter()
-        archive(record_id)
-        return time.perf_counter() - started
+    def handler(record_id: int, *, hashed: bool = True) -> float:
+        with hashing(hashed) if hashing else contextlib.nullcontext():
+            counting(hashed)
+            started = time.perf_counter()
+            archive(record_id)
+            elapsed = time.perf_counter() - started
+            counting(False)
+        return elapsed
 
     ids: list[int] = list(args["record_ids"])
     archive(args["tiny_id"])
     client.archive(args["tiny_url"])
     plain()
-    handler(ids.pop())
-    plain_s, handler_s = [], []
-    for index, record_id in enumerate(ids):
-        if index % 2:
-            handler_s.append(handler(record_id))
-            plain_s.append(plain())
-        else:
-            plain_s.append(plain())
-            handler_s.append(handler(record_id))
-    return {"plain": plain_s, "handler": handler_s}
+    handler(ids.pop(), hashed=False)
+    requests.clear()  # count the measured first attempts only
+    runs = 0
+    plain_s: list[float] = []
+    handler_s: list[float] = []
+    unhashed_s: list[float] = []
+    for index in range(len(args["record_ids"]) // 2 - 1):
+        sides: list[Callable[[], None]] = [
+            lambda: plain_s.append(plain()),
+            lambda: handler_s.append(handler(ids.pop())),
+        ]
+        if hashing is not None:
+            sides.append(lambda: unhashed_s.append(handler(ids.pop(), hashed=False)))
+        shift = index % len(sides)  # rotate which side goes first
+        for side in sides[shift:] + sides[:shift]:
+            side()
+        runs += 1
+    return {
+        "plain": plain_s,
+        "handler": handler_s,
+        "handler_without_hashing": unhashed_s,
+        "lsky_requests": dict(requests),
+        "first_attempts_counted": runs,
+        "hashing_cpu_s": _hashing_cpu_seconds(),
+    }
 
 
 def run(services: Services, reps: int = 21) -> list[Row]:
     tiny_id = services.seed(TINY)[0]
-    record_ids = services.seed(IMAGE_PATH, reps + 1)
+    record_ids = services.seed(IMAGE_PATH, 2 * (reps + 1))
     args = {
         "tiny_id": tiny_id,
         "record_ids": record_ids,
@@ -78,7 +171,8 @@ def run(services: Services, reps: int = 21) -> list[Row]:
     }
     result = run_child("bench.transfer", args, services.handler_env(), log_name="transfer")
     statuses = services.statuses([tiny_id, *record_ids])
-    if statuses != {"SUCCEEDED": reps + 2}:
+    used = 1 + 1 + len(result["handler"]) + len(result["handler_without_hashing"])
+    if statuses.get("SUCCEEDED") != used:
         raise RuntimeError(f"transfer: not every archive succeeded: {statuses}")
     plain, handler = median(result["plain"]), median(result["handler"])
     paired = median([h / p for h, p in zip(result["handler"], result["plain"], strict=True)])
@@ -95,7 +189,7 @@ def run(services: Services, reps: int = 21) -> list[Row]:
             **result,
         },
     )
-    return [
+    rows = [
         Row(
             "2",
             "10 MB archive (whole handler) vs plain GET + POST",
@@ -105,6 +199,37 @@ def run(services: Services, reps: int = 21) -> list[Row]:
             command_for("transfer"),
         )
     ]
+    unhashed = result["handler_without_hashing"]
+    if unhashed:
+        without = median(unhashed)
+        cost = ratio(handler, without)
+        paired_cost = median([h / u for h, u in zip(result["handler"], unhashed, strict=True)])
+        cpu = result["hashing_cpu_s"]
+        rows.append(
+            Row(
+                "2",
+                "md5 + sha1 while streaming: the same 10 MB archive with vs without hashing",
+                f"{ms(handler)} vs {ms(without)} = {cost:.2f} x (paired median "
+                f"{paired_cost:.2f} x); the hashing alone {ms(cpu)} CPU",
+                f"<= {HASHING_TARGET_RATIO} x",
+                cost <= HASHING_TARGET_RATIO,
+                command_for("transfer"),
+            )
+        )
+    counted = result["lsky_requests"]
+    per_attempt = sum(counted.values()) / max(result["first_attempts_counted"], 1)
+    detail = ", ".join(f"{name} {count}" for name, count in sorted(counted.items()))
+    rows.append(
+        Row(
+            "2",
+            "requests to Lsky per first attempt (counted)",
+            f"{per_attempt:g} ({detail} over {result['first_attempts_counted']} archives)",
+            f"<= {REQUESTS_BEFORE} (before issue 13: {REQUESTS_BEFORE})",
+            per_attempt <= REQUESTS_BEFORE,
+            command_for("transfer"),
+        )
+    )
+    return rows
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ Behaviour follows the open-source server's code paths:
   identical stored file in the same strategy is reused, but every upload is a
   new image row with its own key.
 - Images are rows (`image_records()`); `add_image`/`add_foreign_uploads` plant
-  rows for this user or others. The listing keeps scopeFilter's ungrouped OR.
+  rows for this user or others. The listing keeps scopeFilter's ungrouped OR;
+  every GET /api/v1/images is recorded in `listings` (its query).
 - JSON is encoded like PHP's json_encode: non-ASCII as \\uXXXX, "/" as "\\/".
 
 Failures are scripted: `script(Behaviour.rate_limited(), Behaviour.drop())`
@@ -375,6 +376,7 @@ class LskyStandIn(BackgroundServer):
         self._changed = threading.Condition(self._lock)
         self._script: deque[Behaviour] = deque()
         self._uploads: list[UploadAttempt] = []
+        self._listings: list[dict[str, str | None]] = []
         self._bodies = 0
         self._gallery = Gallery()
         self._last_uniqid = ""
@@ -430,6 +432,12 @@ class LskyStandIn(BackgroundServer):
         """Uploads refused by the window limiter (每...内你最多可以上传 N 张图片)."""
         with self._lock:
             return sum(1 for u in self._uploads if u.outcome == RATE_LIMITED)
+
+    @property
+    def listings(self) -> list[dict[str, str | None]]:
+        """The query of every GET /api/v1/images, authorised or not, in order."""
+        with self._lock:
+            return [dict(query) for query in self._listings]
 
     @property
     def bodies_received(self) -> int:
@@ -543,6 +551,7 @@ class LskyStandIn(BackgroundServer):
         with self._lock:
             self._script.clear()
             self._uploads.clear()
+            self._listings.clear()
             self._bodies = 0
             self._gallery.clear()
             self.config = replace(self._defaults)
@@ -557,6 +566,10 @@ class LskyStandIn(BackgroundServer):
     def _next_behaviour(self) -> Behaviour:
         with self._lock:
             return self._script.popleft() if self._script else Behaviour.success()
+
+    def _record_listing(self, query: Mapping[str, str | None]) -> None:
+        with self._lock:
+            self._listings.append(dict(query))
 
     def _record(self, attempt: UploadAttempt) -> None:
         with self._changed:
@@ -971,9 +984,10 @@ class _Handler(QuietHandler):
 
     def _list_images(self, *, head: bool = False) -> None:
         headers = self._headers()
+        query = trimmed_query(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+        self.owner._record_listing(query)
         if not self._api_gate(headers, head=head):
             return
-        query = trimmed_query(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
         # The paginator's path is Request::url(): this request's host, no query.
         host = headers.get("host") or f"{self.owner.host}:{self.owner.port}"
         data = self.owner._list(query, f"http://{host}/api/v1/images")

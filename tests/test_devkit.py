@@ -48,6 +48,8 @@ ARCHIVE_COLUMNS = {
     "hosted_image_url",
     "image_mime_type",
     "hosted_response",
+    "archive_may_be_hosted",
+    "archive_altered",
 }
 
 
@@ -71,6 +73,7 @@ def test_schema_has_archive_columns_and_partial_indexes(db: Any) -> None:
         ("image_generation_records_archive_running_idx", "'RUNNING'"),
         ("image_generation_records_archive_failed_idx", "'FAILED'"),
         ("image_generation_records_archive_backfill_idx", "archive_status IS NULL"),
+        ("image_generation_records_archive_altered_idx", "WHERE archive_altered"),
     ]:
         assert predicate in indexes[name]
     # CONCURRENTLY builds leave an invalid index behind when they fail.

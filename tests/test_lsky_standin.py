@@ -328,6 +328,17 @@ def test_listing_needs_the_token_and_the_api(http: Any, lsky: LskyStandIn) -> No
     assert bad.status == 401
 
 
+def test_every_listing_request_is_recorded_with_its_query(http: Any, lsky: LskyStandIn) -> None:
+    assert lsky.listings == []
+    listing(http, lsky, keyword=" alice_1_ ", page="2")
+    http.request("GET", lsky.api_url + "/images?keyword=x", headers={"Accept": "*/json"})
+
+    # As the app sees them (TrimStrings), refused ones included.
+    assert lsky.listings == [{"keyword": "alice_1_", "page": "2"}, {"keyword": "x"}]
+    lsky.reset()
+    assert lsky.listings == []
+
+
 def test_delete_image(http: Any, lsky: LskyStandIn) -> None:
     first = body(upload(http, lsky, seed=1))["data"]
     twin = body(upload(http, lsky, seed=1))["data"]  # same bytes: same file, new row

@@ -529,6 +529,8 @@ def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 2)
     assert "LSKY_TOKEN holds characters a token cannot have" in row["archive_error"]
     assert not row["archive_error"].startswith(("upload", "download"))
+    # Our fault may strike mid-upload: the next attempt looks the image up first.
+    assert row["archive_may_be_hosted"] is True
     assert (
         archive.log_for(
             "archive stopped by our own fault; attempt given back, message will be redelivered"

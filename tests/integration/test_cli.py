@@ -22,7 +22,9 @@ from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
+from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
+from tests.integration.test_sweeper import explain
 from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,7 @@ INDEXES = {
     "image_generation_records_archive_running_idx",
     "image_generation_records_archive_failed_idx",
     "image_generation_records_archive_backfill_idx",
+    "image_generation_records_archive_altered_idx",
 }
 
 
@@ -246,6 +249,43 @@ def test_status_counts_live_states_and_queue_depths(
     assert "PENDING            2   due now: 1, oldest due for: 10 min" in ctl.out
     assert "lock expired: 2" in ctl.out
     assert "SUCCEEDED" not in ctl.out  # the full scan is opt-in
+
+
+def test_status_counts_the_archives_lsky_altered(ctl: Ctl, db: Any) -> None:
+    archived = {"archive_status": "SUCCEEDED", "image_url": URL}
+    seed_record(db, 1, **archived, archive_altered=True)
+    seed_record(db, 2, **archived, archive_altered=True)
+    seed_record(db, 3, **archived, archive_altered=False)
+    seed_record(db, 4, **archived)  # not compared
+    db.run("UPDATE image_generation_records SET archived_at = now() - interval '2 days'")
+    db.run("UPDATE image_generation_records SET archived_at = now() WHERE id = 2")
+
+    assert ctl("status", "--json") == EXIT_OK
+    assert json.loads(ctl.out)["archive"]["altered"] == {
+        "total": 2,
+        "last_24h": 1,
+        "limit": 10000,
+    }
+    assert ctl("status") == EXIT_OK
+    assert "  altered            2   stored re-encoded or watermarked by Lsky; " in ctl.out
+    assert "archived in the last 24 h: 1" in ctl.out
+
+
+def test_the_altered_count_reads_its_partial_index_only(db: Any) -> None:
+    db.run("INSERT INTO users (id, username) VALUES (1, 'alice')")
+    db.run(
+        "INSERT INTO image_generation_records (id, user_id, status, archive_status, "
+        "archived_at, archive_altered) SELECT g, 1, 'SUCCEEDED', 'SUCCEEDED', now(), "
+        "CASE WHEN g % 1000 = 0 THEN true WHEN g % 2 = 0 THEN false END "
+        "FROM generate_series(1, 50000) AS g"
+    )
+    db.run("ANALYZE image_generation_records")
+
+    nodes = explain(db, QUERIES["altered_counts"], analyze=True, limit=10)
+    assert not [n for n in nodes if n.node_type == "Seq Scan"], nodes
+    scans = [n for n in nodes if n.index == "image_generation_records_archive_altered_idx"]
+    assert len(scans) == 2, nodes
+    assert all((n.actual_rows or 0) <= 10 for n in scans)  # stopped at the limit
 
 
 def test_status_finds_the_dlq_through_the_redrive_policy(

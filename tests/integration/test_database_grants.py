@@ -141,6 +141,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         records.pause_lane(until="infinity", reason="account", window=None, detail="401")
         assert records.park(9, due=lane.now)
         assert records.clear_pause() == "account"
+        records.altered_counts()
         # Backfill: generations never queued.
         seed_record(db, 11, image_url=URL, archive_status=None)
         assert records.count_backfill(since=None, until=None, user_id=None) == 1

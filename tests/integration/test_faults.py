@@ -204,7 +204,7 @@ def test_connection_killed_during_an_attempt_is_reopened_for_its_outcome(
 # -- processes: a worker killed mid-upload, and concurrent invocations -------------------
 
 
-def test_a_worker_killed_mid_upload_is_taken_over_after_its_lock_expires(
+def test_a_worker_killed_mid_upload_is_taken_over_and_its_upload_adopted(
     archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, tmp_path: Path
 ) -> None:
     archive_env(ARCHIVE_LOCK_TTL_SECONDS="2")
@@ -224,6 +224,9 @@ def test_a_worker_killed_mid_upload_is_taken_over_after_its_lock_expires(
     assert row["archive_status"] == "RUNNING"
     assert row["archive_attempts"] == 1
     assert row["archive_locked_by"]
+    assert row["archive_may_be_hosted"] is True  # set by the claim, never cleared
+    # Lsky finishes the killed attempt's upload with no one to read the answer.
+    assert lsky.wait_for_uploads(1, timeout=5)
     # No one concludes it until the lock expires; then the redelivered message takes over.
     wait_for(lambda: expired(db, 80, ttl=2), timeout=5, interval=0.1)
     [record] = event["Records"]
@@ -237,10 +240,12 @@ def test_a_worker_killed_mid_upload_is_taken_over_after_its_lock_expires(
     assert row["archive_status"] == "SUCCEEDED"
     assert row["archive_attempts"] == 2
     assert row["archive_locked_by"] is None
-    # The killed attempt's request reached Lsky, which stored it without anyone reading
-    # the answer: the duplicate DESIGN.md warns about. The row records the second one.
-    assert lsky.upload_count == 2
-    assert row["hosted_image_url"] == f"{lsky.public_url}/i/{lsky.uploads[-1].pathname}"
+    # The takeover looked the image up by its name and adopted it: one stored copy.
+    assert lsky.upload_count == 1
+    [image] = lsky.image_records()
+    assert row["hosted_image_url"] == f"{lsky.public_url}/i/{image.pathname}"
+    assert row["hosted_response"]["key"] == image.key
+    assert upstream.hits("/m.png") == 1  # nothing downloaded twice either
 
 
 def expired(db: Any, record_id: int, *, ttl: int) -> bool:

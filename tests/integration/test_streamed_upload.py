@@ -191,8 +191,8 @@ def test_without_a_content_length_the_image_is_spooled(
 ) -> None:
     spooled: list[int] = []
 
-    def counting_spool(stream: Any) -> Any:
-        image = download.spool(stream)
+    def counting_spool(stream: Any, **options: Any) -> Any:
+        image = download.spool(stream, **options)
         spooled.append(image.size)
         return image
 

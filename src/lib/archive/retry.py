@@ -43,6 +43,9 @@ class ErrorClass(enum.StrEnum):
 
 def classify(failure: Failure) -> ErrorClass:
     """The one place that decides whether a failure can succeed on retry."""
+    if failure.stage is Stage.LOOKUP:
+        # Never fail a record on a look-up: its image may well be on the host already.
+        return ErrorClass.TRANSIENT
     match failure.kind:
         case Kind.REFUSED_URL | Kind.NO_SUCH_HOST | Kind.NOT_IMAGE | Kind.TOO_LARGE:
             return ErrorClass.PERMANENT

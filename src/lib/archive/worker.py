@@ -19,6 +19,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import retry as policy
 from lib.archive.copier import Copied, Copier, can_start
+from lib.archive.fidelity import note
 from lib.archive.lane import (
     HostCondition,
     PauseReason,
@@ -29,6 +30,7 @@ from lib.archive.lane import (
     upload_time_margin,
 )
 from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.reconcile import RESPONSE_KEY
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
@@ -207,7 +209,15 @@ class ArchiveWorker:
                     window=condition.window,
                     detail=condition.detail[:200],
                 )
-                return self._lane_paused(message, task, owner, condition, lane, until=until)
+                return self._lane_paused(
+                    message,
+                    task,
+                    owner,
+                    condition,
+                    lane,
+                    until=until,
+                    may_be_hosted=error.failure.may_be_hosted,
+                )
             return self._failed_attempt(message, task, owner, error.failure)
         except ConfigError as error:
             # A bad secret value, fetched lazily: the setting's fault, not the record's.
@@ -221,18 +231,21 @@ class ArchiveWorker:
 
     def _succeeded(self, message: Message, task: Task, owner: str, copied: Copied) -> Result:
         hosted = copied.hosted
+        fidelity = copied.fidelity
         try:
             recorded = self.records.succeed(
                 task,
                 owner=owner,
                 hosted_url=hosted.url,
                 mime_type=hosted.mime_type,
-                response=hosted.data,
+                response=self._stored_response(copied),
+                altered=None if fidelity is None else fidelity.altered,
                 # With pacing, the reservation already logged this upload.
                 log_upload=not self.settings.rate_limits,
             )
         except (DatabaseUnavailable, pg8000.exceptions.DatabaseError) as error:
-            # Stored on Lsky, not recorded: what an operator needs to reconcile by hand.
+            # Stored on Lsky, not recorded: the row stays RUNNING with archive_may_be_hosted
+            # set, so the attempt that takes it over finds the image and adopts it.
             detail = error if isinstance(error, DatabaseUnavailable) else describe(error)
             return self._unconcluded(
                 message,
@@ -248,6 +261,7 @@ class ArchiveWorker:
             logger.warning("archived after the lock had passed on; recorded anyway")
         elif recorded is Recorded.ROW_GONE:
             logger.warning("archived, but the record no longer exists", hosted_url=hosted.url)
+        self._report_copy(copied)
         logger.info(
             "archive succeeded",
             outcome=Outcome.ARCHIVED,
@@ -256,8 +270,47 @@ class ArchiveWorker:
             mime_type=hosted.mime_type,
         )
         metrics.add_metric(name="Archived", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=copied.size)
+        if not copied.adopted:
+            metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=copied.size)
         return Result(Outcome.ARCHIVED, task.record_id, hosted.url)
+
+    @staticmethod
+    def _stored_response(copied: Copied) -> dict[str, Any]:
+        """Lsky's `data`, with our note on how the row got it under a key of ours."""
+        fidelity = copied.fidelity
+        if copied.sent is None or fidelity is None:  # adopted: nothing was sent to compare
+            return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
+        return {**copied.hosted.data, RESPONSE_KEY: note(copied.sent, fidelity)}
+
+    @staticmethod
+    def _report_copy(copied: Copied) -> None:
+        fidelity, sent, data = copied.fidelity, copied.sent, copied.hosted.data
+        if fidelity is not None and sent is not None and fidelity.altered:
+            # Re-encoded (group image quality below 100, a save format) or watermarked.
+            logger.warning(
+                "archived, but Lsky stored other bytes than the generated image",
+                differs=list(fidelity.differs),
+                sent_bytes=sent.size,
+                sent_md5=sent.md5,
+                hosted_md5=str(data.get("md5", "")),
+                hosted_size_kb=data.get("size"),
+            )
+            metrics.add_metric(name="ArchivedAltered", unit=MetricUnit.Count, value=1)
+        elif fidelity is not None and fidelity.altered is None:
+            logger.warning("Lsky's answer has no md5, sha1 or size: the bytes were not compared")
+        if copied.adopted:
+            logger.info(
+                "an earlier attempt had stored the image; adopted it instead of uploading",
+                hosted_key=str(copied.hosted.data.get("key", "")),
+            )
+            metrics.add_metric(name="Reconciled", unit=MetricUnit.Count, value=1)
+        if copied.duplicates:
+            # Stored before this look-up existed, or by hand: left for an operator.
+            logger.warning(
+                "the host holds more than one image for this record",
+                hosted_key=str(copied.hosted.data.get("key", "")),
+                duplicate_keys=list(copied.duplicates[:10]),
+            )
 
     def _skip(self, message: Message, record_id: int, snapshot: ClaimSnapshot) -> Result:
         """The claim did not win: a copy that came early is held back, anything else is
@@ -321,6 +374,7 @@ class ArchiveWorker:
         lane: LaneState,
         *,
         until: datetime | None,
+        may_be_hosted: bool | None = None,
     ) -> Result:
         """The host (or our pacing) closed the lane: the record pays nothing. Its attempt
         is given back, and its message held until the lane opens, or parked."""
@@ -330,7 +384,13 @@ class ArchiveWorker:
         delay = 0 if until is None else max(1, math.ceil(seconds))
         summary = f"lane paused ({condition.reason}): {condition.detail}"[:300]
         if not self.records.release(
-            task, owner=owner, delay_seconds=delay, error=summary, park=park
+            task,
+            owner=owner,
+            delay_seconds=delay,
+            error=summary,
+            park=park,
+            # A refusal stored nothing: the next attempt needs no look-up.
+            may_be_hosted=may_be_hosted,
         ):
             return self._lost_lock(task, "release", summary)
         if condition.reason is PauseReason.ACCOUNT:
@@ -386,7 +446,9 @@ class ArchiveWorker:
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
         if decision.action is policy.Action.FAIL:
-            if not self.records.fail(task, owner=owner, error=error):
+            if not self.records.fail(
+                task, owner=owner, error=error, may_be_hosted=failure.may_be_hosted
+            ):
                 return self._lost_lock(task, "fail", error)
             logger.error(
                 "archive failed",
@@ -397,7 +459,13 @@ class ArchiveWorker:
             metrics.add_metric(name="Failed", unit=MetricUnit.Count, value=1)
             return Result(Outcome.FAILED, task.record_id, error)
         delay = decision.delay_seconds
-        if not self.records.retry(task, owner=owner, error=error, delay_seconds=delay):
+        if not self.records.retry(
+            task,
+            owner=owner,
+            error=error,
+            delay_seconds=delay,
+            may_be_hosted=failure.may_be_hosted,
+        ):
             return self._lost_lock(task, "retry", error)
         self._delay(message, delay)
         logger.warning(
@@ -427,7 +495,10 @@ class ArchiveWorker:
         """Our configuration or code failed, not the record: give the attempt back and
         redeliver, so a broken setting cannot walk the backlog to FAILED."""
         delay = OWN_FAULT_RETRY_SECONDS
-        if not self.records.release(task, owner=owner, delay_seconds=delay, error=error):
+        # The fault may have struck mid-upload: the next attempt looks the image up first.
+        if not self.records.release(
+            task, owner=owner, delay_seconds=delay, error=error, may_be_hosted=True
+        ):
             return self._lost_lock(task, "release", error)
         self._delay(message, delay)
         logger.error(

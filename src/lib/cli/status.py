@@ -22,7 +22,7 @@ from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
 from lib.platform.db import describe
 from lib.state.lane import LaneState
-from lib.state.records import ArchiveRecords, LiveCounts
+from lib.state.records import AlteredCounts, ArchiveRecords, LiveCounts
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 class ArchiveCounts(LiveCounts):
     # Every state including SUCCEEDED and never queued; only with --all.
     all_states: dict[str, int] | None = None
+    # Archives whose bytes Lsky changed (re-encoded, watermarked): a partial index read.
+    altered: AlteredCounts | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,11 @@ def archive_counts(
     records: ArchiveRecords, *, lock_ttl_seconds: int, include_all: bool
 ) -> ArchiveCounts:
     live = records.live_counts(lock_ttl_seconds=lock_ttl_seconds)
-    return ArchiveCounts(**asdict(live), all_states=records.all_counts() if include_all else None)
+    return ArchiveCounts(
+        **asdict(live),
+        all_states=records.all_counts() if include_all else None,
+        altered=records.altered_counts(),
+    )
 
 
 def lane_report(lane: LaneState) -> LaneReport:
@@ -161,6 +167,10 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def _count(value: int, limit: int) -> str:
+    return f"{limit}+" if value >= limit else str(value)
+
+
 def render(status: Status) -> str:
     """The human-readable report."""
     a = status.archive
@@ -171,6 +181,13 @@ def render(status: Status) -> str:
         f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
         f"  FAILED      {a.failed:>8}   generated in the last 24 h: {a.failed_last_24h}",
     ]
+    if a.altered is not None:
+        changed = a.altered
+        lines.append(
+            f"  altered     {_count(changed.total, changed.limit):>8}   "
+            f"stored re-encoded or watermarked by Lsky; archived in the last 24 h: "
+            f"{_count(changed.last_24h, changed.limit)}"
+        )
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]

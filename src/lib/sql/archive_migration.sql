@@ -16,6 +16,12 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archived_at TIMEST
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_image_url TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS image_mime_type TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JSONB;
+-- The last attempt may have left an image on Lsky that the row does not point at: set by
+-- every claim, cleared by the writes that know the host's answer (queries.sql, docs/archive.md).
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_may_be_hosted BOOLEAN NOT NULL DEFAULT false;
+-- Lsky stored other bytes than the generated ones (re-encoded, watermarked): true; the
+-- same: false; not compared (adopted, archived before the check): NULL.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_altered BOOLEAN;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -37,6 +43,11 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfill_idx
     ON image_generation_records (started_at, id)
     WHERE archive_status IS NULL AND status = 'SUCCEEDED';
+
+-- `archive-ctl status` counts the archives Lsky altered, by archive time.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_altered_idx
+    ON image_generation_records (archived_at)
+    WHERE archive_altered;
 
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
 -- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without

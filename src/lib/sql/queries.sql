@@ -18,6 +18,8 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- the same owner (after a lost connection) returns the row without counting twice.
 -- `exhausted` concludes an expired lock on the last attempt, as the sweeper would;
 -- its condition excludes `claimed`'s, so the two never touch the same row.
+-- archive_may_be_hosted: `target` returns it as the last attempt left it (the Task's
+-- may_be_hosted); `claimed` sets it, since this attempt may upload and then vanish.
 WITH lane AS (
     SELECT paused_until, pause_reason, pause_window, upload_times, version
     FROM image_archive_lane
@@ -26,6 +28,7 @@ WITH lane AS (
 target AS (
     SELECT id, status, archive_status,
            {{lock_expired}} AS lock_expired,
+           archive_may_be_hosted AS may_be_hosted,
            EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
     FROM image_generation_records
     WHERE id = :record_id
@@ -36,7 +39,8 @@ claimed AS (
         archive_attempts = CASE WHEN r.archive_locked_by = :owner
                                 THEN r.archive_attempts ELSE r.archive_attempts + 1 END,
         archive_locked_by = :owner,
-        archive_locked_at = now()
+        archive_locked_at = now(),
+        archive_may_be_hosted = true
     WHERE r.id = :record_id
       AND r.status = 'SUCCEEDED'
       AND ((r.archive_status = 'PENDING'
@@ -68,6 +72,7 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts,
+       target.may_be_hosted,
        EXTRACT(EPOCH FROM lane.paused_until) - EXTRACT(EPOCH FROM now()),
        lane.pause_reason, lane.pause_window,
        lane.upload_times, lane.version, now()
@@ -96,6 +101,8 @@ written AS (
         hosted_image_url = :hosted_url,
         image_mime_type = :mime_type,
         hosted_response = CAST(:hosted_response AS jsonb),
+        archive_altered = CAST(:altered AS boolean),
+        archive_may_be_hosted = false,
         archive_error = NULL,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
@@ -120,9 +127,12 @@ FROM before
 LEFT JOIN written ON true;
 
 -- name: retry
+-- :may_be_hosted: whether this attempt may have left an image on Lsky (an upload whose
+-- answer never came); the next attempt looks it up first when it did.
 UPDATE image_generation_records
 SET archive_status = 'PENDING',
     archive_error = :error,
+    archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
     archive_locked_at = NULL
@@ -130,9 +140,11 @@ WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNI
 RETURNING id;
 
 -- name: fail
+-- :may_be_hosted as in retry: a FAILED row can be requeued by an operator.
 UPDATE image_generation_records
 SET archive_status = 'FAILED',
     archive_error = :error,
+    archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = NULL,
     archive_locked_by = NULL,
     archive_locked_at = NULL
@@ -141,7 +153,8 @@ RETURNING id;
 
 -- name: release
 -- Give the row back without spending the attempt: nothing was fetched yet, or our own
--- fault (configuration, a bug) stopped it. :error, when given, says which.
+-- fault (configuration, a bug) stopped it. :error, when given, says which;
+-- :may_be_hosted is what the claim found, or true when our fault may have cut an upload.
 UPDATE image_generation_records
 SET archive_status = 'PENDING',
     archive_attempts = GREATEST(archive_attempts - 1, 0),
@@ -149,6 +162,7 @@ SET archive_status = 'PENDING',
     -- Parked (no message left for it): the sweeper sends it once due.
     archive_enqueued_at = CASE WHEN CAST(:park AS boolean) THEN NULL
                                ELSE archive_enqueued_at END,
+    archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
     archive_locked_at = NULL
@@ -484,3 +498,14 @@ WHERE id = ANY(CAST(:ids AS bigint[]))
   AND archive_enqueued_at = CAST(:stamp AS timestamptz)
   AND archive_next_run_at = CAST(:stamp AS timestamptz)
 RETURNING id;
+
+-- name: altered_counts
+-- `archive-ctl status`: archives whose stored bytes Lsky changed, all time and archived in
+-- the last 24 h. Reads only archive_altered_idx, and stops counting at :limit so a host
+-- that re-encodes everything cannot make `status` slow.
+SELECT
+    (SELECT count(*) FROM (SELECT 1 FROM image_generation_records
+                            WHERE archive_altered LIMIT :limit) AS altered),
+    (SELECT count(*) FROM (SELECT 1 FROM image_generation_records
+                            WHERE archive_altered AND archived_at >= now() - interval '24 hours'
+                            LIMIT :limit) AS recent);

@@ -26,6 +26,9 @@ class Task:
     image_url: str
     started_at: datetime | None
     attempt: int
+    # The last attempt may have left an image on Lsky that the row does not point at:
+    # look it up before uploading again (lib.archive.reconcile).
+    may_be_hosted: bool = False
 
 
 @dataclass(frozen=True)

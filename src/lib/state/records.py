@@ -82,6 +82,15 @@ class LiveCounts:
     failed_last_24h: int
 
 
+@dataclass(frozen=True)
+class AlteredCounts:
+    """Archives whose stored bytes Lsky changed (archive_altered); counting stops at `limit`."""
+
+    total: int
+    last_24h: int
+    limit: int
+
+
 def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     return [
         SweptRow(
@@ -119,7 +128,8 @@ class ArchiveRecords:
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
-        lane = lane_state(row[11:])
+        may_be_hosted = row[11]
+        lane = lane_state(row[12:])
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -138,6 +148,7 @@ class ArchiveRecords:
             image_url=url or "",
             started_at=started,
             attempt=int(attempt),
+            may_be_hosted=bool(may_be_hosted),
         )
         return ClaimResult(task, snapshot)
 
@@ -150,8 +161,12 @@ class ArchiveRecords:
         mime_type: str,
         response: dict[str, Any],
         log_upload: bool = True,
+        altered: bool | None = None,
     ) -> Recorded:
-        """Record the hosted image; says what the row held before (see Recorded)."""
+        """Record the hosted image; says what the row held before (see Recorded).
+
+        altered: whether Lsky stored other bytes than were sent (None: not compared).
+        """
         rows = self._run(
             "succeed",
             record_id=task.record_id,
@@ -161,6 +176,7 @@ class ArchiveRecords:
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
             log_seconds=UPLOAD_LOG_SECONDS,
+            altered=altered,
         )
         if not rows:
             return Recorded.ROW_GONE
@@ -169,16 +185,40 @@ class ArchiveRecords:
             return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
         return Recorded.ALREADY_THIS if same_url else Recorded.ALREADY_OTHER
 
-    def retry(self, task: Task, *, owner: str, error: str, delay_seconds: int) -> bool:
-        """PENDING again after `delay_seconds`; False when the lock had passed on."""
+    def retry(
+        self,
+        task: Task,
+        *,
+        owner: str,
+        error: str,
+        delay_seconds: int,
+        may_be_hosted: bool = True,
+    ) -> bool:
+        """PENDING again after `delay_seconds`; False when the lock had passed on.
+
+        may_be_hosted: whether this attempt may have left an image on Lsky (default: the
+        safe answer for a caller that cannot tell; it costs the next attempt a look-up).
+        """
         rows = self._run(
-            "retry", record_id=task.record_id, owner=owner, error=error, delay=delay_seconds
+            "retry",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            delay=delay_seconds,
+            may_be_hosted=may_be_hosted,
         )
         return bool(rows)
 
-    def fail(self, task: Task, *, owner: str, error: str) -> bool:
-        """FAILED for good; False when the lock had passed on."""
-        return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
+    def fail(self, task: Task, *, owner: str, error: str, may_be_hosted: bool = True) -> bool:
+        """FAILED for good; False when the lock had passed on (may_be_hosted as in retry)."""
+        rows = self._run(
+            "fail",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            may_be_hosted=may_be_hosted,
+        )
+        return bool(rows)
 
     def release(
         self,
@@ -188,9 +228,13 @@ class ArchiveRecords:
         delay_seconds: int,
         error: str | None = None,
         park: bool = False,
+        may_be_hosted: bool | None = None,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
-        park: no message is left for it (the sweeper sends one once due)."""
+
+        park: no message is left for it (the sweeper sends one once due).
+        may_be_hosted: None puts back what the claim found (nothing was sent since).
+        """
         rows = self._run(
             "release",
             record_id=task.record_id,
@@ -198,6 +242,7 @@ class ArchiveRecords:
             delay=delay_seconds,
             error=error,
             park=park,
+            may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
         )
         return bool(rows)
 
@@ -325,6 +370,10 @@ class ArchiveRecords:
             failed=int(failed),
             failed_last_24h=int(failed_24h),
         )
+
+    def altered_counts(self, *, limit: int = 10_000) -> AlteredCounts:
+        [[total, recent]] = self._run("altered_counts", limit=limit)
+        return AlteredCounts(total=int(total), last_24h=int(recent), limit=limit)
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}

@@ -12,7 +12,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import IO, Self
 from urllib.parse import urljoin
@@ -208,11 +208,16 @@ class ImageStream:
         self.close()
 
 
-def spool(stream: ImageStream) -> DownloadedImage:
-    """Copy the whole body to a temporary file (memory up to 1 MiB, then /tmp)."""
+def spool(
+    stream: ImageStream, *, observe: Callable[[bytes], None] | None = None
+) -> DownloadedImage:
+    """Copy the whole body to a temporary file (memory up to 1 MiB, then /tmp); `observe`
+    sees each chunk on the way (e.g. to hash it without a second pass)."""
     file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
     try:
         for chunk in stream:
+            if observe is not None:
+                observe(chunk)
             file.write(chunk)
     except BaseException:
         file.close()

@@ -17,6 +17,7 @@ from lib.platform.errors import ServiceError
 class Stage(enum.StrEnum):
     DOWNLOAD = "download"
     UPLOAD = "upload"
+    LOOKUP = "lookup"  # looking for the record's image on Lsky before uploading it again
 
 
 class Kind(enum.StrEnum):
@@ -38,6 +39,9 @@ class Failure:
     message: str
     status: int | None = None
     retry_after: float | None = None  # seconds, when the peer said so
+    # Lsky may have stored the image although the attempt failed (an upload whose answer
+    # was lost): set by lib.archive.copier, recorded for the next attempt to look up.
+    may_be_hosted: bool = False
 
 
 class ArchiveFailure(ServiceError):

@@ -10,20 +10,26 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail, retry_after_seconds
 from lib.transfer.imagetype import DownloadedImage
+from lib.transfer.lsky_listing import ListingPage, hosted_url, parse_listing
 from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
 MAX_RESPONSE_BYTES = 256 * 1024
+LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's side
+# The keyword names one record, so its images fit on the first page; more pages than
+# this means the list cannot say whether the image is there (docs/transfer.md).
+MAX_LOOKUP_PAGES = 3
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
@@ -54,6 +60,7 @@ class LskyClient:
     ) -> None:
         self.upload_url = f"{base_url.rstrip('/')}/api/v1/upload"
         self.profile_url = f"{base_url.rstrip('/')}/api/v1/profile"
+        self.images_url = f"{base_url.rstrip('/')}/api/v1/images"
         self._token = token
         self.strategy_id = strategy_id
         self.album_id = album_id
@@ -149,6 +156,85 @@ class LskyClient:
 
         return self._send(body, deadline, resend=reopen is not None)
 
+    def find(
+        self, origin_names: Collection[str], *, keyword: str, deadline: float
+    ) -> list[HostedImage]:
+        """The token user's images whose origin_name is exactly one of `origin_names`, oldest
+        first: GET /api/v1/images?keyword=...&order=earliest, paged until a page holds a
+        match (at most MAX_LOOKUP_PAGES). Raises ArchiveFailure (stage lookup)."""
+        token = self._token(False)
+        used = [token]
+        page = 1
+        while True:
+            listed = self._list(keyword, page, token, deadline)
+            if isinstance(listed, ArchiveFailure) and listed.failure.status == 401:
+                # As for uploads: the token may have been rotated since we cached it.
+                fresh = self._token(True)
+                if fresh not in used:
+                    used.append(fresh)
+                    token = fresh
+                    listed = self._list(keyword, page, token, deadline)
+            if isinstance(listed, ArchiveFailure):
+                raise _redacted(listed, used)
+            matches = [item for item in listed.images if item["origin_name"] in origin_names]
+            if matches or page >= listed.last_page:
+                return [_listed_image(item) for item in matches]
+            if page >= MAX_LOOKUP_PAGES:
+                raise fail(
+                    Stage.LOOKUP,
+                    Kind.BAD_RESPONSE,
+                    f"Lsky lists more than {MAX_LOOKUP_PAGES} pages for {keyword!r}; "
+                    "cannot tell whether the image is there",
+                )
+            page += 1
+
+    def _list(
+        self, keyword: str, page: int, token: str, deadline: float
+    ) -> ListingPage | ArchiveFailure:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return fail(Stage.LOOKUP, Kind.TIMEOUT, "no time left to look the image up")
+        query = {"keyword": keyword, "order": "earliest", "page": str(page)}
+        if self.album_id is not None:
+            query["album_id"] = str(self.album_id)
+        try:
+            response = self.pool.urlopen(
+                "GET",
+                f"{self.images_url}?{urlencode(query)}",
+                headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+                redirect=False,
+                preload_content=False,
+                timeout=urllib3.Timeout(
+                    connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
+                    read=min(LOOKUP_READ_TIMEOUT_SECONDS, remaining),
+                ),
+            )
+        except NewConnectionError:
+            return fail(Stage.LOOKUP, Kind.CONNECTION, "could not connect to Lsky")
+        except TimeoutError:
+            return fail(Stage.LOOKUP, Kind.TIMEOUT, "timed out waiting for Lsky's image list")
+        except HTTPError as error:
+            return fail(
+                Stage.LOOKUP, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
+            )
+        try:
+            raw = response.read(MAX_RESPONSE_BYTES + 1)
+        except TimeoutError:
+            return fail(Stage.LOOKUP, Kind.TIMEOUT, "timed out reading Lsky's image list")
+        except HTTPError:
+            return fail(Stage.LOOKUP, Kind.CONNECTION, "Lsky dropped the image list")
+        finally:
+            response.release_conn()
+        try:
+            return parse_listing(
+                response.status,
+                raw if len(raw) <= MAX_RESPONSE_BYTES else b"",
+                location=response.headers.get("Location"),
+                retry_after=response.headers.get("Retry-After"),
+            )
+        except ArchiveFailure as error:
+            return error
+
     def _send(self, body: Callable[[], Body], deadline: float, *, resend: bool) -> HostedImage:
         token = self._token(False)
         outcome = self._attempt(body, token, deadline)
@@ -228,6 +314,14 @@ class LskyClient:
             location=response.headers.get("Location"),
             retry_after=response.headers.get("Retry-After"),
         )
+
+
+def _listed_image(item: dict[str, Any]) -> HostedImage:
+    url = hosted_url(item)
+    if url is None:
+        raise fail(Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky lists the image without links.url")
+    mime_type = item.get("mimetype")
+    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=item)
 
 
 def _until(deadline: float, chunks: Iterable[bytes]) -> Iterator[bytes]:

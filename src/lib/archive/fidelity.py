@@ -1,0 +1,96 @@
+"""Did Lsky keep the bytes we sent? md5/sha1/size taken while the image streams, compared
+with what Lsky reports of the file it stored (it may re-encode or watermark it).
+
+The comparison is pure; docs/archive.md ("The archived bytes") has the reasoning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Lsky reports size in KB (bytes / 1024, a float); read back from its DECIMAL(8,2)
+# column it is rounded to 0.01 KB. Either way a same-sized file is within half of that.
+SIZE_TOLERANCE_KB = 0.005
+
+
+@dataclass(frozen=True)
+class Digest:
+    md5: str
+    sha1: str
+    size: int  # bytes
+
+
+class ContentDigest:
+    """md5 and sha1 of the chunks as they pass: one pass, nothing kept but the state."""
+
+    def __init__(self) -> None:
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._sha1 = hashlib.sha1(usedforsecurity=False)
+        self.size = 0
+        self.finished = False  # `wrap`'s chunks all went through
+
+    def update(self, chunk: bytes) -> None:
+        self._md5.update(chunk)
+        self._sha1.update(chunk)
+        self.size += len(chunk)
+
+    def wrap(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            self.update(chunk)
+            yield chunk
+        self.finished = True
+
+    def result(self) -> Digest:
+        return Digest(self._md5.hexdigest(), self._sha1.hexdigest(), self.size)
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    compared: tuple[str, ...]  # which of md5, sha1, size Lsky reported
+    differs: tuple[str, ...]  # which of those differ from what we sent
+
+    @property
+    def altered(self) -> bool | None:
+        """True: Lsky stored other bytes; False: the same; None: nothing to compare."""
+        return bool(self.differs) if self.compared else None
+
+
+def _size_kb(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def compare(sent: Digest, hosted: Mapping[str, Any]) -> Fidelity:
+    """`sent` against the md5, sha1 and size (KB) in Lsky's answer about the stored file."""
+    compared: list[str] = []
+    differs: list[str] = []
+    for field, ours in (("md5", sent.md5), ("sha1", sent.sha1)):
+        theirs = hosted.get(field)
+        if isinstance(theirs, str) and theirs:
+            compared.append(field)
+            if theirs.strip().lower() != ours:
+                differs.append(field)
+    size_kb = _size_kb(hosted.get("size"))
+    if size_kb is not None:
+        compared.append("size")
+        if abs(size_kb - sent.size / 1024) > SIZE_TOLERANCE_KB + 1e-9:
+            differs.append("size")
+    return Fidelity(tuple(compared), tuple(differs))
+
+
+def note(sent: Digest, fidelity: Fidelity) -> dict[str, Any]:
+    """What the row keeps about it (hosted_response._archive): our side, and the verdict."""
+    return {
+        "sent": {"md5": sent.md5, "sha1": sent.sha1, "bytes": sent.size},
+        "altered": fidelity.altered,
+        "differs": list(fidelity.differs),
+    }

@@ -1,0 +1,359 @@
+"""Exactly one stored copy per record: an upload whose answer was lost is found on Lsky by
+its name and adopted by the next attempt, never uploaded again (issue 13)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from devkit import images
+from devkit.lsky import AccountState, Behaviour, LskyStandIn
+from lib.archive import budget as timeguard
+from lib.archive import worker
+from lib.archive.message import encode
+from tests.integration.conftest import ArchiveHarness
+from tests.support import FakeLambdaContext, emf_metrics, fetch_record, reset_lane, seed_record
+
+PNG = images.png(8, 8)
+STARTED = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
+
+
+def name(record_id: int, extension: str = "png") -> str:
+    return f"alice_{record_id}_20261202T120005Z.{extension}"
+
+
+def seed(db: Any, upstream: Any, record_id: int, **columns: Any) -> str:
+    path = f"/gen/{record_id}.png"
+    if "image_url" not in columns:
+        columns["image_url"] = upstream.add(path, PNG)
+    seed_record(db, record_id, username="alice", started_at=STARTED, **columns)
+    return path
+
+
+def assert_points_at_the_one_image(db: Any, lsky: LskyStandIn, record_id: int) -> None:
+    row = fetch_record(db, record_id)
+    assert row["archive_status"] == "SUCCEEDED"
+    [image] = lsky.image_records()
+    assert image.origin_name == name(record_id)
+    assert row["hosted_image_url"] == f"{lsky.public_url}/i/{image.pathname}"
+    assert row["hosted_response"]["key"] == image.key
+    assert row["archive_may_be_hosted"] is False
+
+
+def wait_for(condition: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def retry_at_once(archive_env: Any, archive: ArchiveHarness) -> None:
+    # The claim takes a PENDING row due within its 5 s slack: the next delivery runs now.
+    archive_env(ARCHIVE_RETRY_DELAYS="1")
+
+
+# -- the cost: nothing on a first attempt, nothing after a failure that stored nothing -------
+
+
+def test_a_first_attempt_makes_one_request_to_the_host(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 1)
+
+    assert archive.deliver(encode(1)) == {"batchItemFailures": []}
+
+    assert lsky.listings == []  # no look-up
+    assert lsky.upload_count == 1
+    assert_points_at_the_one_image(db, lsky, 1)
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param({"fail_first": 1}, id="download-503"),
+        pytest.param({"drop_after": 10}, id="download-dropped-mid-upload"),
+    ],
+)
+def test_a_retry_after_a_download_failure_makes_no_lookup(
+    retry_at_once: None,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    first: dict[str, Any],
+) -> None:
+    seed(db, upstream, 2, image_url=upstream.add("/gen/2.png", PNG, **first))
+
+    assert len(archive.deliver(encode(2))["batchItemFailures"]) == 1
+    assert fetch_record(db, 2)["archive_may_be_hosted"] is False
+    upstream.add("/gen/2.png", PNG)
+    assert archive.deliver(encode(2)) == {"batchItemFailures": []}
+
+    assert lsky.listings == []
+    assert_points_at_the_one_image(db, lsky, 2)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        Behaviour.status_false("每分钟内你最多可以上传 20 张图片"),
+        Behaviour.status_false("图片上传失败"),
+        Behaviour.rate_limited(retry_after=1),
+    ],
+    ids=["window-limiter", "write-failed", "http-429"],
+)
+def test_a_retry_after_a_definite_refusal_makes_no_lookup(
+    retry_at_once: None,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    refusal: Behaviour,
+) -> None:
+    seed(db, upstream, 3)
+    lsky.script(refusal)
+
+    assert len(archive.deliver(encode(3))["batchItemFailures"]) == 1
+    assert fetch_record(db, 3)["archive_may_be_hosted"] is False
+    # A limit pauses the lane (the row is due when the pause ends): let that time pass.
+    reset_lane(db)
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 3")
+    assert archive.deliver(encode(3)) == {"batchItemFailures": []}
+
+    assert lsky.listings == []
+    assert_points_at_the_one_image(db, lsky, 3)
+
+
+# -- the answer is lost: adopted, not uploaded again ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        Behaviour.drop(store=True),
+        Behaviour.drop(store=True, partial=False),
+        Behaviour.status_false("服务异常，请稍后再试", store=True),
+        replace(Behaviour.server_error(), store=True),
+        replace(Behaviour.html_200(), store=True),
+    ],
+    ids=["dropped-mid-answer", "dropped-before-answer", "catch-all", "http-500", "html-200"],
+)
+@pytest.mark.parametrize("chunked", [False, True], ids=["streamed", "spooled"])
+def test_a_stored_upload_whose_answer_was_lost_is_adopted(
+    retry_at_once: None,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    capsys: pytest.CaptureFixture[str],
+    lost: Behaviour,
+    chunked: bool,
+) -> None:
+    seed(db, upstream, 4, image_url=upstream.add("/gen/4.png", PNG, chunked=chunked))
+    lsky.script(lost)
+
+    assert len(archive.deliver(encode(4))["batchItemFailures"]) == 1
+    row = fetch_record(db, 4)
+    assert (row["archive_status"], row["archive_may_be_hosted"]) == ("PENDING", True)
+    assert len(lsky.image_records()) == 1
+
+    assert archive.deliver(encode(4)) == {"batchItemFailures": []}
+
+    assert lsky.upload_count == 1  # never sent again
+    assert upstream.hits("/gen/4.png") == 1  # nor downloaded again
+    assert lsky.listings == [{"keyword": name(4)[:-3], "order": "earliest", "page": "1"}]
+    assert_points_at_the_one_image(db, lsky, 4)
+    row = fetch_record(db, 4)
+    assert row["archive_attempts"] == 2
+    assert row["hosted_response"]["_archive"] == {"adopted": True}
+    assert "human_date" not in row["hosted_response"]
+    done = archive.log_for("archive succeeded")
+    assert (done["outcome"], done["attempt"]) == ("archived", 2)
+    assert archive.log_for(
+        "an earlier attempt had stored the image; adopted it instead of uploading"
+    )
+    metrics = emf_metrics(capsys)
+    assert metrics["Reconciled"] == 1
+    assert metrics["Archived"] == 1
+
+
+def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
+    retry_at_once: None,
+    monkeypatch: pytest.MonkeyPatch,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+) -> None:
+    monkeypatch.setattr(worker, "MIN_ATTEMPT_MS", 500)
+    monkeypatch.setattr(worker, "FINISH_RESERVE_MS", 200)
+    monkeypatch.setattr(timeguard, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
+    monkeypatch.setattr(timeguard, "UPLOAD_OVERHEAD_SECONDS", 0.2)
+    seed(db, upstream, 5)
+    # Lsky stores the file 1.8 s after reading the whole body; the attempt stops at 1.3 s.
+    lsky.script(Behaviour.slow(1.8))
+
+    archive.deliver(encode(5), FakeLambdaContext(timeout_seconds=1.5))
+    row = fetch_record(db, 5)
+    assert "timed out waiting for Lsky" in row["archive_error"]
+    assert row["archive_may_be_hosted"] is True
+    assert lsky.wait_for_uploads(1, timeout=5)  # stored, with no one left to read the answer
+
+    assert archive.deliver(encode(5)) == {"batchItemFailures": []}
+    assert lsky.upload_count == 1
+    assert_points_at_the_one_image(db, lsky, 5)
+
+
+def test_a_database_outage_between_upload_and_success_write(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    archive_env(ARCHIVE_LOCK_TTL_SECONDS="2")
+    seed(db, upstream, 6)
+    lsky.script(Behaviour.slow(0.5))
+
+    def outage() -> None:
+        # While Lsky works on the upload: the claim is done, the success write is next.
+        wait_for(lambda: lsky.pending_script == 0)
+        db.run("ALTER TABLE image_generation_records RENAME TO image_generation_records_gone")
+
+    breaker = threading.Thread(target=outage)
+    breaker.start()
+    archive.send(encode(6))
+    event = archive.receive()
+    try:
+        response = archive.invoke(event)
+    finally:
+        breaker.join()
+        db.run("ALTER TABLE image_generation_records_gone RENAME TO image_generation_records")
+
+    assert len(response["batchItemFailures"]) == 1
+    assert archive.log_for("archived on Lsky, but the success could not be recorded; "
+                           "message will be redelivered")  # fmt: skip
+    row = fetch_record(db, 6)
+    assert (row["archive_status"], row["archive_may_be_hosted"]) == ("RUNNING", True)
+    assert len(lsky.image_records()) == 1
+
+    # The database is back; the lock expires and the message returns (fast-forwarded).
+    wait_for(lambda: bool(db.run(
+        "SELECT archive_locked_at < now() - interval '2 seconds' "
+        "FROM image_generation_records WHERE id = 6")[0][0]))  # fmt: skip
+    [record] = event["Records"]
+    archive.sqs.change_message_visibility(
+        QueueUrl=archive.queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
+    )
+    assert archive.invoke(archive.receive(wait_seconds=2)) == {"batchItemFailures": []}
+
+    assert lsky.upload_count == 1
+    assert_points_at_the_one_image(db, lsky, 6)
+    assert fetch_record(db, 6)["archive_attempts"] == 2
+
+
+def test_the_default_album_does_not_hide_the_stored_image(
+    retry_at_once: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    lsky.config.default_album_id = lsky.add_album("uploads")
+    seed(db, upstream, 7)
+    lsky.script(Behaviour.drop(store=True))
+
+    archive.deliver(encode(7))
+    [stored] = lsky.image_records()
+    assert stored.album_id is not None
+    assert archive.deliver(encode(7)) == {"batchItemFailures": []}
+
+    assert lsky.upload_count == 1
+    assert_points_at_the_one_image(db, lsky, 7)
+
+
+# -- the look-up itself ---------------------------------------------------------------------
+
+
+def test_only_an_exact_origin_name_is_adopted(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 8, archive_may_be_hosted=True)
+    lsky.add_image(origin_name="renamed.png", alias_name=name(8))
+    lsky.add_image(origin_name="copy of " + name(8))
+    lsky.add_image(origin_name=name(8) + ".bak")
+    lsky.add_image(owner="bob", origin_name=name(8))
+    planted = {image.key for image in lsky.image_records()}
+
+    assert archive.deliver(encode(8)) == {"batchItemFailures": []}
+
+    assert len(lsky.listings) == 1
+    assert lsky.upload_count == 1  # nothing matched: uploaded
+    [uploaded] = [image for image in lsky.image_records() if image.key not in planted]
+    row = fetch_record(db, 8)
+    assert row["hosted_response"]["key"] == uploaded.key
+    assert row["hosted_response"]["_archive"]["altered"] is False
+
+
+def test_another_extension_of_the_same_name_is_adopted(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    # A save format on the group (e.g. webp) renames the extension in origin_name.
+    seed(db, upstream, 9, archive_may_be_hosted=True)
+    stored = lsky.add_image(origin_name=name(9, "webp"))
+
+    assert archive.deliver(encode(9)) == {"batchItemFailures": []}
+
+    assert lsky.upload_count == 0
+    assert upstream.hits("/gen/9.png") == 0
+    assert fetch_record(db, 9)["hosted_response"]["key"] == stored.key
+
+
+def test_duplicates_stored_earlier_are_reported_and_the_oldest_adopted(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 10, archive_may_be_hosted=True)
+    older = lsky.add_image(origin_name=name(10), age=60)
+    newer = lsky.add_image(origin_name=name(10), age=5)
+
+    assert archive.deliver(encode(10)) == {"batchItemFailures": []}
+
+    assert fetch_record(db, 10)["hosted_response"]["key"] == older.key
+    warning = archive.log_for("the host holds more than one image for this record")
+    assert warning["duplicate_keys"] == [newer.key]
+
+
+def test_a_failed_lookup_is_a_transient_failure_that_uploads_nothing(
+    retry_at_once: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 11, archive_may_be_hosted=True)
+    lsky.account_state = AccountState.API_DISABLED  # 403 on every API route
+
+    assert len(archive.deliver(encode(11))["batchItemFailures"]) == 1
+
+    row = fetch_record(db, 11)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_error"].startswith("lookup failed (HTTP 403): ")
+    assert row["archive_may_be_hosted"] is True  # still unknown
+    assert (lsky.upload_count, upstream.hits("/gen/11.png")) == (0, 0)
+
+    # Even a 401 (a permanent answer to an upload) does not fail the record here.
+    lsky.account_state = AccountState.TOKEN_REFUSED
+    assert len(archive.deliver(encode(11))["batchItemFailures"]) == 1
+    assert fetch_record(db, 11)["archive_status"] == "PENDING"
+
+    lsky.account_state = AccountState.HEALTHY
+    stored = lsky.add_image(origin_name=name(11))
+    assert archive.deliver(encode(11)) == {"batchItemFailures": []}
+    assert fetch_record(db, 11)["hosted_response"]["key"] == stored.key
+    assert lsky.upload_count == 0
+
+
+def test_a_lookup_that_finds_nothing_uploads_once(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 12, archive_may_be_hosted=True)
+
+    assert archive.deliver(encode(12)) == {"batchItemFailures": []}
+
+    assert len(lsky.listings) == 1
+    assert lsky.upload_count == 1
+    assert_points_at_the_one_image(db, lsky, 12)

@@ -1,0 +1,91 @@
+"""The bytes we sent against what Lsky says it stored (lib.archive.fidelity, pure)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from lib.archive.fidelity import ContentDigest, Digest, compare, note
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def sha1(data: bytes) -> str:
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+
+
+DATA = bytes(range(256)) * 40  # 10,240 bytes = 10.0 KB
+MD5 = md5(DATA)
+SHA1 = sha1(DATA)
+SENT = Digest(MD5, SHA1, len(DATA))
+
+
+def test_the_digest_is_taken_in_one_pass_over_any_chunking() -> None:
+    digest = ContentDigest()
+    chunks = [DATA[:1], DATA[1:4000], b"", DATA[4000:]]
+    assert list(digest.wrap(iter(chunks))) == chunks
+    assert digest.finished
+    assert digest.result() == SENT
+
+
+def test_a_digest_whose_chunks_stopped_early_is_not_finished() -> None:
+    digest = ContentDigest()
+
+    def broken() -> Any:
+        yield DATA[:10]
+        raise OSError("dropped")
+
+    with pytest.raises(OSError, match="dropped"):
+        list(digest.wrap(broken()))
+    assert not digest.finished
+    assert digest.size == 10
+
+
+@pytest.mark.parametrize(
+    "hosted",
+    [
+        {"md5": MD5, "sha1": SHA1, "size": 10.0},  # the upload answer: bytes / 1024
+        {"md5": MD5.upper(), "sha1": SHA1, "size": "10.00"},  # read back from DECIMAL(8,2)
+        {"md5": MD5, "sha1": SHA1, "size": 10.004},  # within the column's rounding
+    ],
+)
+def test_identical(hosted: dict[str, Any]) -> None:
+    fidelity = compare(SENT, hosted)
+    assert fidelity.altered is False
+    assert fidelity.compared == ("md5", "sha1", "size")
+
+
+@pytest.mark.parametrize(
+    ("hosted", "differs"),
+    [
+        ({"md5": "0" * 32, "sha1": "0" * 40, "size": 7.5}, ("md5", "sha1", "size")),
+        ({"md5": MD5, "sha1": "0" * 40, "size": 10.0}, ("sha1",)),
+        ({"md5": MD5, "sha1": SHA1, "size": 10.01}, ("size",)),  # 10 bytes more
+        ({"md5": "0" * 32}, ("md5",)),
+    ],
+)
+def test_altered(hosted: dict[str, Any], differs: tuple[str, ...]) -> None:
+    fidelity = compare(SENT, hosted)
+    assert fidelity.altered is True
+    assert fidelity.differs == differs
+
+
+@pytest.mark.parametrize(
+    "hosted",
+    [{}, {"md5": "", "sha1": None, "size": True}, {"md5": 5, "size": "n/a"}, {"size": "nan"}],
+)
+def test_nothing_to_compare_is_no_verdict(hosted: dict[str, Any]) -> None:
+    assert compare(SENT, hosted).altered is None
+
+
+def test_the_note_kept_with_the_row() -> None:
+    fidelity = compare(SENT, {"md5": "0" * 32, "sha1": SHA1, "size": 10.0})
+    assert note(SENT, fidelity) == {
+        "sent": {"md5": MD5, "sha1": SHA1, "bytes": len(DATA)},
+        "altered": True,
+        "differs": ["md5"],
+    }
