@@ -97,6 +97,7 @@ INDEXES = {
     "image_generation_records_archive_pending_idx",
     "image_generation_records_archive_running_idx",
     "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_staged_idx",
 }
 
 

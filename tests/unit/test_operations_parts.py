@@ -101,12 +101,13 @@ def test_split_statements_keeps_a_do_block_whole() -> None:
 def test_the_migration_file_splits_into_its_statements() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=False))
     assert statements[0].sql == "SET lock_timeout = '5s'"
-    assert sum("ADD COLUMN" in s.sql for s in statements) == 11
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 13
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",
         "image_generation_records_archive_running_idx",
         "image_generation_records_archive_failed_idx",
+        "image_generation_records_archive_staged_idx",
     ]
     with_base = migrate.load(migrate.schema_files(with_base_schema=True))
     assert with_base[0].source.name == "base_schema.sql"

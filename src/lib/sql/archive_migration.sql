@@ -16,6 +16,10 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archived_at TIMEST
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_image_url TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS image_mime_type TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JSONB;
+-- Where the image was staged (lib.archive.staging) while the host could not take it, and
+-- when: the next attempt uploads from there instead of the provider's temporary URL.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_key TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -31,6 +35,12 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_running
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
     ON image_generation_records (started_at)
     WHERE archive_status = 'FAILED';
+
+-- Staged copies (`archive-ctl status`, the StagedOldestAgeSeconds metric): only rows that
+-- hold one are in it, so counting them and finding the oldest never reads the table.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_staged_idx
+    ON image_generation_records (archive_staged_at)
+    WHERE archive_staged_key IS NOT NULL;
 
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
 -- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without

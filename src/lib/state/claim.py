@@ -26,6 +26,8 @@ class Task:
     image_url: str
     started_at: datetime | None
     attempt: int
+    # Where an earlier attempt staged the image (lib.archive.staging): upload from there.
+    staged_key: str | None = None
 
 
 @dataclass(frozen=True)

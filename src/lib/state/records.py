@@ -82,6 +82,15 @@ class LiveCounts:
     failed_last_24h: int
 
 
+@dataclass(frozen=True)
+class StagedSummary:
+    """Images captured to the staging bucket (lib.archive.staging), as the rows say."""
+
+    waiting: int  # PENDING or RUNNING rows whose next attempt uploads from a staged copy
+    oldest_age_seconds: float  # how long the oldest of those has been staged; 0 when none
+    failed_keeping_copy: int  # FAILED rows that kept theirs for `requeue --failed`
+
+
 def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     return [
         SweptRow(
@@ -107,8 +116,16 @@ class ArchiveRecords:
     # -- the worker ----------------------------------------------------------------------
 
     def claim(
-        self, record_id: int, *, owner: str, lock_ttl_seconds: int, max_attempts: int
+        self,
+        record_id: int,
+        *,
+        owner: str,
+        lock_ttl_seconds: int,
+        max_attempts: int,
+        capture_while_paused: bool = False,
     ) -> ClaimResult:
+        """capture_while_paused (staging on): a paused lane still lets a row that is not
+        staged yet be claimed, to be captured; a staged row waits for the lane."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -116,10 +133,12 @@ class ArchiveRecords:
             lock_ttl=lock_ttl_seconds,
             max_attempts=max_attempts,
             early_slack=EARLY_SLACK_SECONDS,
+            capture_while_paused=capture_while_paused,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
-        lane = lane_state(row[11:])
+        lane = lane_state(row[11:17])
+        staged_key = row[17]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -138,6 +157,7 @@ class ArchiveRecords:
             image_url=url or "",
             started_at=started,
             attempt=int(attempt),
+            staged_key=staged_key,
         )
         return ClaimResult(task, snapshot)
 
@@ -169,16 +189,47 @@ class ArchiveRecords:
             return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
         return Recorded.ALREADY_THIS if same_url else Recorded.ALREADY_OTHER
 
-    def retry(self, task: Task, *, owner: str, error: str, delay_seconds: int) -> bool:
-        """PENDING again after `delay_seconds`; False when the lock had passed on."""
+    def retry(
+        self,
+        task: Task,
+        *,
+        owner: str,
+        error: str,
+        delay_seconds: int,
+        staged_key: str | None = None,
+    ) -> bool:
+        """PENDING again after `delay_seconds`; False when the lock had passed on.
+        staged_key: a copy staged during this attempt, recorded with the row."""
         rows = self._run(
-            "retry", record_id=task.record_id, owner=owner, error=error, delay=delay_seconds
+            "retry",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            delay=delay_seconds,
+            staged_key=staged_key,
         )
         return bool(rows)
 
-    def fail(self, task: Task, *, owner: str, error: str) -> bool:
-        """FAILED for good; False when the lock had passed on."""
-        return bool(self._run("fail", record_id=task.record_id, owner=owner, error=error))
+    def fail(
+        self,
+        task: Task,
+        *,
+        owner: str,
+        error: str,
+        keep_staged: bool = False,
+        staged_key: str | None = None,
+    ) -> bool:
+        """FAILED; False when the lock had passed on. keep_staged: the row keeps (or
+        records `staged_key` as) its staged copy, for a replay; otherwise it forgets it."""
+        rows = self._run(
+            "fail",
+            record_id=task.record_id,
+            owner=owner,
+            error=error,
+            keep_staged=keep_staged,
+            staged_key=staged_key,
+        )
+        return bool(rows)
 
     def release(
         self,
@@ -188,9 +239,11 @@ class ArchiveRecords:
         delay_seconds: int,
         error: str | None = None,
         park: bool = False,
+        staged_key: str | None = None,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
-        park: no message is left for it (the sweeper sends one once due)."""
+        park: no message is left for it (the sweeper sends one once due).
+        staged_key: a copy staged during this attempt, recorded with the row."""
         rows = self._run(
             "release",
             record_id=task.record_id,
@@ -198,6 +251,7 @@ class ArchiveRecords:
             delay=delay_seconds,
             error=error,
             park=park,
+            staged_key=staged_key,
         )
         return bool(rows)
 
@@ -328,3 +382,14 @@ class ArchiveRecords:
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}
+
+    # -- staged copies --------------------------------------------------------------------
+
+    def staged_summary(self) -> StagedSummary:
+        """Staged copies waiting to be published, and FAILED rows that kept one."""
+        [[waiting, oldest, failed]] = self._run("staged_summary")
+        return StagedSummary(
+            waiting=int(waiting),
+            oldest_age_seconds=round(float(oldest), 1),
+            failed_keeping_copy=int(failed),
+        )
