@@ -11,7 +11,6 @@ SRC = ROOT / "src"
 # Called by a library, not by our code.
 CALLED_BY_LIBRARIES = {
     ("_Pinned", "_new_conn"): "urllib3's HTTPConnection.connect calls the override",
-    ("_ChunkReader", "readable"): "s3transfer asks a file object readable() before reading it",
 }
 
 

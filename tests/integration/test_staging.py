@@ -4,8 +4,13 @@ take them are published from there, after the provider's URL has expired."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +30,7 @@ from tests.support import emf_metrics, fetch_record, seed_record
 IMAGE = images.png(16, 16, size=300_000, seed=3)
 SHA = hashlib.sha256(IMAGE).hexdigest()
 RATE_LIMITED = "每分钟内你最多可以上传 20 张图片"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -65,6 +71,13 @@ def make_due(db: Any, record_id: int) -> None:
 def source(upstream: Any, path: str, *, chunked: bool, downloads: int) -> str:
     """The provider's URL: good for `downloads` fetches, then 403 (expired)."""
     return str(upstream.add(path, IMAGE, chunked=chunked, fail_after=downloads))
+
+
+def sha256_of(chunks: Iterator[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def assert_published_from_the_copy(
@@ -414,3 +427,71 @@ def test_status_counts_staged_copies(
     assert summary.waiting == 2
     assert 90 <= summary.oldest_age_seconds < 120
     assert summary.failed_keeping_copy == 0
+
+
+BIG = 50_000_000
+MEMORY_BOUND = 0.3 * BIG  # the bound the streamed and spooled archives meet (bench.memory)
+
+
+def peak_growth_in_a_child(warm_id: int, record_id: int) -> int:
+    """Peak RSS growth of one archive of `record_id`, in a fresh process warmed up by an
+    archive of `warm_id` (tests.integration.staging_memory_child)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.integration.staging_memory_child",
+            *map(str, (warm_id, record_id)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    assert lines, child.stdout[-3000:]
+    return int(json.loads(lines[-1].removeprefix("RESULT "))["growth"])
+
+
+def test_a_50_mb_image_without_content_length_is_staged_and_published_within_the_bound(
+    staged: ArchiveHarness,
+    records: ArchiveRecords,
+    db: Any,
+    s3: Any,
+    staging_bucket: str,
+    upstream: Any,
+    lsky: Any,
+) -> None:
+    upstream.add("/tiny.png", images.png())
+    body = StreamBody.of(lambda: images.png_stream(size=BIG, chunk_size=256 * 1024), BIG)
+    upstream.add("/big.png", body, chunked=True, fail_after=1)  # no Content-Length
+    seed_record(db, 20, image_url=upstream.url("/tiny.png"))
+    seed_record(db, 21, image_url=upstream.url("/big.png"))
+    pause_for_an_hour(records)  # captured, then parked: no SQS call in the child
+
+    capture = peak_growth_in_a_child(20, 21)
+
+    row = fetch_record(db, 21)
+    assert row["archive_staged_key"] is not None, row
+    stored = s3.get_object(Bucket=staging_bucket, Key=row["archive_staged_key"])["Body"]
+    served = images.png_stream(size=BIG, chunk_size=256 * 1024)
+    assert sha256_of(stored.iter_chunks(1 << 20)) == sha256_of(served)  # every part in order
+
+    records.clear_pause()
+    make_due(db, 20)
+    make_due(db, 21)
+    publish = peak_growth_in_a_child(20, 21)  # warmed up by publishing the tiny copy
+
+    assert fetch_record(db, 21)["archive_status"] == "SUCCEEDED"
+    assert lsky.uploads[-1].size == BIG
+    assert staged_keys(s3, staging_bucket) == []
+    print(
+        f"50 MB, no Content-Length: peak RSS growth {capture / 1e6:.1f} MB staging it, "
+        f"{publish / 1e6:.1f} MB publishing it from S3"
+    )
+    assert capture <= MEMORY_BOUND
+    assert publish <= MEMORY_BOUND

@@ -16,7 +16,7 @@ from lib.archive.staging import (
     worth_staging,
 )
 from lib.platform.config import load_settings
-from lib.platform.s3 import StagingError, _ChunkReader
+from lib.platform.s3 import PartReader, StagingError
 from lib.transfer.failures import Failure, Kind, Stage
 from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP
 
@@ -103,16 +103,20 @@ def test_the_staging_bucket_setting(logs: Callable[[], list[dict[str, object]]])
     assert any("ARCHIVE_STAGING_BUCKET" in str(line["message"]) for line in logs())
 
 
-def test_the_chunk_reader_gives_whole_reads_until_the_end() -> None:
-    reader = _ChunkReader([b"ab", b"cde", b"", b"fghij"], deadline=time.monotonic() + 60)
-    assert reader.read(4) == b"abcd"
-    assert reader.read(2) == b"ef"
-    assert reader.read() == b"ghij"
-    assert reader.read(3) == b""
+def test_the_part_reader_fills_whole_parts_until_the_end() -> None:
+    reader = PartReader([b"ab", b"cde", b"", b"fghij"], deadline=time.monotonic() + 60)
+    buffer = bytearray(4)
+    assert reader.fill(buffer) == 4
+    assert buffer == b"abcd"
+    assert reader.fill(buffer) == 4
+    assert buffer == b"efgh"
+    assert reader.fill(buffer) == 2
+    assert buffer[:2] == b"ij"
+    assert reader.fill(buffer) == 0
     assert reader.size == 10
 
 
-def test_the_chunk_reader_stops_at_the_deadline() -> None:
-    reader = _ChunkReader([b"abc"], deadline=time.monotonic() - 1)
+def test_the_part_reader_stops_at_the_deadline() -> None:
+    reader = PartReader([b"abc"], deadline=time.monotonic() - 1)
     with pytest.raises(StagingError, match="deadline"):
-        reader.read(1)
+        reader.fill(bytearray(1))

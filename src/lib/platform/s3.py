@@ -6,20 +6,17 @@ never loads it. Memory stays bounded by one multipart part, whatever the image s
 
 from __future__ import annotations
 
-import io
+import contextlib
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from lib.platform.errors import ServiceError
 
-if TYPE_CHECKING:
-    from boto3.s3.transfer import TransferConfig
-
 # S3's smallest multipart part, and the only image bytes held in memory while staging:
-# a non-seekable source is read one part at a time (no threads, so one part in flight).
+# one buffer, filled from the source, sent, then filled again.
 PART_BYTES = 5 * 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 
@@ -36,14 +33,18 @@ class StagedCopyMissing(StagingError):
 class _S3(Protocol):
     """The few calls of boto3's S3 client used here (typed without the S3 stubs)."""
 
-    def upload_fileobj(self, Fileobj: Any, Bucket: str, Key: str, **kwargs: Any) -> None: ...
+    def put_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def create_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+    def upload_part(self, **kwargs: Any) -> dict[str, Any]: ...
+    def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+    def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
     def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
     def delete_object(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
-class _ChunkReader(io.RawIOBase):
-    """A non-seekable file over an iterator of chunks, for upload_fileobj: read(n) returns
-    n bytes until the end, and stops the upload (aborting it) once the deadline passed."""
+class PartReader:
+    """Fills one reused part buffer from an iterator of chunks: the only image bytes held
+    in memory while staging (boto3's upload_fileobj held two to three copies of a part)."""
 
     def __init__(self, chunks: Iterable[bytes], deadline: float) -> None:
         self._chunks = iter(chunks)
@@ -51,28 +52,21 @@ class _ChunkReader(io.RawIOBase):
         self._deadline = deadline
         self.size = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
+    def fill(self, buffer: bytearray) -> int:
+        """Bytes written to the start of `buffer` (fewer than its length: the end)."""
         if time.monotonic() > self._deadline:
             raise StagingError("staging ran past the attempt's deadline")
-        wanted = None if size is None or size < 0 else size
-        parts = [self._pending]
-        have = len(self._pending)
-        while wanted is None or have < wanted:
-            chunk = next(self._chunks, None)
+        view, filled = memoryview(buffer), 0
+        while filled < len(buffer):
+            chunk = self._pending or next(self._chunks, None)
             if chunk is None:
                 break
-            parts.append(chunk)
-            have += len(chunk)
-        data = b"".join(parts)
-        if wanted is not None and len(data) > wanted:
-            data, self._pending = data[:wanted], data[wanted:]
-        else:
-            self._pending = b""
-        self.size += len(data)
-        return data
+            take = min(len(chunk), len(buffer) - filled)
+            view[filled : filled + take] = chunk[:take]
+            self._pending = chunk[take:]
+            filled += take
+        self.size += filled
+        return filled
 
 
 @dataclass
@@ -125,42 +119,65 @@ class StagingBucket:
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
             retries={"max_attempts": self._max_attempts, "mode": "standard"},
+            # botocore's default checksum reads each part once more into memory; TLS
+            # already guards the bytes in transit.
+            request_checksum_calculation="when_required",
         )
         # The regional endpoint, or AWS_ENDPOINT_URL_S3 (boto3 reads it: a local S3).
         client: _S3 = boto3.client("s3", config=config)
         return client
 
-    @cached_property
-    def _transfer_config(self) -> TransferConfig:
-        from boto3.s3.transfer import TransferConfig  # noqa: PLC0415
-
-        # No threads: one part is read, sent and dropped before the next is read.
-        return TransferConfig(
-            multipart_threshold=PART_BYTES,
-            multipart_chunksize=PART_BYTES,
-            use_threads=False,
-            preferred_transfer_client="classic",
-        )
-
     def put(self, key: str, chunks: Iterable[bytes], *, content_type: str, deadline: float) -> int:
         """Store the chunks under `key` as they come (multipart above one part); returns
         the bytes stored. The service's own errors from the chunks (the download's
         ArchiveFailure) pass through; S3's raise StagingError. A failed upload leaves no
-        object (a multipart upload is aborted)."""
-        reader = _ChunkReader(chunks, deadline)
+        object (a multipart upload is aborted; the lifecycle rule is the backstop)."""
+        reader = PartReader(chunks, deadline)
+        buffer = bytearray(PART_BYTES)
         try:
-            self.client.upload_fileobj(
-                reader,
-                self.name,
-                key,
-                ExtraArgs={"ContentType": content_type},
-                Config=self._transfer_config,
-            )
+            filled = reader.fill(buffer)
+            if filled < PART_BYTES:
+                del buffer[filled:]
+                self.client.put_object(
+                    Bucket=self.name, Key=key, Body=buffer, ContentType=content_type
+                )
+            else:
+                self._put_parts(key, reader, buffer, content_type=content_type)
         except ServiceError:
             raise
-        except Exception as error:  # noqa: BLE001 - boto3, botocore and s3transfer errors
+        except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
             raise StagingError(f"staging {key} failed ({_describe(error)})") from None
         return reader.size
+
+    def _put_parts(
+        self, key: str, reader: PartReader, buffer: bytearray, *, content_type: str
+    ) -> None:
+        """A multipart upload of `buffer` (full) and what the reader still has."""
+        upload = self.client.create_multipart_upload(
+            Bucket=self.name, Key=key, ContentType=content_type
+        )["UploadId"]
+        parts: list[dict[str, Any]] = []
+        try:
+            filled = len(buffer)
+            while filled:
+                if filled < len(buffer):
+                    del buffer[filled:]  # the last part: shrunk in place, not copied
+                answer = self.client.upload_part(
+                    Bucket=self.name,
+                    Key=key,
+                    UploadId=upload,
+                    PartNumber=len(parts) + 1,
+                    Body=buffer,
+                )
+                parts.append({"ETag": answer["ETag"], "PartNumber": len(parts) + 1})
+                filled = reader.fill(buffer) if len(buffer) == PART_BYTES else 0
+            self.client.complete_multipart_upload(
+                Bucket=self.name, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.client.abort_multipart_upload(Bucket=self.name, Key=key, UploadId=upload)
+            raise
 
     def open(self, key: str, *, deadline: float) -> StagedObject:
         """Start reading `key`; raises StagedCopyMissing when it is gone, StagingError."""
