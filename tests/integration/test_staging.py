@@ -495,3 +495,65 @@ def test_a_50_mb_image_without_content_length_is_staged_and_published_within_the
     )
     assert capture <= MEMORY_BOUND
     assert publish <= MEMORY_BOUND
+
+
+def test_status_shows_the_staged_copies(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    pg_dsn: str,
+    db: Any,
+) -> None:
+    from lib.cli import main as cli
+
+    seed_record(db, 30, image_url="https://upstream.invalid/a.png")
+    for record_id, status, age in ((31, "PENDING", 7200), (32, "RUNNING", 60), (33, "FAILED", 9)):
+        seed_record(
+            db,
+            record_id,
+            image_url="https://upstream.invalid/a.png",
+            archive_status=status,
+            archive_staged_key=f"staged/{record_id}/k.png",
+        )
+        db.run(
+            "UPDATE image_generation_records SET archive_staged_at = now() - make_interval("
+            "secs => :age) WHERE id = :id",
+            age=age,
+            id=record_id,
+        )
+    monkeypatch.setenv("DATABASE_URL", pg_dsn)
+    monkeypatch.delenv("ARCHIVE_QUEUE_URL", raising=False)
+    capsys.readouterr()
+
+    assert cli.main(["status", "--json"]) == 0
+    staged = json.loads(capsys.readouterr().out)["staged"]
+    assert (staged["waiting"], staged["failed_keeping_copy"]) == (2, 1)
+    assert 7200 <= staged["oldest_age_seconds"] < 7300
+
+    assert cli.main(["status"]) == 0
+    assert "staged             2   oldest staged for: 2.0 h, FAILED keeping a copy: 1" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_sweeper_hook_emits_the_staged_metrics(
+    records: ArchiveRecords, db: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lib.archive.staged_metrics import report_staged
+    from lib.platform.observability import metrics
+
+    seed_record(
+        db, 34, image_url="https://upstream.invalid/a.png", archive_staged_key="staged/34/k.png"
+    )
+    db.run(
+        "UPDATE image_generation_records SET archive_staged_at = now() - interval '600 seconds'"
+        " WHERE id = 34"
+    )
+    capsys.readouterr()
+
+    summary = report_staged(records)
+    metrics.flush_metrics()
+
+    emitted = emf_metrics(capsys)
+    assert summary.waiting == emitted["StagedWaiting"] == 1
+    assert 600 <= emitted["StagedOldestAgeSeconds"] < 700
+    assert emitted["StagedFailedKeepingCopy"] == 0

@@ -14,7 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
 from lib.platform.config import lock_ttl_seconds
-from lib.state.records import ArchiveRecords, LiveCounts
+from lib.state.records import ArchiveRecords, LiveCounts, StagedSummary
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -44,6 +44,7 @@ class Status:
     archive: ArchiveCounts
     queues: list[QueueDepth] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    staged: StagedSummary | None = None  # images captured to the staging bucket
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -102,6 +103,12 @@ def render(status: Status) -> str:
         f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
         f"  FAILED      {a.failed:>8}   generated in the last 24 h: {a.failed_last_24h}",
     ]
+    if (staged := status.staged) is not None:
+        lines.append(
+            f"  staged      {staged.waiting:>8}   oldest staged for: "
+            f"{_age(staged.oldest_age_seconds) if staged.waiting else '-'}, "
+            f"FAILED keeping a copy: {staged.failed_keeping_copy}"
+        )
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
@@ -119,8 +126,10 @@ def render(status: Status) -> str:
 def run(ctx: Context) -> int:
     args = ctx.args
     lock_ttl = lock_ttl_seconds()
+    records = ctx.records()
     report = Status(
-        archive=archive_counts(ctx.records(), lock_ttl_seconds=lock_ttl, include_all=args.all)
+        archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
+        staged=records.staged_summary(),
     )
     code = EXIT_OK
     queue_url = ctx.queue_url()
