@@ -3,10 +3,12 @@
 Every measurement is a fresh process (VmHWM is per process). In it: import and warm
 up (one tiny archive: DB connection, HTTP pools, Powertools), collect garbage, reset
 the peak (clear_refs), read the baseline RSS, archive the big image, read the peak.
-growth = peak - baseline. Three variants, interleaved over the repetitions:
+growth = peak - baseline. Four variants, interleaved over the repetitions:
 
 - streamed: the handler, upstream sends a Content-Length (the streaming path);
 - spooled:  the handler, upstream sends no Content-Length (chunked; spooled to /tmp);
+- staged:   the handler with the upload lane paused, no Content-Length: the image is
+            captured into the staging bucket (moto's S3) instead (lib.archive.staging);
 - naive:    plain urllib3 GET into bytes, multipart body in memory, POST (bench.plain).
 
 The handler variants run the whole handler (claim, transfer, record); the naive one is
@@ -28,7 +30,14 @@ TARGET_FRACTION = 0.3
 VARIANTS = {
     "streamed": "/img-50mb.png",
     "spooled": "/img-50mb-chunked.png",
+    "staged": "/img-50mb-chunked.png",
     "naive": "/img-50mb.png",
+}
+MEASURED = ("streamed", "spooled", "staged")
+WHAT = {
+    "streamed": "streamed (Content-Length)",
+    "spooled": "spooled (no Content-Length)",
+    "staged": "staged to S3 while the lane is paused (no Content-Length)",
 }
 
 
@@ -86,10 +95,18 @@ def run(services: Services, reps: int = 5) -> list[Row]:
                 "image_url": services.image_url(path),
                 "lsky_url": services.lsky_url,
             }
-            result = run_child(
-                "bench.memory", args, services.handler_env(), log_name=f"memory-{name}-{rep}"
-            )
-            if name != "naive":
+            if name == "staged":
+                services.pause_lane()  # both records are captured (and parked), not uploaded
+            try:
+                result = run_child(
+                    "bench.memory", args, services.handler_env(), log_name=f"memory-{name}-{rep}"
+                )
+            finally:
+                services.open_lane()
+            if name == "staged":
+                if services.staged([tiny_id, record_id]) != 2:
+                    raise RuntimeError("memory/staged: the images were not staged")
+            elif name != "naive":
                 statuses = services.statuses([tiny_id, record_id])
                 if statuses != {"SUCCEEDED": 2}:
                     raise RuntimeError(f"memory/{name}: archive did not succeed: {statuses}")
@@ -109,13 +126,12 @@ def run(services: Services, reps: int = 5) -> list[Row]:
     )
     command = command_for("memory")
     rows = []
-    for name in ("streamed", "spooled"):
+    for name in MEASURED:
         worst = max(s["growth"] for s in samples[name])
         rows.append(
             Row(
                 "1",
-                f"peak RSS growth, 50 MB image, {name} "
-                f"({'Content-Length' if name == 'streamed' else 'no Content-Length'})",
+                f"peak RSS growth, 50 MB image, {WHAT[name]}",
                 f"{mb(growth[name])} = {growth[name] / IMAGE_BYTES:.3f} x image "
                 f"(max {mb(worst)}); {ratio(growth[name], growth['naive']):.3f} x naive",
                 f"<= {TARGET_FRACTION} x image ({mb(limit)})",

@@ -3,7 +3,8 @@
 PostgreSQL (devkit's throwaway cluster), the image provider and the Lsky stand-in,
 each of the two HTTP servers in a process of its own: the process being measured
 holds only the archive function, as on Lambda where the provider and Lsky are remote
-machines. moto's SQS is started on demand (only the per-message bench needs it).
+machines. moto (SQS, and S3 for the staging bucket) is started with the first child's
+environment: every archive bench runs with staging on, as a deployed stack does.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from devkit.lsky import DEFAULT_TOKEN
 from devkit.postgres import PostgresCluster, apply_schema, connect
 
 REGION = "us-east-1"
+STAGING_BUCKET = "bench-staging"
 TINY = "/tiny.png"
 TINY_BYTES = 200
 # Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
@@ -98,11 +100,44 @@ class Services:
 
     def start_moto(self) -> str:
         if self.moto_endpoint is None:
+            import boto3  # noqa: PLC0415
+
+            from devkit.s3 import create_bucket  # noqa: PLC0415
             from devkit.sqs import start_moto_server  # noqa: PLC0415 - moto is slow to import
 
             self._moto = start_moto_server()
             self.moto_endpoint = self._moto.endpoint_url
+            s3 = boto3.client(
+                "s3",
+                endpoint_url=self.moto_endpoint,
+                region_name=REGION,
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",  # noqa: S106 - moto accepts any
+            )
+            create_bucket(s3, STAGING_BUCKET)
         return self.moto_endpoint
+
+    def pause_lane(self) -> None:
+        """Close the upload lane for an hour: archives capture (stage) instead of upload."""
+        self.db.run(
+            "UPDATE image_archive_lane SET paused_until = now() + interval '1 hour',"
+            " pause_reason = 'rate_limit', paused_since = now() WHERE lane = 'lsky'"
+        )
+
+    def open_lane(self) -> None:
+        self.db.run(
+            "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL,"
+            " paused_since = NULL WHERE lane = 'lsky'"
+        )
+
+    def staged(self, ids: list[int]) -> int:
+        """How many of `ids` hold a staged copy."""
+        [[count]] = self.db.run(
+            "SELECT count(*) FROM image_generation_records "
+            "WHERE id = ANY(CAST(:ids AS bigint[])) AND archive_staged_key IS NOT NULL",
+            ids=ids,
+        )
+        return int(count)
 
     def stop(self) -> None:
         for process in self._processes:
@@ -169,7 +204,9 @@ class Services:
         return {str(status): int(n) for status, n in rows}
 
     def handler_env(self, **extra: str) -> dict[str, str]:
-        """The archive function's environment (the DESIGN.md contract) for a child process."""
+        """The archive function's environment (the DESIGN.md contract) for a child process,
+        staging on (a bucket on the local moto server)."""
+        endpoint = self.start_moto()
         env = {
             "DATABASE_URL": self.dsn,
             "LSKY_BASE_URL": self.lsky_url,
@@ -182,7 +219,7 @@ class Services:
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
         }
-        if self.moto_endpoint:
-            env["AWS_ENDPOINT_URL_SQS"] = self.moto_endpoint
+        env["AWS_ENDPOINT_URL_SQS"] = env["AWS_ENDPOINT_URL_S3"] = endpoint
+        env["ARCHIVE_STAGING_BUCKET"] = STAGING_BUCKET
         env.update(extra)
         return python_env(env)

@@ -1,7 +1,7 @@
-"""A local SQS (moto server) and helpers that speak Lambda's SQS event shape.
+"""A local SQS and S3 (one moto server) and helpers that speak Lambda's SQS event shape.
 
-moto's server keeps its state in process-wide backends, so every queue made on
-any `MotoServer` in this process lives in the same store: give queues unique
+moto's server keeps its state in process-wide backends, so every queue (and bucket)
+made on any `MotoServer` in this process lives in the same store: give them unique
 names (tests do) rather than relying on a fresh server being empty.
 """
 
@@ -11,10 +11,13 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +42,27 @@ DEFAULT_REGION = "us-east-1"
 DEFAULT_ACCOUNT = "123456789012"
 
 
+# The service a SigV4-signed request is for: .../<date>/<region>/<service>/aws4_request.
+_CREDENTIAL_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/[^/]+/([^/]+)/aws4_request")
+
+
+class _RequestCounter:
+    """WSGI middleware in front of moto: counts the requests it serves per AWS service."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        match = _CREDENTIAL_SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        with self._lock:
+            self.counts[match.group(1) if match else "unsigned"] += 1
+        return self.app(environ, start_response)
+
+
 class MotoServer:
-    """A running `ThreadedMotoServer`; `endpoint_url` goes to boto3."""
+    """A running `ThreadedMotoServer`; `endpoint_url` goes to boto3 (SQS and S3 alike)."""
 
     def __init__(self, server: Any, host: str, port: int) -> None:
         self._server = server
@@ -48,6 +70,14 @@ class MotoServer:
         self.port = port
         self.endpoint_url = f"http://{host}:{port}"
         self._stopped = False
+        # Werkzeug looks the app up per request, so wrapping it now counts every request.
+        self._counter = _RequestCounter(server._server.app)
+        server._server.app = self._counter
+
+    def requests(self, service: str) -> int:
+        """Requests served so far for `service` ("s3", "sqs"), by their signature."""
+        with self._counter._lock:
+            return self._counter.counts[service]
 
     def stop(self) -> None:
         if not self._stopped:

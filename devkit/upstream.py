@@ -55,6 +55,8 @@ class Route:
     delay: float = 0.0
     fail_first: int = 0
     fail_status: int = 503
+    fail_after: int | None = None
+    fail_after_status: int = 403
     drip_bytes_per_sec: float | None = None
     drop_after: int | None = None
     content_length: int | None = None
@@ -93,6 +95,8 @@ class UpstreamServer(BackgroundServer):
         delay: float = 0.0,
         fail_first: int = 0,
         fail_status: int = 503,
+        fail_after: int | None = None,
+        fail_after_status: int = 403,
         drip_bytes_per_sec: float | None = None,
         drop_after: int | None = None,
         content_length: int | None = None,
@@ -103,6 +107,8 @@ class UpstreamServer(BackgroundServer):
 
         - delay: seconds to wait before the status line (a slow server).
         - fail_first: the first N hits answer `fail_status` with a short body.
+        - fail_after: every hit after the first N answers `fail_after_status` (403:
+          a provider's temporary URL that expired once it had been fetched N times).
         - drip_bytes_per_sec: send the body slowly (a stalled transfer).
         - drop_after: close the connection after N body bytes (the headers
           still promise the full length).
@@ -119,6 +125,8 @@ class UpstreamServer(BackgroundServer):
             delay=delay,
             fail_first=fail_first,
             fail_status=fail_status,
+            fail_after=fail_after,
+            fail_after_status=fail_after_status,
             drip_bytes_per_sec=drip_bytes_per_sec,
             drop_after=drop_after,
             content_length=content_length,
@@ -175,6 +183,9 @@ class _Handler(QuietHandler):
             time.sleep(route.delay)
         if hit <= route.fail_first:
             self._simple(route.fail_status, b"upstream temporarily unavailable\n")
+            return
+        if route.fail_after is not None and hit > route.fail_after:
+            self._simple(route.fail_after_status, b"request has expired\n")
             return
         if route.redirect_to is not None:
             status = route.status if 300 <= route.status < 400 else 302

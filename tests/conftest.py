@@ -19,6 +19,7 @@ import pytest
 
 from devkit.lsky import LskyStandIn
 from devkit.postgres import PostgresCluster, apply_schema, connect
+from devkit.s3 import create_bucket, remove_bucket
 from devkit.sqs import DEFAULT_REGION, MotoServer, QueuePair, create_queue_pair, start_moto_server
 from devkit.upstream import UpstreamServer
 from tests.support import reset_lane
@@ -103,18 +104,19 @@ def db(pg_dsn: str) -> Iterator[Any]:
         conn.close()
 
 
-# -- SQS (moto server) ----------------------------------------------------------------
+# -- SQS and S3 (one moto server) -------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
-    """moto's SQS on 127.0.0.1, with the AWS_* environment pointing at it."""
+    """moto's SQS and S3 on 127.0.0.1, with the AWS_* environment pointing at it."""
     try:
         server = start_moto_server()
     except Exception as exc:
         pytest.fail(f"cannot start the moto server: {exc}", pytrace=False)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL_SQS", server.endpoint_url)
+        env.setenv("AWS_ENDPOINT_URL_S3", server.endpoint_url)
         env.setenv("AWS_ACCESS_KEY_ID", "testing")
         env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         env.setenv("AWS_DEFAULT_REGION", DEFAULT_REGION)
@@ -148,6 +150,27 @@ def queues(sqs: SQSClient) -> Iterator[QueuePair]:
     for url in (pair.url, pair.dlq_url):
         with contextlib.suppress(Exception):
             sqs.delete_queue(QueueUrl=url)
+
+
+@pytest.fixture
+def s3(moto: MotoServer) -> Any:
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint_url,
+        region_name=DEFAULT_REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+@pytest.fixture
+def staging_bucket(s3: Any) -> Iterator[str]:
+    """A fresh, empty staging bucket per test (what template.yaml's StagingBucket is)."""
+    name = create_bucket(s3, f"staging-{uuid.uuid4().hex[:12]}")
+    yield name
+    remove_bucket(s3, name)
 
 
 # -- HTTP servers ----------------------------------------------------------------------

@@ -62,6 +62,8 @@ CONTRACT_ENV = {
         "ARCHIVE_MAX_IMAGE_BYTES",
         "ARCHIVE_ALLOW_PRIVATE_NETWORKS",
         "ARCHIVE_DLQ_URL",
+        "ARCHIVE_STAGING_BUCKET",
+        "AWS_ENDPOINT_URL_S3",
     },
     "SweeperFunction": COMMON_ENV
     | {
@@ -78,6 +80,7 @@ READ_BY_LIBRARIES = {
     "POWERTOOLS_LOG_LEVEL",  # Powertools Logger
     "POWERTOOLS_TRACE_DISABLED",  # Powertools Tracer
     "AWS_ENDPOINT_URL_SQS",  # botocore
+    "AWS_ENDPOINT_URL_S3",  # botocore
 }
 # Set by the Lambda runtime (or sam local), never by the template.
 RUNTIME_ENV = {
@@ -543,7 +546,7 @@ def test_each_function_gets_its_contract_environment(function: str) -> None:
     assert not missing, f"{function} lacks {sorted(missing)}"
     assert declared["POWERTOOLS_METRICS_NAMESPACE"] == "ImageArchive"
     # Values only sam local/tests provide are declared empty, never given a value.
-    for name in ("DATABASE_URL", "AWS_ENDPOINT_URL_SQS", "LSKY_TOKEN"):
+    for name in ("DATABASE_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_S3", "LSKY_TOKEN"):
         if name in declared:
             assert declared[name] == "", f"{function}: {name} must be empty in the template"
     # Optional values are plain parameters whose default is empty (the code treats empty
@@ -597,6 +600,9 @@ def test_env_json_points_at_local_test_services() -> None:
     assert archive["ARCHIVE_ALLOW_PRIVATE_NETWORKS"] == "127.0.0.0/8"
     endpoint = archive["AWS_ENDPOINT_URL_SQS"]
     assert archive["ARCHIVE_DLQ_URL"] == f"{endpoint}/123456789012/{stack}-dlq"
+    # One moto server serves every AWS service on one port (devkit.sqs.start_moto_server).
+    assert archive["AWS_ENDPOINT_URL_S3"] == endpoint
+    assert archive["ARCHIVE_STAGING_BUCKET"] == f"{stack}-staging"
     endpoint = sweeper["AWS_ENDPOINT_URL_SQS"]
     assert sweeper["ARCHIVE_QUEUE_URL"] == f"{endpoint}/123456789012/{stack}-queue"
 
@@ -718,6 +724,10 @@ def _listify(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+# The one wildcard allowed: the objects under the staging bucket's staged/ prefix.
+STAGED_OBJECTS = {"Fn::Sub": "${StagingBucket.Arn}/staged/*"}
+
+
 def test_no_wildcards_in_iam_policies() -> None:
     resources = translated()["Resources"]
     roles = {name: r for name, r in resources.items() if r["Type"] == "AWS::IAM::Role"}
@@ -726,6 +736,8 @@ def test_no_wildcards_in_iam_policies() -> None:
         for statement in _statements(role):
             assert statement["Effect"] == "Allow", (name, statement)
             for target in _listify(statement.get("Resource")):
+                if target == STAGED_OBJECTS:
+                    continue  # object keys cannot be listed in advance: only their prefix
                 assert "*" not in json.dumps(target), f"{name}: wildcard resource in {statement}"
             for action in _listify(statement["Action"]):
                 assert "*" not in action, f"{name}: wildcard action in {statement}"
@@ -960,3 +972,130 @@ def test_outputs() -> None:
     assert outputs["ArchiveDlqUrl"]["Value"] == {"Ref": "ArchiveDLQ"}
     assert outputs["ArchiveFunctionName"]["Value"] == {"Ref": "ArchiveFunction"}
     assert outputs["SweeperFunctionName"]["Value"] == {"Ref": "SweeperFunction"}
+
+
+# ---------------------------------------------------------------- staging bucket
+
+STAGING_RESOURCES = ("StagingBucket", "StagingBucketPolicy")
+DAY = 86_400
+# Lsky's longest window (a month, lib.archive.lane.WINDOWS) pauses the lane that long.
+LONGEST_AUTOMATIC_PAUSE_DAYS = 30
+
+
+def test_staging_bucket_is_encrypted_private_and_expires_its_copies() -> None:
+    bucket = props("StagingBucket")
+    [rule] = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    block = bucket["PublicAccessBlockConfiguration"]
+    assert all(
+        block[key] is True
+        for key in (
+            "BlockPublicAcls",
+            "BlockPublicPolicy",
+            "IgnorePublicAcls",
+            "RestrictPublicBuckets",
+        )
+    )
+    assert bucket["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    [expiry] = bucket["LifecycleConfiguration"]["Rules"]
+    assert expiry["Status"] == "Enabled"
+    assert expiry["Prefix"] == "staged/"  # the prefix the code writes (lib.archive.staging)
+    assert ref_of(expiry["ExpirationInDays"]) == "StagingRetentionDays"
+    assert expiry["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] >= 1
+    # A copy outlives the longest wait its record can have: a message kept in the DLQ
+    # (and redriven) during the longest automatic pause of the lane.
+    dlq_days = props("ArchiveDLQ")["MessageRetentionPeriod"] / DAY
+    retention = parameter("StagingRetentionDays")
+    assert retention["Default"] > dlq_days + LONGEST_AUTOMATIC_PAUSE_DAYS
+    assert retention["MinValue"] > dlq_days
+    # Retained with the stack: a staged copy may be the only one left of an image.
+    assert resource("StagingBucket")["DeletionPolicy"] == "Retain"
+
+
+def test_staging_bucket_refuses_plain_http() -> None:
+    policy = props("StagingBucketPolicy")
+    assert policy["Bucket"] == {"Ref": "StagingBucket"}
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny"
+    assert statement["Principal"] == "*"
+    assert statement["Action"] == "s3:*"
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert {"Fn::GetAtt": ["StagingBucket", "Arn"]} in statement["Resource"]
+    assert {"Fn::Sub": "${StagingBucket.Arn}/*"} in statement["Resource"]
+
+
+def test_archive_function_can_touch_only_staged_objects() -> None:
+    archive, sweeper = _grants("ArchiveFunctionRole"), _grants("SweeperFunctionRole")
+    staged = STAGED_OBJECTS
+    s3 = {action: resources for action, resources in archive.items() if action.startswith("s3:")}
+    assert s3 == {
+        "s3:PutObject": [staged],
+        "s3:GetObject": [staged],
+        "s3:DeleteObject": [staged],
+        "s3:AbortMultipartUpload": [staged],
+        # Only so that a missing object answers 404 rather than 403 (see the template).
+        "s3:ListBucket": [{"Fn::GetAtt": ["StagingBucket", "Arn"]}],
+    }
+    assert not any(action.startswith("s3:") for action in sweeper)
+
+
+def _mentions(node: Any, name: str) -> bool:
+    text = json.dumps(node)
+    return (
+        f'"Ref": "{name}"' in text
+        or f'["{name}", ' in text
+        or f"${{{name}." in text
+        or f"${{{name}}}" in text
+    )
+
+
+def _unguarded(node: Any, name: str, condition: str) -> list[Any]:
+    """Places that use resource `name` outside the true branch of Fn::If [condition]."""
+    if isinstance(node, dict):
+        if "Fn::If" in node:
+            test, yes, no = node["Fn::If"]
+            inside = [] if test == condition else _unguarded(yes, name, condition)
+            return inside + _unguarded(no, name, condition)
+        if set(node) <= {"Ref", "Fn::GetAtt", "Fn::Sub"} and _mentions(node, name):
+            return [node]
+        return [found for value in node.values() for found in _unguarded(value, name, condition)]
+    if isinstance(node, list):
+        return [found for value in node for found in _unguarded(value, name, condition)]
+    return []
+
+
+def test_staging_is_off_cleanly_when_disabled() -> None:
+    assert parameter("StagingEnabled")["AllowedValues"] == ["true", "false"]
+    assert template()["Conditions"]["StagingOn"] == {
+        "Fn::Equals": [{"Ref": "StagingEnabled"}, "true"]
+    }
+    resources = translated()["Resources"]
+    conditional = {name for name, body in resources.items() if body.get("Condition") == "StagingOn"}
+    assert set(STAGING_RESOURCES) <= conditional
+    # Everything else may use the bucket only under Fn::If [StagingOn, ...].
+    for name, body in resources.items():
+        if name in conditional:
+            continue
+        assert not _unguarded(body, "StagingBucket", "StagingOn"), name
+    env = declared_env("ArchiveFunction")["ARCHIVE_STAGING_BUCKET"]
+    assert env == {"Fn::If": ["StagingOn", {"Ref": "StagingBucket"}, ""]}
+    outputs = template()["Outputs"]
+    assert outputs["StagingBucketName"]["Condition"] == "StagingOn"
+
+
+def test_staged_copies_and_staging_failures_raise_alarms() -> None:
+    age = props("StagedCopiesAgeAlarm")
+    assert resource("StagedCopiesAgeAlarm")["Condition"] == "StagingOn"
+    assert (age["Namespace"], age["MetricName"]) == ("ImageArchive", "StagedOldestAgeSeconds")
+    assert age["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+    assert ref_of(age["Threshold"]) == "StagedAgeAlarmSeconds"
+    assert age["Statistic"] == "Maximum"
+    # The alarm must fire well before the lifecycle rule deletes the copy.
+    assert parameter("StagedAgeAlarmSeconds")["Default"] < (
+        parameter("StagingRetentionDays")["MinValue"] * DAY
+    )
+    failures = props("StagingFailuresAlarm")
+    names = {
+        m["MetricStat"]["Metric"]["MetricName"] for m in failures["Metrics"] if "MetricStat" in m
+    }
+    assert names == {"StagingFailed", "StagingError"}

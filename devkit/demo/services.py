@@ -32,6 +32,7 @@ class Services:
     queues: QueuePair
     upstream: UpstreamServer
     lsky: LskyStandIn
+    staging_bucket: str  # on the same moto server (S3), as template.yaml's StagingBucket
 
 
 def _local_aws_environment(endpoint_url: str) -> None:
@@ -42,6 +43,7 @@ def _local_aws_environment(endpoint_url: str) -> None:
     os.environ.update(
         {
             "AWS_ENDPOINT_URL_SQS": endpoint_url,
+            "AWS_ENDPOINT_URL_S3": endpoint_url,
             "AWS_ACCESS_KEY_ID": "local",
             "AWS_SECRET_ACCESS_KEY": "local",
             "AWS_DEFAULT_REGION": "us-east-1",
@@ -76,6 +78,7 @@ def start_services(
 
     from devkit.lsky import LskyStandIn  # noqa: PLC0415
     from devkit.postgres import PostgresCluster, apply_schema  # noqa: PLC0415
+    from devkit.s3 import create_bucket  # noqa: PLC0415
     from devkit.sqs import create_queue_pair, start_moto_server  # noqa: PLC0415
     from devkit.upstream import UpstreamServer  # noqa: PLC0415
 
@@ -90,9 +93,10 @@ def start_services(
     _local_aws_environment(moto.endpoint_url)
     sqs = boto3.client("sqs")
     queues = create_queue_pair(sqs, "local-archive", max_receive_count=5, visibility_timeout=720)
+    staging_bucket = create_bucket(boto3.client("s3"), "local-archive-staging")
     upstream = stack.enter_context(UpstreamServer())
     lsky = stack.enter_context(LskyStandIn(storage_dir=data_dir / "lsky"))
-    return Services(cluster, dsn, moto, sqs, queues, upstream, lsky)
+    return Services(cluster, dsn, moto, sqs, queues, upstream, lsky, staging_bucket)
 
 
 def function_environment(services: Services, profile: Profile) -> dict[str, str]:
@@ -104,6 +108,8 @@ def function_environment(services: Services, profile: Profile) -> dict[str, str]
         "LSKY_TOKEN": services.lsky.token,
         "ARCHIVE_QUEUE_URL": services.queues.url,
         "ARCHIVE_DLQ_URL": services.queues.dlq_url,
+        "ARCHIVE_STAGING_BUCKET": services.staging_bucket,
+        "AWS_ENDPOINT_URL_S3": services.moto.endpoint_url,
         "ARCHIVE_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
         "ARCHIVE_RETRY_DELAYS": ",".join(map(str, profile.retry_delays)),
         "ARCHIVE_LOCK_TTL_SECONDS": "180",

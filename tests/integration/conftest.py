@@ -91,6 +91,7 @@ def archive_env(
             "LSKY_ALBUM_ID": None,
             "DB_SECRET_ARN": None,
             "LSKY_TOKEN_SECRET_ARN": None,
+            "ARCHIVE_STAGING_BUCKET": None,  # staging off unless a test turns it on
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_NAMESPACE": "ImageArchive",
             **overrides,

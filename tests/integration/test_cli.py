@@ -101,6 +101,7 @@ INDEXES = {
     "image_generation_records_archive_failed_idx",
     "image_generation_records_archive_backfill_idx",
     "image_generation_records_archive_altered_idx",
+    "image_generation_records_archive_staged_idx",
 }
 
 

@@ -110,7 +110,9 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             mime_type="image/png",
             response={"key": "k"},
         )
-        assert records.retry(tasks[2], owner="o", error="HTTP 500", delay_seconds=30)
+        assert records.retry(
+            tasks[2], owner="o", error="HTTP 500", delay_seconds=30, staged_key="staged/2/a.png"
+        )
         assert records.fail(tasks[3], owner="o", error="HTTP 404")
         assert records.release(tasks[4], owner="o", delay_seconds=5)
 
@@ -133,6 +135,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert len(records.requeue_failed(since=None, limit=10)) == 2
         records.live_counts(lock_ttl_seconds=180)
         records.all_counts()
+        assert records.staged_summary().waiting == 1  # 2
         # The upload lane.
         lane = records.lane()
         assert records.reserve_upload(

@@ -556,6 +556,7 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "requeue_interval_seconds": 900,  # an empty queue: the plain interval
         "lane_paused": None,
         "lane_resumed": False,
+        "staged_waiting": 0,
         "pages": 2,
         "claimed": 2,
         "stopped_early": False,
@@ -575,6 +576,9 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "SweepFailed": "Count",
         "OldestPendingAgeSeconds": "Seconds",
         "LanePausedAccount": "Count",
+        "StagedOldestAgeSeconds": "Seconds",
+        "StagedWaiting": "Count",
+        "StagedFailedKeepingCopy": "Count",
     }
     assert emf[0]["LanePausedAccount"] == [0.0]
     assert directive["Namespace"] == "ImageArchive"

@@ -103,7 +103,8 @@ def test_split_statements_keeps_a_do_block_whole() -> None:
 def test_the_migration_file_splits_into_its_statements() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=False))
     assert statements[0].sql == "SET lock_timeout = '5s'"
-    assert sum("ADD COLUMN" in s.sql for s in statements) == 13
+    # 11 archive columns, may_be_hosted and altered (exactly-once), staged key and time.
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 15
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",
@@ -111,6 +112,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
         "image_generation_records_archive_failed_idx",
         "image_generation_records_archive_backfill_idx",
         "image_generation_records_archive_altered_idx",
+        "image_generation_records_archive_staged_idx",
     ]
     with_base = migrate.load(migrate.schema_files(with_base_schema=True))
     assert with_base[0].source.name == "base_schema.sql"

@@ -15,7 +15,7 @@ import pytest
 from lib.archive.sweeper import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason, Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
 from lib.state.lane import LaneState
-from lib.state.records import SweptRow
+from lib.state.records import StagedSummary, SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STAMP = T0 + timedelta(hours=1)
@@ -57,6 +57,9 @@ class FakeStore:
 
     def lane(self) -> LaneState:
         return LaneState(now=T0)
+
+    def staged_summary(self) -> StagedSummary:
+        return StagedSummary(waiting=0, oldest_age_seconds=0.0, failed_keeping_copy=0)
 
     def date_undated(self, *, limit: int) -> int:
         return 0

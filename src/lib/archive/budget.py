@@ -31,3 +31,14 @@ def upload_needs(size: int) -> float:
 
 def time_left(deadline: float, now: float | None = None) -> float:
     return deadline - (time.monotonic() if now is None else now)
+
+
+# Staging (lib.archive.staging) talks to S3 in the function's own region: far faster than
+# a self-hosted Lsky, still assumed slow (a busy network, S3 retrying a part).
+STAGE_BYTES_PER_SECOND = 8 * 1024 * 1024
+STAGE_OVERHEAD_SECONDS = 2.0
+
+
+def stage_needs(size: int) -> float:
+    """Seconds to allow for writing (or reading back) `size` bytes to the staging bucket."""
+    return min(STAGE_OVERHEAD_SECONDS + size / STAGE_BYTES_PER_SECOND, MAX_ESTIMATE_SECONDS)

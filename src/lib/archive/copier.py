@@ -2,24 +2,30 @@
 
 When an earlier attempt may have stored it, it is looked up and adopted instead. With a
 Content-Length the upload streams from the download, else the image is spooled first.
-Running out of time here is a timeout that spends the attempt.
+Running out of time here is a timeout that spends the attempt. Staging
+(lib.archive.staging) copies the image to or from the staging bucket instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from lib.archive.budget import download_needs, time_left, upload_needs
+from lib.archive.budget import download_needs, stage_needs, time_left, upload_needs
 from lib.archive.fidelity import ContentDigest, Digest, Fidelity, compare
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
 from lib.archive.reconcile import may_be_hosted
+from lib.archive.staging import image_type_of, staged_key
+from lib.platform.s3 import READ_CHUNK_BYTES, StagedCopyMissing, StagingBucket, StagingError
 from lib.state.claim import Task
 from lib.transfer.download import Downloader, ImageStream, spool
-from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
-from lib.transfer.imagetype import ImageType
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.transfer.imagetype import DownloadedImage, ImageType
 from lib.transfer.lsky import HostedImage, LskyClient
+
+# Called with a spooled image whose upload failed, before the spool is dropped.
+SpoolFailed = Callable[[DownloadedImage, Failure], None]
 
 
 @dataclass(frozen=True)
@@ -50,28 +56,45 @@ class _Progress:
         return self.upload_started and (self.streamed is None or self.streamed.finished)
 
 
+@dataclass(frozen=True)
+class Staged:
+    key: str  # the object in the staging bucket
+    size: int  # bytes stored
+
+
 def can_start(deadline: float) -> bool:
     """Whether an attempt has time to begin a transfer at all (checked before any fetch)."""
     return time_left(deadline) >= download_needs(0) + upload_needs(0)
 
 
 class Copier:
-    def __init__(self, *, downloader: Downloader, lsky: LskyClient, max_image_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        downloader: Downloader,
+        lsky: LskyClient,
+        max_image_bytes: int,
+        staging: StagingBucket | None = None,
+    ) -> None:
         self.downloader = downloader
         self.lsky = lsky
         self.max_image_bytes = max_image_bytes
+        self.staging = staging  # None: staging is off (ARCHIVE_STAGING_BUCKET empty)
 
-    def copy(self, task: Task, deadline: float) -> Copied:
+    def copy(
+        self, task: Task, deadline: float, *, on_spool_failed: SpoolFailed | None = None
+    ) -> Copied:
         """Adopt the record's image if an earlier attempt stored it, else download and upload
         it by `deadline`. Raises ArchiveFailure for every failure, saying whether Lsky may
-        hold an image for this attempt (Failure.may_be_hosted)."""
+        hold an image for this attempt (Failure.may_be_hosted).
+        on_spool_failed: offered a spooled image whose upload failed (staging keeps it)."""
         progress = _Progress()
         try:
             if task.may_be_hosted:
                 adopted = self._adopt(task, deadline)
                 if adopted is not None:
                     return adopted
-            return self._transfer(task, deadline, progress)
+            return self._transfer(task, deadline, progress, on_spool_failed)
         except ArchiveFailure as error:
             failure = error.failure
         # Raised outside the except block: nothing else is chained to the failure.
@@ -98,7 +121,13 @@ class Copier:
             duplicates=tuple(str(image.data.get("key", "")) for image in others),
         )
 
-    def _transfer(self, task: Task, deadline: float, progress: _Progress) -> Copied:
+    def _transfer(
+        self,
+        task: Task,
+        deadline: float,
+        progress: _Progress,
+        on_spool_failed: SpoolFailed | None,
+    ) -> Copied:
         with contextlib.ExitStack() as streams:
             stream = streams.enter_context(
                 self.downloader.open(task.image_url, deadline=deadline - upload_needs(0))
@@ -133,6 +162,10 @@ class Copier:
             progress.upload_started = True
             hosted = self.lsky.upload(image, filename=filename, deadline=deadline)
             return Copied(hosted, image.size, sent=digest.result())
+        except ArchiveFailure as error:
+            if on_spool_failed is not None:
+                on_spool_failed(image, error.failure)
+            raise
         finally:
             image.close()
 
@@ -176,6 +209,89 @@ class Copier:
         )
         # The body's framing checked the length, so every byte went through the digest.
         return Copied(hosted, size, sent=progress.streamed.result())
+
+    # -- staging (lib.archive.staging): the image goes to, or comes from, the bucket ------
+
+    def _bucket(self) -> StagingBucket:
+        if self.staging is None:
+            raise StagingError("staging is off (ARCHIVE_STAGING_BUCKET is empty)")
+        return self.staging
+
+    def capture(self, task: Task, deadline: float) -> Staged:
+        """Download the image straight into the staging bucket, by `deadline`.
+
+        Raises ArchiveFailure for the download's own failures (the record's), and
+        StagingError when S3 fails or the time left cannot fit it (not the record's).
+        """
+        bucket = self._bucket()
+        with self.downloader.open(task.image_url, deadline=deadline) as stream:
+            declared = stream.declared_length
+            size = declared if declared is not None else self.max_image_bytes
+            if time_left(deadline) < download_needs(declared or 0) + stage_needs(size):
+                raise StagingError(f"not enough time left to stage a {declared}-byte image")
+            key = staged_key(task.record_id, stream.image_type)
+            stored = bucket.put(
+                key, stream, content_type=stream.image_type.mime_type, deadline=deadline
+            )
+        return Staged(key, stored)
+
+    def stage_spooled(self, task: Task, image: DownloadedImage, deadline: float) -> Staged:
+        """Stage an image already spooled to /tmp (no second download). Raises StagingError."""
+        bucket = self._bucket()
+        if time_left(deadline) < stage_needs(image.size):
+            raise StagingError("not enough time left to stage the spooled image")
+        image.file.seek(0)
+        key = staged_key(task.record_id, image.image_type)
+        chunks = iter(lambda: image.file.read(READ_CHUNK_BYTES), b"")
+        stored = bucket.put(key, chunks, content_type=image.image_type.mime_type, deadline=deadline)
+        return Staged(key, stored)
+
+    def copy_staged(self, task: Task, deadline: float) -> Copied:
+        """Upload the row's staged copy to Lsky, streamed from S3 (its length is known).
+
+        Raises StagedCopyMissing when the copy is gone (the caller goes back to the
+        source), StagingError when S3 fails, ArchiveFailure for Lsky's failures.
+        """
+        bucket = self._bucket()
+        key = task.staged_key or ""
+        image_type = image_type_of(key)
+        if image_type is None:
+            raise StagedCopyMissing(f"{key!r} is not a staged copy")
+        with contextlib.ExitStack() as objects:
+            staged = bucket.open(key, deadline=deadline)
+            objects.callback(staged.close)
+            size = staged.size
+            if time_left(deadline) < stage_needs(size) + upload_needs(size):
+                raise fail(Stage.UPLOAD, Kind.TIMEOUT, "not enough time left to upload")
+
+            # The staged bytes are the provider's: they get the same fidelity check.
+            digest = ContentDigest()
+
+            def reopen() -> Iterator[bytes]:
+                # After a 401 with a rotated token: read the copy again, if time allows.
+                nonlocal digest
+                if time_left(deadline) < stage_needs(size) + upload_needs(size):
+                    raise fail(Stage.UPLOAD, Kind.TIMEOUT, "not enough time left to upload again")
+                again = bucket.open(key, deadline=deadline)
+                objects.callback(again.close)
+                digest = ContentDigest()
+                return iter(digest.wrap(again.chunks()))
+
+            try:
+                hosted = self.lsky.upload_stream(
+                    digest.wrap(staged.chunks()),
+                    size=size,
+                    mime_type=image_type.mime_type,
+                    filename=_filename(task, image_type),
+                    deadline=deadline,
+                    reopen=reopen,
+                )
+            except ArchiveFailure as error:
+                failure = error.failure
+            else:
+                return Copied(hosted, size, sent=digest.result())
+        hosted_maybe = may_be_hosted(failure, body_complete=digest.finished)
+        raise ArchiveFailure(replace(failure, may_be_hosted=hosted_maybe))
 
 
 def _filename(task: Task, image_type: ImageType) -> str:

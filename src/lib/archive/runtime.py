@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lib.platform.config import Settings, SweeperSettings, load_settings, load_sweeper_settings
 from lib.platform.db import Database
+from lib.platform.s3 import StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
 from lib.state.records import ArchiveRecords
@@ -46,6 +47,8 @@ def build_worker(settings: Settings) -> ArchiveWorker:
                 album_id=settings.lsky_album_id,
             ),
             max_image_bytes=settings.max_image_bytes,
+            # boto3 is loaded only when the bucket is first used (lib.platform.s3).
+            staging=StagingBucket(settings.staging_bucket) if settings.staging_bucket else None,
         ),
         queue=Queue(),
     )

@@ -21,7 +21,7 @@ from lib.archive.lane import PauseReason, probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
-from lib.state.records import ArchiveRecords, SweptRow
+from lib.state.records import ArchiveRecords, StagedSummary, SweptRow
 
 # Ids listed in one log line at most (the counts are always complete).
 _LOGGED_IDS = 50
@@ -130,6 +130,7 @@ class SweepSummary:
     requeue_interval_seconds: int | None = None  # the interval the lost-message step used
     lane_paused: str | None = None  # the pause reason, while the lane is paused
     lane_resumed: bool = False  # the probe found the account healthy and opened the lane
+    staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
     duration_ms: float = 0.0
 
     @property
@@ -147,6 +148,7 @@ class SweepSummary:
             "requeue_interval_seconds": self.requeue_interval_seconds,
             "lane_paused": self.lane_paused,
             "lane_resumed": self.lane_resumed,
+            "staged_waiting": None if self.staged is None else self.staged.waiting,
             "pages": self.pages,
             "claimed": self.claimed,
             "stopped_early": self.stopped_early,
@@ -187,6 +189,7 @@ class Sweeper:
                     summary.stop_reason = stop
                     break
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
+            summary.staged = self.records.staged_summary()
         except Exception:
             # The database went away (or a bug): report what was done, then fail the
             # invocation loudly. Rows claimed but not sent wait one requeue interval.
@@ -363,6 +366,19 @@ class Sweeper:
     def _emit_metrics(summary: SweepSummary) -> None:
         metrics.add_metric(name="Requeued", unit=MetricUnit.Count, value=summary.requeued)
         metrics.add_metric(name="SweepFailed", unit=MetricUnit.Count, value=summary.failed)
+        if (staged := summary.staged) is not None:
+            # StagedOldestAgeSeconds feeds StagedCopiesAgeAlarm (0 when nothing is staged).
+            metrics.add_metric(
+                name="StagedOldestAgeSeconds",
+                unit=MetricUnit.Seconds,
+                value=staged.oldest_age_seconds,
+            )
+            metrics.add_metric(name="StagedWaiting", unit=MetricUnit.Count, value=staged.waiting)
+            metrics.add_metric(
+                name="StagedFailedKeepingCopy",
+                unit=MetricUnit.Count,
+                value=staged.failed_keeping_copy,
+            )
         if summary.oldest_pending_age_seconds is not None:
             metrics.add_metric(
                 name="OldestPendingAgeSeconds",

@@ -10,7 +10,7 @@ import enum
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,15 +31,18 @@ from lib.archive.lane import (
 )
 from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.reconcile import RESPONSE_KEY
+from lib.archive.staging import keeps_copy, worth_staging
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
 from lib.platform.observability import log_unexpected, logger, metrics
+from lib.platform.s3 import StagedCopyMissing, StagingError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS, Queue
 from lib.state.claim import ClaimSnapshot, Task, blocked_by_lane, early_delay, skip_reason
 from lib.state.lane import LaneState
 from lib.state.records import ArchiveRecords, Recorded
 from lib.transfer.failures import ArchiveFailure, Failure
+from lib.transfer.imagetype import DownloadedImage
 
 # An attempt needs at least this much of the invocation left to be worth starting;
 # with less, the row is given back without spending an attempt.
@@ -178,6 +181,7 @@ class ArchiveWorker:
             owner=owner,
             lock_ttl_seconds=self.settings.lock_ttl_seconds,
             max_attempts=self.settings.max_attempts,
+            capture_while_paused=self.copier.staging is not None,
         )
         claimed_at = time.monotonic()
         task = claim.task
@@ -190,15 +194,26 @@ class ArchiveWorker:
         if not can_start(deadline):
             # Checked before anything is fetched: the only time an attempt is given back.
             return self._release(message, task, owner)
+        if lane.paused:
+            # Only a staging claim takes a row while the lane is paused: capture it now.
+            return self._capture_while_paused(message, task, owner, lane, deadline)
         if self.settings.rate_limits:
             closed_until = self._reserve_upload(lane, claimed_at, deadline)
             if closed_until is not None:
                 pacing = HostCondition(PauseReason.PACING, "pacing: LSKY_RATE_LIMITS")
-                return self._lane_paused(message, task, owner, pacing, lane, until=closed_until)
+                try:
+                    staged = self._capture(task, deadline, "pacing")
+                except ArchiveFailure as error:
+                    return self._failed_attempt(message, task, owner, error.failure)
+                return self._lane_paused(
+                    message, task, owner, pacing, lane, until=closed_until, staged_key=staged
+                )
         logger.info("archive started", max_attempts=self.settings.max_attempts)
+        rescue = _Rescue(self, task, deadline)
         try:
-            copied = self.copier.copy(task, deadline)
+            copied = self._copy(task, deadline, rescue)
         except ArchiveFailure as error:
+            staged = rescue.after(error.failure)
             condition = host_condition(error.failure)
             if condition is not None:
                 now = _db_now(lane, claimed_at)
@@ -217,8 +232,14 @@ class ArchiveWorker:
                     lane,
                     until=until,
                     may_be_hosted=error.failure.may_be_hosted,
+                    staged_key=staged,
                 )
-            return self._failed_attempt(message, task, owner, error.failure)
+            return self._failed_attempt(message, task, owner, error.failure, staged_key=staged)
+        except StagingError as error:
+            # The staged copy (the only one once the URL expired) could not be read: S3's
+            # fault or ours, never the record's. No attempt is spent; it comes back.
+            metrics.add_metric(name="StagingError", unit=MetricUnit.Count, value=1)
+            return self._own_fault(message, task, owner, f"staging error: {error}")
         except ConfigError as error:
             # A bad secret value, fetched lazily: the setting's fault, not the record's.
             metrics.add_metric(name="ConfigError", unit=MetricUnit.Count, value=1)
@@ -255,6 +276,9 @@ class ArchiveWorker:
                 hosted_url=hosted.url,
                 hosted_key=str(hosted.data.get("key", "")),
             )
+        if task.staged_key is not None:
+            # Published (or the row concluded meanwhile): the staged copy has done its job.
+            self._discard(task.staged_key)
         if recorded is Recorded.ALREADY_OTHER:
             logger.warning("archived, but another attempt had already archived the record")
         elif recorded is Recorded.AFTER_LOCK_PASSED:
@@ -375,9 +399,11 @@ class ArchiveWorker:
         *,
         until: datetime | None,
         may_be_hosted: bool | None = None,
+        staged_key: str | None = None,
     ) -> Result:
         """The host (or our pacing) closed the lane: the record pays nothing. Its attempt
-        is given back, and its message held until the lane opens, or parked."""
+        is given back (with the copy staged meanwhile), and its message held until the
+        lane opens, or parked."""
         now = lane.now
         seconds = (until - now).total_seconds() if until is not None else math.inf
         park = seconds > HOLD_LIMIT_SECONDS or message.receive_count >= HOLD_LIMIT_RECEIVES
@@ -391,7 +417,9 @@ class ArchiveWorker:
             park=park,
             # A refusal stored nothing: the next attempt needs no look-up.
             may_be_hosted=may_be_hosted,
+            staged_key=staged_key,
         ):
+            self._discard(staged_key)
             return self._lost_lock(task, "release", summary)
         if condition.reason is PauseReason.ACCOUNT:
             metrics.add_metric(name="AccountProblem", unit=MetricUnit.Count, value=1)
@@ -434,7 +462,17 @@ class ArchiveWorker:
         metrics.add_metric(name="LaneHeld", unit=MetricUnit.Count, value=1)
         return Result(Outcome.PAUSED, record_id, f"lane paused, back in {hold} s")
 
-    def _failed_attempt(self, message: Message, task: Task, owner: str, failure: Failure) -> Result:
+    def _failed_attempt(
+        self,
+        message: Message,
+        task: Task,
+        owner: str,
+        failure: Failure,
+        *,
+        staged_key: str | None = None,
+    ) -> Result:
+        """staged_key: a copy staged during this attempt; the row records it, or drops it
+        (and the row's own copy) when it fails for good."""
         settings = self.settings
         decision = policy.decide(
             failure,
@@ -446,10 +484,20 @@ class ArchiveWorker:
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
         if decision.action is policy.Action.FAIL:
+            keep = keeps_copy(failure) and (staged_key or task.staged_key) is not None
             if not self.records.fail(
-                task, owner=owner, error=error, may_be_hosted=failure.may_be_hosted
+                task,
+                owner=owner,
+                error=error,
+                may_be_hosted=failure.may_be_hosted,
+                keep_staged=keep,
+                staged_key=staged_key,
             ):
+                self._discard(staged_key)
                 return self._lost_lock(task, "fail", error)
+            if not keep:
+                self._discard(staged_key)
+                self._discard(task.staged_key)
             logger.error(
                 "archive failed",
                 outcome=Outcome.FAILED,
@@ -465,7 +513,9 @@ class ArchiveWorker:
             error=error,
             delay_seconds=delay,
             may_be_hosted=failure.may_be_hosted,
+            staged_key=staged_key,
         ):
+            self._discard(staged_key)
             return self._lost_lock(task, "retry", error)
         self._delay(message, delay)
         logger.warning(
@@ -477,6 +527,74 @@ class ArchiveWorker:
         )
         metrics.add_metric(name="Retried", unit=MetricUnit.Count, value=1)
         return Result(Outcome.RETRY, task.record_id, error)
+
+    # -- staging (lib.archive.staging): capture now, publish later ------------------------
+
+    def _copy(self, task: Task, deadline: float, rescue: _Rescue) -> Copied:
+        """From the row's staged copy when it has one, else from the source URL."""
+        if task.staged_key is not None:
+            if self.copier.staging is None:
+                logger.warning("the row has a staged copy but staging is off; using the source")
+            else:
+                try:
+                    return self.copier.copy_staged(task, deadline)
+                except StagedCopyMissing as error:
+                    # Expired by the lifecycle rule, or deleted: the source may still work.
+                    logger.warning("staged copy missing; using the source", error=str(error))
+                    rescue.restage = True
+        return self.copier.copy(task, deadline, on_spool_failed=rescue.spool_failed)
+
+    def _capture(self, task: Task, deadline: float, why: str) -> str | None:
+        """Download the image into the staging bucket; its key, or None when staging is
+        off, the row is staged already, or S3 failed (then it goes on as without staging).
+        Raises ArchiveFailure when the download fails (the record's own failure)."""
+        if self.copier.staging is None or task.staged_key is not None:
+            return None
+        try:
+            staged = self.copier.capture(task, deadline)
+        except StagingError as error:
+            return self._staging_failed(error, why)
+        return self._staged(staged.key, staged.size, why)
+
+    def _staged(self, key: str, size: int, why: str) -> str:
+        logger.info("image staged", staged_key=key, bytes=size, reason=why)
+        metrics.add_metric(name="Staged", unit=MetricUnit.Count, value=1)
+        return key
+
+    @staticmethod
+    def _staging_failed(error: StagingError, why: str) -> None:
+        # The record is no worse off than without staging; the alarm is on the metric.
+        logger.error("could not stage the image; going on without", error=str(error), reason=why)
+        metrics.add_metric(name="StagingFailed", unit=MetricUnit.Count, value=1)
+
+    def _capture_while_paused(
+        self, message: Message, task: Task, owner: str, lane: LaneState, deadline: float
+    ) -> Result:
+        """Claimed while the lane is paused (staging on, row not staged): the upload must
+        wait, the download need not. Captured, then given back to wait for the lane."""
+        try:
+            key = self._capture(task, deadline, "lane paused")
+        except ArchiveFailure as error:
+            # The download itself failed: the record's own failure, paused lane or not.
+            return self._failed_attempt(message, task, owner, error.failure)
+        seconds = lane.paused_for_seconds
+        park = seconds > HOLD_LIMIT_SECONDS or message.receive_count >= HOLD_LIMIT_RECEIVES
+        delay = max(1, math.ceil(seconds)) if math.isfinite(seconds) else 0
+        if not self.records.release(
+            task, owner=owner, delay_seconds=delay, park=park, staged_key=key
+        ):
+            self._discard(key)
+            return self._lost_lock(task, "release", "captured while the lane is paused")
+        return self._hold_or_park(message, task.record_id, seconds, park=park)
+
+    def _discard(self, key: str | None) -> None:
+        """Delete a staged copy nobody needs any more; the lifecycle rule is the backstop."""
+        if key is None or self.copier.staging is None:
+            return
+        try:
+            self.copier.staging.delete(key)
+        except StagingError as error:
+            logger.warning("staged copy not deleted (the lifecycle rule will)", error=str(error))
 
     def _release(self, message: Message, task: Task, owner: str) -> Result:
         # Nothing was fetched: the claim's attempt is handed back.
@@ -576,6 +694,50 @@ class ArchiveWorker:
             self.queue.change_visibility(message.queue_arn, message.receipt_handle, seconds)
         except Exception as error:  # noqa: BLE001 - the queue's own visibility timeout still applies
             logger.warning("could not change message visibility", error=type(error).__name__)
+
+
+class _Rescue:
+    """One attempt's staging after a failed upload: the spooled image is staged as it is;
+    a streamed one, whose body is spent, is downloaded again into the bucket."""
+
+    def __init__(self, worker: ArchiveWorker, task: Task, deadline: float) -> None:
+        self.worker = worker
+        self.task = task
+        self.deadline = deadline
+        self.restage = False  # the row's staged copy turned out to be missing
+        self.tried = False
+        self.key: str | None = None
+
+    @property
+    def wanted(self) -> bool:
+        staging = self.worker.copier.staging is not None
+        return staging and (self.task.staged_key is None or self.restage)
+
+    def spool_failed(self, image: DownloadedImage, failure: Failure) -> None:
+        if not self.wanted or not worth_staging(failure):
+            return
+        self.tried = True
+        try:
+            staged = self.worker.copier.stage_spooled(self.task, image, self.deadline)
+        except StagingError as error:
+            self.worker._staging_failed(error, "upload failed")
+            return
+        self.key = self.worker._staged(staged.key, staged.size, "upload failed")
+
+    def after(self, failure: Failure) -> str | None:
+        """The key staged for this failure, if it is worth one (see worth_staging)."""
+        if self.key is not None or self.tried or not self.wanted or not worth_staging(failure):
+            return self.key
+        task = self.task if not self.restage else _unstaged(self.task)
+        try:
+            return self.worker._capture(task, self.deadline, "upload failed")
+        except ArchiveFailure:
+            # The source failed this time: the upload's failure is what the row records.
+            return None
+
+
+def _unstaged(task: Task) -> Task:
+    return replace(task, staged_key=None)
 
 
 def _db_now(lane: LaneState, since: float) -> datetime:

@@ -22,7 +22,7 @@ from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
 from lib.platform.db import describe
 from lib.state.lane import LaneState
-from lib.state.records import AlteredCounts, ArchiveRecords, LiveCounts
+from lib.state.records import AlteredCounts, ArchiveRecords, LiveCounts, StagedSummary
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -82,6 +82,7 @@ class Status:
     notes: list[str] = field(default_factory=list)
     lane: LaneReport | None = None
     backlog: Backlog | None = None
+    staged: StagedSummary | None = None  # images captured to the staging bucket
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -188,6 +189,12 @@ def render(status: Status) -> str:
             f"stored re-encoded or watermarked by Lsky; archived in the last 24 h: "
             f"{_count(changed.last_24h, changed.limit)}"
         )
+    if (staged := status.staged) is not None:
+        lines.append(
+            f"  staged      {staged.waiting:>8}   oldest staged for: "
+            f"{_age(staged.oldest_age_seconds) if staged.waiting else '-'}, "
+            f"FAILED keeping a copy: {staged.failed_keeping_copy}"
+        )
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
@@ -244,7 +251,8 @@ def run(ctx: Context) -> int:
     lock_ttl = lock_ttl_seconds()
     records = ctx.records()
     report = Status(
-        archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all)
+        archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
+        staged=records.staged_summary(),
     )
     code = EXIT_OK
     try:

@@ -68,6 +68,9 @@ class Settings:
     lsky_token_secret_arn: str | None = None
     # Proactive pacing (LSKY_RATE_LIMITS): (window seconds, uploads) pairs; empty = off.
     rate_limits: tuple[tuple[int, int], ...] = ()
+    # ARCHIVE_STAGING_BUCKET: where images are captured while the host cannot take them
+    # (lib.archive.staging); None = no staging.
+    staging_bucket: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,22 @@ def rate_limits(
 _RATE = re.compile(r"(\d+)\s*/\s*(\d+)?\s*(second|minute|hour|day|week|month)s?")
 
 
+# S3's rules for a bucket name (the plain name, not an ARN or a URL).
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET") -> str | None:
+    """The staging bucket's name; a value that cannot be one turns staging off with a
+    warning (archiving goes on as without staging) rather than stopping every archive."""
+    raw = _text(env, name)
+    if raw is None:
+        return None
+    if _BUCKET_NAME.match(raw):
+        return raw
+    _warn("invalid %s=%r (a bucket name, not an ARN or URL): staging is off", name, raw)
+    return None
+
+
 SSL_MODES = ("disable", "prefer", "require", "verify-full")
 
 
@@ -275,6 +294,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lsky_token=_text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
         rate_limits=rate_limits(env),
+        staging_bucket=staging_bucket(env),
     )
 
 

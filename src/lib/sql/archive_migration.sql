@@ -22,6 +22,10 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_may_be_hos
 -- Lsky stored other bytes than the generated ones (re-encoded, watermarked): true; the
 -- same: false; not compared (adopted, archived before the check): NULL.
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_altered BOOLEAN;
+-- Where the image was staged (lib.archive.staging) while the host could not take it, and
+-- when: the next attempt uploads from there instead of the provider's temporary URL.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_key TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -48,6 +52,12 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfil
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_altered_idx
     ON image_generation_records (archived_at)
     WHERE archive_altered;
+
+-- Staged copies (`archive-ctl status`, the StagedOldestAgeSeconds metric): only rows that
+-- hold one are in it, so counting them and finding the oldest never reads the table.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_staged_idx
+    ON image_generation_records (archive_staged_at)
+    WHERE archive_staged_key IS NOT NULL;
 
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
 -- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without

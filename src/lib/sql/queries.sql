@@ -50,8 +50,12 @@ claimed AS (
                AND (r.archive_locked_by = :owner
                     OR ({{lock_expired}} AND r.archive_attempts < :max_attempts))))
       -- A paused lane takes no new attempt: the message waits, no attempt is spent.
-      AND NOT EXISTS (SELECT 1 FROM lane WHERE lane.paused_until > now())
-    RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts
+      -- With staging on (:capture_while_paused), a row not staged yet is still taken:
+      -- it is captured before its source URL expires, then given back to wait.
+      AND (NOT EXISTS (SELECT 1 FROM lane WHERE lane.paused_until > now())
+           OR (CAST(:capture_while_paused AS boolean) AND r.archive_staged_key IS NULL))
+    RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts,
+              r.archive_staged_key
 ),
 exhausted AS (
     UPDATE image_generation_records AS r
@@ -75,7 +79,8 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        target.may_be_hosted,
        EXTRACT(EPOCH FROM lane.paused_until) - EXTRACT(EPOCH FROM now()),
        lane.pause_reason, lane.pause_window,
-       lane.upload_times, lane.version, now()
+       lane.upload_times, lane.version, now(),
+       claimed.archive_staged_key
 FROM (SELECT 1) AS one
 LEFT JOIN lane ON true
 LEFT JOIN target ON true
@@ -106,7 +111,10 @@ written AS (
         archive_error = NULL,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
-        archive_locked_at = NULL
+        archive_locked_at = NULL,
+        -- Published: the worker deletes the staged copy (if any) after this write.
+        archive_staged_key = NULL,
+        archive_staged_at = NULL
     FROM before
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
@@ -129,25 +137,34 @@ LEFT JOIN written ON true;
 -- name: retry
 -- :may_be_hosted: whether this attempt may have left an image on Lsky (an upload whose
 -- answer never came); the next attempt looks it up first when it did.
+-- :staged_key: a copy staged during this attempt (NULL keeps the row's own).
 UPDATE image_generation_records
 SET archive_status = 'PENDING',
     archive_error = :error,
     archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
-    archive_locked_at = NULL
+    archive_locked_at = NULL,
+    {{record_staged}}
 WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
 RETURNING id;
 
 -- name: fail
 -- :may_be_hosted as in retry: a FAILED row can be requeued by an operator.
+-- :keep_staged keeps (or records :staged_key as) the staged copy, for a replay by
+-- `archive-ctl requeue --failed` after a failure that was not the image's own.
 UPDATE image_generation_records
 SET archive_status = 'FAILED',
     archive_error = :error,
     archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = NULL,
     archive_locked_by = NULL,
-    archive_locked_at = NULL
+    archive_locked_at = NULL,
+    archive_staged_key = CASE WHEN CAST(:keep_staged AS boolean)
+                              THEN COALESCE(CAST(:staged_key AS text), archive_staged_key) END,
+    archive_staged_at = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                             WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
+                             ELSE archive_staged_at END
 WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
 RETURNING id;
 
@@ -165,7 +182,8 @@ SET archive_status = 'PENDING',
     archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
     archive_locked_by = NULL,
-    archive_locked_at = NULL
+    archive_locked_at = NULL,
+    {{record_staged}}
 WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
 RETURNING id;
 
@@ -509,3 +527,21 @@ SELECT
     (SELECT count(*) FROM (SELECT 1 FROM image_generation_records
                             WHERE archive_altered AND archived_at >= now() - interval '24 hours'
                             LIMIT :limit) AS recent);
+
+-- name: record_staged
+-- SET items for a row that gives its attempt back: a copy staged during the attempt
+-- (:staged_key) replaces the row's; NULL keeps what the row has.
+archive_staged_key = COALESCE(CAST(:staged_key AS text), archive_staged_key),
+archive_staged_at = CASE WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
+                         ELSE archive_staged_at END
+
+-- name: staged_summary
+-- Staged copies waiting to be published (PENDING, RUNNING), how long the oldest has
+-- waited, and FAILED rows that kept theirs for a replay. Reads the staged index only.
+SELECT count(*) FILTER (WHERE archive_status IN ('PENDING', 'RUNNING')),
+       CAST(COALESCE(EXTRACT(EPOCH FROM now() - min(archive_staged_at)
+                     FILTER (WHERE archive_status IN ('PENDING', 'RUNNING'))), 0)
+            AS double precision),
+       count(*) FILTER (WHERE archive_status = 'FAILED')
+FROM image_generation_records
+WHERE archive_staged_key IS NOT NULL;

@@ -29,6 +29,8 @@ class Task:
     # The last attempt may have left an image on Lsky that the row does not point at:
     # look it up before uploading again (lib.archive.reconcile).
     may_be_hosted: bool = False
+    # Where an earlier attempt staged the image (lib.archive.staging): upload from there.
+    staged_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,15 @@ class AlteredCounts:
     limit: int
 
 
+@dataclass(frozen=True)
+class StagedSummary:
+    """Images captured to the staging bucket (lib.archive.staging), as the rows say."""
+
+    waiting: int  # PENDING or RUNNING rows whose next attempt uploads from a staged copy
+    oldest_age_seconds: float  # how long the oldest of those has been staged; 0 when none
+    failed_keeping_copy: int  # FAILED rows that kept theirs for `requeue --failed`
+
+
 def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     return [
         SweptRow(
@@ -116,8 +125,16 @@ class ArchiveRecords:
     # -- the worker ----------------------------------------------------------------------
 
     def claim(
-        self, record_id: int, *, owner: str, lock_ttl_seconds: int, max_attempts: int
+        self,
+        record_id: int,
+        *,
+        owner: str,
+        lock_ttl_seconds: int,
+        max_attempts: int,
+        capture_while_paused: bool = False,
     ) -> ClaimResult:
+        """capture_while_paused (staging on): a paused lane still lets a row that is not
+        staged yet be claimed, to be captured; a staged row waits for the lane."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -125,11 +142,13 @@ class ArchiveRecords:
             lock_ttl=lock_ttl_seconds,
             max_attempts=max_attempts,
             early_slack=EARLY_SLACK_SECONDS,
+            capture_while_paused=capture_while_paused,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
-        lane = lane_state(row[12:])
+        lane = lane_state(row[12:18])
+        staged_key = row[18]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -149,6 +168,7 @@ class ArchiveRecords:
             started_at=started,
             attempt=int(attempt),
             may_be_hosted=bool(may_be_hosted),
+            staged_key=staged_key,
         )
         return ClaimResult(task, snapshot)
 
@@ -193,11 +213,13 @@ class ArchiveRecords:
         error: str,
         delay_seconds: int,
         may_be_hosted: bool = True,
+        staged_key: str | None = None,
     ) -> bool:
         """PENDING again after `delay_seconds`; False when the lock had passed on.
 
         may_be_hosted: whether this attempt may have left an image on Lsky (default: the
         safe answer for a caller that cannot tell; it costs the next attempt a look-up).
+        staged_key: a copy staged during this attempt, recorded with the row.
         """
         rows = self._run(
             "retry",
@@ -206,17 +228,31 @@ class ArchiveRecords:
             error=error,
             delay=delay_seconds,
             may_be_hosted=may_be_hosted,
+            staged_key=staged_key,
         )
         return bool(rows)
 
-    def fail(self, task: Task, *, owner: str, error: str, may_be_hosted: bool = True) -> bool:
-        """FAILED for good; False when the lock had passed on (may_be_hosted as in retry)."""
+    def fail(
+        self,
+        task: Task,
+        *,
+        owner: str,
+        error: str,
+        may_be_hosted: bool = True,
+        keep_staged: bool = False,
+        staged_key: str | None = None,
+    ) -> bool:
+        """FAILED; False when the lock had passed on (may_be_hosted as in retry).
+        keep_staged: the row keeps (or records `staged_key` as) its staged copy, for a
+        replay; otherwise it forgets it."""
         rows = self._run(
             "fail",
             record_id=task.record_id,
             owner=owner,
             error=error,
             may_be_hosted=may_be_hosted,
+            keep_staged=keep_staged,
+            staged_key=staged_key,
         )
         return bool(rows)
 
@@ -229,11 +265,13 @@ class ArchiveRecords:
         error: str | None = None,
         park: bool = False,
         may_be_hosted: bool | None = None,
+        staged_key: str | None = None,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
 
         park: no message is left for it (the sweeper sends one once due).
         may_be_hosted: None puts back what the claim found (nothing was sent since).
+        staged_key: a copy staged during this attempt, recorded with the row.
         """
         rows = self._run(
             "release",
@@ -243,6 +281,7 @@ class ArchiveRecords:
             error=error,
             park=park,
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
+            staged_key=staged_key,
         )
         return bool(rows)
 
@@ -377,6 +416,17 @@ class ArchiveRecords:
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}
+
+    # -- staged copies --------------------------------------------------------------------
+
+    def staged_summary(self) -> StagedSummary:
+        """Staged copies waiting to be published, and FAILED rows that kept one."""
+        [[waiting, oldest, failed]] = self._run("staged_summary")
+        return StagedSummary(
+            waiting=int(waiting),
+            oldest_age_seconds=round(float(oldest), 1),
+            failed_keeping_copy=int(failed),
+        )
 
     # -- backfill and the lane, for operators (archive-ctl) --------------------------------
 
