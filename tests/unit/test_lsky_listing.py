@@ -72,7 +72,7 @@ def test_an_item_without_an_http_url_has_none(links: Any) -> None:
          Kind.HTTP_STATUS, "HTTP 403: 管理员未启用 API"),
         (500, b'{"message":"Server Error"}', Kind.HTTP_STATUS, "HTTP 500: Server Error"),
         (502, b"<html>bad gateway</html>", Kind.HTTP_STATUS, "HTTP 502"),
-        (200, b"<html>maintenance</html>", Kind.BAD_RESPONSE, "not JSON"),
+        (200, b"<html>maintenance</html>", Kind.BAD_RESPONSE, "non-JSON body"),
         (200, b'{"status":false,"message":"x","data":{}}', Kind.REJECTED, "refused"),
         (200, b'{"status":true,"data":{}}', Kind.BAD_RESPONSE, "no data.data"),
         (200, b'{"status":true,"data":[]}', Kind.BAD_RESPONSE, "no data.data"),

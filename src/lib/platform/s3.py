@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
+from lib.platform import aws
 from lib.platform.errors import ServiceError
 
 # S3's smallest multipart part, and the only image bytes held in memory while staging:
@@ -112,20 +113,17 @@ class StagingBucket:
 
     @cached_property
     def client(self) -> _S3:
-        import boto3  # noqa: PLC0415 - deferred, see the docstring
-        from botocore.config import Config  # noqa: PLC0415
-
-        config = Config(
+        # The regional endpoint, or AWS_ENDPOINT_URL_S3 (boto3 reads it: a local S3).
+        s3: _S3 = aws.client(
+            "s3",
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
-            retries={"max_attempts": self._max_attempts, "mode": "standard"},
+            max_attempts=self._max_attempts,
             # botocore's default checksum reads each part once more into memory; TLS
             # already guards the bytes in transit.
             request_checksum_calculation="when_required",
         )
-        # The regional endpoint, or AWS_ENDPOINT_URL_S3 (boto3 reads it: a local S3).
-        client: _S3 = boto3.client("s3", config=config)
-        return client
+        return s3
 
     def put(self, key: str, chunks: Iterable[bytes], *, content_type: str, deadline: float) -> int:
         """Store the chunks under `key` as they come (multipart above one part); returns

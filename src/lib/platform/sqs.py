@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from lib.platform import aws
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
@@ -62,15 +64,13 @@ class Queue:
 
     @cached_property
     def client(self) -> SQSClient:
-        import boto3  # noqa: PLC0415 - deferred, see the docstring
-        from botocore.config import Config  # noqa: PLC0415
-
-        config = Config(
+        sqs: SQSClient = aws.client(
+            "sqs",
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
-            retries={"max_attempts": self._max_attempts, "mode": "standard"},
+            max_attempts=self._max_attempts,
         )
-        return boto3.client("sqs", config=config)
+        return sqs
 
     def queue_url(self, arn: str) -> str:
         # The client's endpoint: AWS's regional one, or AWS_ENDPOINT_URL_SQS (boto3 reads it).

@@ -8,7 +8,6 @@ response reaches a log beyond Lsky's short `message`. docs/transfer.md has the d
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -18,8 +17,9 @@ from urllib.parse import urlencode
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
-from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail, retry_after_seconds
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import DownloadedImage
+from lib.transfer.lsky_envelope import read_envelope
 from lib.transfer.lsky_listing import ListingPage, hosted_url, parse_listing
 from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
 
@@ -30,7 +30,6 @@ LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's 
 # The keyword names one record, so its images fit on the first page; more pages than
 # this means the list cannot say whether the image is there (docs/transfer.md).
 MAX_LOOKUP_PAGES = 3
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
 Body = MultipartBody | StreamedMultipartBody
@@ -41,11 +40,6 @@ class HostedImage:
     url: str
     mime_type: str
     data: dict[str, Any]
-
-
-def short_message(value: Any, limit: int = 160) -> str:
-    text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class LskyClient:
@@ -358,38 +352,10 @@ def parse_upload_response(
     status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
 ) -> HostedImage:
     """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested)."""
-    if status in (301, 302, 303, 307, 308):
-        if location and "/login" in location:
-            raise fail(
-                Stage.UPLOAD,
-                Kind.HTTP_STATUS,
-                "Lsky redirected to /login: token refused",
-                status=401,
-            )
-        raise fail(
-            Stage.UPLOAD, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status
-        )
-    try:
-        payload: Any = json.loads(raw)
-    except ValueError:
-        payload = None
-    message = short_message(payload.get("message", "")) if isinstance(payload, dict) else ""
-    if status != 200:
-        detail = f": {message}" if message else ""
-        raise fail(
-            Stage.UPLOAD,
-            Kind.HTTP_STATUS,
-            f"Lsky answered HTTP {status}{detail}",
-            status=status,
-            retry_after=retry_after_seconds(retry_after),
-        )
-    if not isinstance(payload, dict):
-        raise fail(
-            Stage.UPLOAD,
-            Kind.BAD_RESPONSE,
-            "Lsky answered HTTP 200 with a non-JSON body",
-            status=200,
-        )
+    envelope = read_envelope(
+        Stage.UPLOAD, "Lsky", status, raw, location=location, retry_after=retry_after
+    )
+    payload, message = envelope.payload, envelope.message
     if payload.get("status") is not True:
         raise fail(
             Stage.UPLOAD, Kind.REJECTED, f"Lsky refused the upload: {message or 'no message'}"

@@ -6,14 +6,12 @@ keyword and album filters really match is in docs/transfer.md.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from lib.transfer.failures import Kind, Stage, fail, retry_after_seconds
+from lib.transfer.failures import Kind, Stage, fail
+from lib.transfer.lsky_envelope import read_envelope
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 # Relative to when it was listed ("3分钟前"): meaningless once stored.
 _VOLATILE_KEYS = frozenset({"human_date"})
 
@@ -24,43 +22,19 @@ class ListingPage:
     last_page: int
 
 
-def _short(value: Any, limit: int = 160) -> str:
-    # As lib.transfer.lsky.short_message (which imports this module).
-    text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def parse_listing(
     status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
 ) -> ListingPage:
     """One page of the list, or an ArchiveFailure (stage lookup) raised."""
-    if status in (301, 302, 303, 307, 308):
-        if location and "/login" in location:
-            raise fail(
-                Stage.LOOKUP,
-                Kind.HTTP_STATUS,
-                "Lsky redirected to /login: token refused",
-                status=401,
-            )
-        raise fail(
-            Stage.LOOKUP, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status
-        )
-    try:
-        payload: Any = json.loads(raw)
-    except ValueError:
-        payload = None
-    message = _short(payload.get("message", "")) if isinstance(payload, dict) else ""
-    if status != 200:
-        detail = f": {message}" if message else ""
-        raise fail(
-            Stage.LOOKUP,
-            Kind.HTTP_STATUS,
-            f"Lsky's image list answered HTTP {status}{detail}",
-            status=status,
-            retry_after=retry_after_seconds(retry_after),
-        )
-    if not isinstance(payload, dict):
-        raise fail(Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky's image list is not JSON", status=200)
+    envelope = read_envelope(
+        Stage.LOOKUP,
+        "Lsky's image list",
+        status,
+        raw,
+        location=location,
+        retry_after=retry_after,
+    )
+    payload, message = envelope.payload, envelope.message
     if payload.get("status") is not True:
         raise fail(
             Stage.LOOKUP,

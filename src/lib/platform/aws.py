@@ -1,0 +1,23 @@
+"""boto3 clients with short, explicit timeouts (boto3 is imported on first use: it is the
+largest import of the package, and the happy path of an archive never needs it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def client(
+    service: str, *, connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any
+) -> Any:
+    """A client whose every call ends within about max_attempts x the timeouts."""
+    import boto3  # noqa: PLC0415 - deferred, see the docstring
+    from botocore.config import Config  # noqa: PLC0415
+
+    settings = Config(
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        **config,
+    )
+    # boto3's stubs type each service by its literal name; the callers name theirs.
+    return boto3.client(service, config=settings)  # type: ignore[call-overload]

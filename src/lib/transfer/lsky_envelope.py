@@ -1,0 +1,68 @@
+"""Lsky Pro's JSON envelope ({"status", "message", "data"}), read the same way for every
+endpoint (pure): redirects to /login, error statuses, bodies that are not JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from lib.transfer.failures import Kind, Stage, fail, retry_after_seconds
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def short_message(value: Any, limit: int = 160) -> str:
+    """Lsky's `message`, safe for a log line or archive_error: one line, bounded."""
+    text = _CONTROL.sub(" ", str(value)).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Envelope:
+    payload: dict[str, Any]  # the JSON object of an HTTP 200
+    message: str  # its `message`, shortened
+
+
+def read_envelope(
+    stage: Stage,
+    subject: str,
+    status: int,
+    raw: bytes,
+    *,
+    location: str | None = None,
+    retry_after: str | None = None,
+) -> Envelope:
+    """The JSON object of an HTTP 200 answer; raises ArchiveFailure (at `stage`) for a
+    redirect, another status or a body that is not a JSON object. `subject` names the
+    answer in messages ("Lsky", "Lsky's image list")."""
+    if status in REDIRECTS:
+        if location and "/login" in location:
+            raise fail(
+                stage, Kind.HTTP_STATUS, "Lsky redirected to /login: token refused", status=401
+            )
+        raise fail(stage, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status)
+    try:
+        payload: Any = json.loads(raw)
+    except ValueError:
+        payload = None
+    message = short_message(payload.get("message", "")) if isinstance(payload, dict) else ""
+    if status != 200:
+        detail = f": {message}" if message else ""
+        raise fail(
+            stage,
+            Kind.HTTP_STATUS,
+            f"{subject} answered HTTP {status}{detail}",
+            status=status,
+            retry_after=retry_after_seconds(retry_after),
+        )
+    if not isinstance(payload, dict):
+        raise fail(
+            stage,
+            Kind.BAD_RESPONSE,
+            f"{subject} answered HTTP 200 with a non-JSON body",
+            status=200,
+        )
+    return Envelope(payload, message)
