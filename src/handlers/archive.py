@@ -21,8 +21,9 @@ from lib.archive.runtime import archive_worker
 from lib.archive.worker import Message, Redelivered
 from lib.platform.observability import log_unexpected, logger, metrics, traced
 
-# Every failure is a batch item failure, never a function error: with BatchSize 1 an
-# "entire batch failed" error would make Lambda back off the whole event source.
+# A record's failure is a batch item failure, not a function error: with BatchSize 1 an
+# "entire batch failed" error would make Lambda back off the whole event source. The one
+# deliberate function error is a missing setting at start-up (below), before any record.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
