@@ -833,3 +833,35 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
         assert after["idx_tup_fetch"] - before["idx_tup_fetch"] <= 2 * 1000 + 100, (before, after)
     finally:
         conn.close()
+
+
+# -- a long backlog: queued rows are not lost rows ---------------------------------------
+
+
+def test_rows_waiting_in_a_draining_backlog_are_not_re_sent(sweep: SweepHarness, db: Any) -> None:
+    """30 rows sent 20 minutes ago wait behind each other while the lane drains slowly:
+    through several grace periods, the sweeper re-sends none of them (their messages are
+    queued, not lost), but still sends a row whose message never went out."""
+    for record_id in range(1, 31):
+        seed_record(db, record_id, image_url=URL, next_run_at=1200, enqueued_at=1200)
+        sweep.sqs.send_message(QueueUrl=sweep.queues.url, MessageBody=encode(record_id))
+    seed_record(db, 99, image_url=URL, next_run_at=1200, enqueued_at=None)  # never sent
+    # The lane uploaded 3 images in the last 15 minutes: 30 queued need ~75 minutes.
+    db.run(
+        "UPDATE image_archive_lane SET upload_times ="
+        " ARRAY[now() - interval '1 minute', now() - interval '5 minutes',"
+        " now() - interval '10 minutes']"
+    )
+
+    for _ in range(3):  # three sweeps: several grace periods of a real deployment
+        summary = sweep.run()
+        assert summary["requeue_interval_seconds"] > 1200
+
+    assert sweep.drain().count(99) == 1
+    rows = all_rows(db)
+    assert all(seconds_ago(db, rows[i]["archive_enqueued_at"]) >= 1200 for i in range(1, 31))
+
+    # With the old rule (the plain interval), the same rows would all have been re-sent.
+    db.run("UPDATE image_archive_lane SET upload_times = '{}'")
+    db.run("DELETE FROM image_generation_records WHERE id = 99")
+    assert sweep.run()["requeued"] == 30  # the queue is empty now: nothing is waiting

@@ -1,10 +1,8 @@
 """Copy one image from the provider's URL to Lsky Pro by a deadline, once.
 
-When an earlier attempt may have stored it, it is looked up and adopted instead. With a
-Content-Length the upload streams from the download, else the image is spooled first.
-Running out of time here is a timeout that spends the attempt. Staging
-(lib.archive.staging) copies the image to or from the staging bucket instead.
-"""
+An image an earlier attempt may have stored is looked up and adopted instead; with a
+Content-Length the upload streams from the download, else it is spooled first; staging
+copies it to or from the bucket. Running out of time here spends the attempt."""
 
 from __future__ import annotations
 
