@@ -116,7 +116,7 @@ def test_pacing_finds_the_first_instant_every_window_has_room() -> None:
         seconds=600 + upload_time_margin(3_600)
     )
     assert upload_time_margin(3_600) == 2.0  # a transfer's worth
-    assert upload_time_margin(1) == 0.1  # scaled-down windows keep their proportion
+    assert upload_time_margin(1) == 0.05  # scaled-down windows keep their proportion
 
 
 def test_only_pauses_the_profile_can_see_are_cleared_by_the_probe() -> None:

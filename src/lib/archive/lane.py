@@ -38,7 +38,7 @@ ACCOUNT_STATUSES = frozenset({401, 403})
 # Account states Lsky's profile endpoint does not show: only an operator clears these.
 NOT_PROBEABLE = ("账户未验证", "账号状态异常")
 # How much later than our log Lsky may date an upload (the transfer's duration): at most
-# this, and a tenth of the window (scaled-down windows in tests and benchmarks).
+# this, and a twentieth of the window (scaled-down windows in tests and benchmarks).
 UPLOAD_TIME_MARGIN_SECONDS = 2.0
 # Spread the return of held messages so the containers do not all come back at once.
 MAX_JITTER_SECONDS = 5.0
@@ -118,7 +118,7 @@ def pause_until(
 def upload_time_margin(window_seconds: float) -> float:
     """Our log holds when an upload was started; Lsky counts when it stored the image, up
     to a transfer later: the margin keeps the two counts from disagreeing."""
-    return min(UPLOAD_TIME_MARGIN_SECONDS, window_seconds / 10)
+    return min(UPLOAD_TIME_MARGIN_SECONDS, window_seconds / 20)
 
 
 def next_upload_at(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -59,7 +60,12 @@ HOLD_LIMIT_RECEIVES = 3
 # other messages in the queue meanwhile, unreceived.
 PACING_SLEEP_SECONDS = 60.0
 # Optimistic reservations retried this often before the attempt gives way.
-RESERVE_TRIES = 5
+RESERVE_TRIES = 20
+# After a reservation lost to another container: a short random pause before reading the
+# lane again, so two containers do not collide in step; a contention that outlasts every
+# try closes the lane this long.
+CONTENTION_PAUSE_SECONDS = (0.01, 0.1)
+CONTENTION_GIVE_WAY_SECONDS = 1.0
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
 # that a fix applies within minutes, slow enough not to spin.
 OWN_FAULT_RETRY_SECONDS = 300
@@ -377,6 +383,7 @@ class ArchiveWorker:
                     version=lane.version, upload_times=[*recent, now], closed_until=None
                 ):
                     return None
+                time.sleep(random.uniform(*CONTENTION_PAUSE_SECONDS))  # noqa: S311 - spread, not secret
             elif (free - now).total_seconds() <= PACING_SLEEP_SECONDS and can_start(
                 deadline - (free - now).total_seconds()
             ):
@@ -387,7 +394,7 @@ class ArchiveWorker:
                 return free
             lane, claimed_at = self.records.lane(), time.monotonic()
         # Contention on every try: give way briefly rather than overrun the limits.
-        return _db_now(lane, claimed_at) + timedelta(seconds=PACING_SLEEP_SECONDS)
+        return _db_now(lane, claimed_at) + timedelta(seconds=CONTENTION_GIVE_WAY_SECONDS)
 
     def _lane_paused(
         self,
