@@ -17,8 +17,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from lib.archive.outcome import Message, Redelivered
 from lib.archive.runtime import archive_worker
-from lib.archive.worker import Message, Redelivered
 from lib.platform.observability import log_unexpected, logger, metrics, traced
 
 # A record's failure is a batch item failure, not a function error: with BatchSize 1 an

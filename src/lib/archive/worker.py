@@ -6,12 +6,10 @@ message again (after the visibility set here) or it is acknowledged.
 
 from __future__ import annotations
 
-import enum
 import math
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,16 +24,16 @@ from lib.archive.lane import (
     PauseReason,
     host_condition,
     jitter,
-    next_upload_at,
     pause_until,
-    upload_time_margin,
 )
 from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.outcome import Message, Outcome, Result
+from lib.archive.pacing import db_now, reserve_upload
 from lib.archive.reconcile import RESPONSE_KEY
 from lib.archive.staging import keeps_copy, worth_staging
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
-from lib.platform.errors import ConfigError, DatabaseUnavailable, ServiceError
+from lib.platform.errors import ConfigError, DatabaseUnavailable
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.s3 import StagedCopyMissing, StagingError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS, Queue
@@ -55,78 +53,9 @@ NO_TIME_RETRY_SECONDS = 5
 # costs no receives (each one counts towards maxReceiveCount).
 HOLD_LIMIT_SECONDS = 900
 HOLD_LIMIT_RECEIVES = 3
-# Pacing: a wait up to this long is slept through (when the invocation has the time) rather
-# than paid for with a second invocation; the event source's MaximumConcurrency keeps the
-# other messages in the queue meanwhile, unreceived.
-PACING_SLEEP_SECONDS = 60.0
-# Optimistic reservations retried this often before the attempt gives way.
-RESERVE_TRIES = 20
-# After a reservation lost to another container: a short random pause before reading the
-# lane again, so two containers do not collide in step; a contention that outlasts every
-# try closes the lane this long.
-CONTENTION_PAUSE_SECONDS = (0.01, 0.1)
-CONTENTION_GIVE_WAY_SECONDS = 1.0
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
 # that a fix applies within minutes, slow enough not to spin.
 OWN_FAULT_RETRY_SECONDS = 300
-
-
-class Outcome(enum.StrEnum):
-    ARCHIVED = "archived"
-    RETRY = "retry"
-    FAILED = "failed"
-    DUPLICATE = "duplicate"
-    EARLY = "early"  # a copy that came during the row's backoff: held until due
-    MALFORMED = "malformed"  # moved to the DLQ with its reason
-    # Malformed, but the DLQ send failed: redelivered at once, so the redrive policy parks it.
-    MALFORMED_LEFT = "malformed_left"
-    RELEASED = "released"  # given back unspent: not enough time left
-    UNCONCLUDED = "unconcluded"  # database unreachable or our own fault: SQS redelivers
-    LOST_LOCK = "lost_lock"  # the lock passed on before our write: the new holder concludes
-    PAUSED = "paused"  # the upload lane is paused: held until it opens, no attempt spent
-    PARKED = "parked"  # paused for longer than a hold: the sweeper sends it when due
-
-    @property
-    def redelivers(self) -> bool:
-        """The one ack-or-redeliver rule: SQS delivers these again after the visibility
-        the worker set; every other outcome is acknowledged (deleted)."""
-        return self in _REDELIVERED
-
-
-_REDELIVERED = frozenset(
-    {
-        Outcome.RETRY,
-        Outcome.EARLY,
-        Outcome.RELEASED,
-        Outcome.UNCONCLUDED,
-        Outcome.MALFORMED_LEFT,
-        Outcome.PAUSED,
-    }
-)
-
-
-class Redelivered(ServiceError):
-    """Raised for Powertools' batch processor: report the message as a batch item failure."""
-
-    def __init__(self, result: Result) -> None:
-        super().__init__(f"{result.outcome}: {result.detail}")
-        self.result = result
-
-
-@dataclass(frozen=True)
-class Message:
-    message_id: str
-    body: str
-    receipt_handle: str
-    queue_arn: str
-    receive_count: int = 1
-
-
-@dataclass(frozen=True)
-class Result:
-    outcome: Outcome
-    record_id: int | None = None
-    detail: str = ""
 
 
 class ArchiveWorker:
@@ -204,7 +133,9 @@ class ArchiveWorker:
             # Only a staging claim takes a row while the lane is paused: capture it now.
             return self._capture_while_paused(message, task, owner, lane, deadline)
         if self.settings.rate_limits:
-            closed_until = self._reserve_upload(lane, claimed_at, deadline)
+            closed_until = reserve_upload(
+                self.records, self.settings.rate_limits, lane, claimed_at, deadline
+            )
             if closed_until is not None:
                 pacing = HostCondition(PauseReason.PACING, "pacing: LSKY_RATE_LIMITS")
                 try:
@@ -222,7 +153,7 @@ class ArchiveWorker:
             staged = rescue.after(error.failure)
             condition = host_condition(error.failure)
             if condition is not None:
-                now = _db_now(lane, claimed_at)
+                now = db_now(lane, claimed_at)
                 until = pause_until(condition, now=now, upload_times=lane.upload_times)
                 self.records.pause_lane(
                     until=until or "infinity",
@@ -365,36 +296,6 @@ class ArchiveWorker:
         logger.info("message skipped", outcome=Outcome.DUPLICATE, reason=reason)
         metrics.add_metric(name="Duplicate", unit=MetricUnit.Count, value=1)
         return Result(Outcome.DUPLICATE, record_id, reason)
-
-    def _reserve_upload(
-        self, lane: LaneState, claimed_at: float, deadline: float
-    ) -> datetime | None:
-        """Pacing: take an upload slot (None) or say until when the lane is closed. Short
-        waits are slept through; the log is shared through the lane row, optimistically."""
-        limits = self.settings.rate_limits
-        longest_window = max(seconds for seconds, _ in limits)
-        longest = timedelta(seconds=longest_window + upload_time_margin(longest_window))
-        for _ in range(RESERVE_TRIES):
-            now = _db_now(lane, claimed_at)
-            free = next_upload_at(lane.upload_times, limits, now)
-            recent = [t for t in lane.upload_times if t > now - longest]
-            if free <= now:
-                if self.records.reserve_upload(
-                    version=lane.version, upload_times=[*recent, now], closed_until=None
-                ):
-                    return None
-                time.sleep(random.uniform(*CONTENTION_PAUSE_SECONDS))  # noqa: S311 - spread, not secret
-            elif (free - now).total_seconds() <= PACING_SLEEP_SECONDS and can_start(
-                deadline - (free - now).total_seconds()
-            ):
-                time.sleep((free - now).total_seconds())
-            elif self.records.reserve_upload(
-                version=lane.version, upload_times=recent, closed_until=free
-            ):
-                return free
-            lane, claimed_at = self.records.lane(), time.monotonic()
-        # Contention on every try: give way briefly rather than overrun the limits.
-        return _db_now(lane, claimed_at) + timedelta(seconds=CONTENTION_GIVE_WAY_SECONDS)
 
     def _lane_paused(
         self,
@@ -745,8 +646,3 @@ class _Rescue:
 
 def _unstaged(task: Task) -> Task:
     return replace(task, staged_key=None)
-
-
-def _db_now(lane: LaneState, since: float) -> datetime:
-    """The database's clock (read by the claim) moved on by the time elapsed here."""
-    return lane.now + timedelta(seconds=time.monotonic() - since)
