@@ -1,0 +1,421 @@
+"""Point 7: the host-aware lane draining a rate-limited burst, as `make local` runs it.
+
+A burst of records is seeded and all its messages are sent at once to a moto SQS queue.
+devkit's event source (Lambda's SQS event source mapping: BatchSize 1, MaximumConcurrency
+= the number of containers) feeds two archive containers (the handler, each in a process
+of its own, the template's 120 s timeout) that copy a tiny image from the upstream to a
+Lsky stand-in whose sliding-window limiter refuses uploads as Lsky 2.x does
+("每分钟内你最多可以上传 N 张图片"; `window_scale` sets how long its "minute" lasts).
+
+Two runs, each in a fresh child process (which holds the stand-in and the event source;
+the containers are its children), with the lane row cleared before each, with the
+benches' environment (staging on: a moto S3 bucket):
+
+- paced: LSKY_RATE_LIMITS describes Lsky's limit ("10/20 seconds" for a "minute" of
+  20 s): the worker reserves a slot in image_archive_lane before each upload and
+  sleeps through short waits, so the other messages stay unreceived in the queue;
+- unpaced: LSKY_RATE_LIMITS empty, Lsky's refusal is the only signal. Our rules read
+  分钟 as 60 s, and the bench patches nothing in the service, so this run uses a real
+  minute (a smaller burst); it is reported without a target.
+
+Measured: the drain time, from the send to the last row's archived_at (the database's
+clock, the same machine's); invocations per record (deliveries counted by the event
+source's callback; BatchSize 1); Lsky's refusals and the most uploads it stored in any
+window. The theoretical minimum is `greedy_schedule` under Lsky's limits (its window,
+without our safety margin) and the two containers, plus one transfer: the median time
+from "archive started" to "archive succeeded" in the handler's logs, in the same run.
+One run each (a drain lasts a minute); when the paced drain misses its target, the
+per-upload timeline against the ideal schedule is printed (and is in lane.json).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.child import child_main, run_child
+from bench.common import RESULTS, Row, command_for, ratio, write_results
+from bench.services import TINY, Services
+
+TARGET_DRAIN_RATIO = 1.1
+TARGET_INVOCATIONS_PER_RECORD = 1.2
+CONTAINERS = 2  # MaximumConcurrency (template.yaml's ArchiveConcurrency default)
+FUNCTION_TIMEOUT_SECONDS = 120  # template.yaml
+DRAIN_TIMEOUT_SECONDS = 240
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    records: int
+    limit: int  # Lsky: uploads per "minute"
+    window: float  # Lsky: seconds its "minute" lasts
+    pacing: str  # LSKY_RATE_LIMITS ("" = off)
+    target: bool  # checked against the targets, or reported only
+
+
+PACED = Scenario("paced", records=40, limit=10, window=20.0, pacing="10/20 seconds", target=True)
+UNPACED = Scenario("unpaced", records=20, limit=10, window=60.0, pacing="", target=False)
+SCENARIOS = (PACED, UNPACED)
+
+
+def greedy_schedule(
+    count: int,
+    limits: Sequence[tuple[float, int]],
+    *,
+    concurrency: int | None = None,
+    transfer: float = 0.0,
+) -> list[float]:
+    """The earliest start of each of `count` uploads, all ready at 0, when every sliding
+    window (seconds, uploads) may hold at most `uploads` of them and at most `concurrency`
+    transfers of `transfer` seconds run at once. Greedy is optimal here: the i-th upload
+    can start no earlier than the (i-limit)-th plus the window, nor than the
+    (i-concurrency)-th plus a transfer. (Lsky counts [now - window, now], so the bound is
+    an infimum: the real slot is an instant later.)"""
+    starts: list[float] = []
+    for i in range(count):
+        start = 0.0
+        for seconds, limit in limits:
+            if i >= limit:
+                start = max(start, starts[i - limit] + seconds)
+        if concurrency is not None and i >= concurrency:
+            start = max(start, starts[i - concurrency] + transfer)
+        starts.append(start)
+    return starts
+
+
+def theoretical_drain(
+    count: int, limits: Sequence[tuple[float, int]], *, concurrency: int, transfer: float
+) -> float:
+    """Seconds from the burst to the end of its last transfer, at best."""
+    starts = greedy_schedule(count, limits, concurrency=concurrency, transfer=transfer)
+    return (starts[-1] if starts else 0.0) + transfer
+
+
+# -- the child: services of one run, containers, the burst ---------------------------------
+
+
+def _log_time(entry: dict[str, Any]) -> float | None:
+    """A Powertools log line's timestamp, as time.time()."""
+    text = entry.get("timestamp")
+    if not isinstance(text, str):
+        return None
+    with contextlib.suppress(ValueError):
+        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S,%f%z").timestamp()
+    return None
+
+
+def _transfer_seconds(logs: list[dict[str, Any]]) -> float | None:
+    """From "archive started" (after the pacing slot) to "archive succeeded"."""
+    started = next((e for e in logs if e.get("message") == "archive started"), None)
+    done = next((e for e in logs if e.get("message") == "archive succeeded"), None)
+    if started is None or done is None:
+        return None
+    begin, end = _log_time(started), _log_time(done)
+    return None if begin is None or end is None else end - begin
+
+
+def _clear_lane(db: Any) -> None:
+    """A fresh lane: no pause, no upload log (other benches' uploads are logged too)."""
+    db.run(
+        "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL, "
+        "pause_window = NULL, pause_detail = NULL, paused_since = NULL, "
+        "upload_times = '{}', version = version + 1 WHERE lane = 'lsky'"
+    )
+
+
+def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one linear story
+    import os  # noqa: PLC0415
+
+    import boto3  # noqa: PLC0415 - the child imports what it drives
+
+    from devkit.containers import Container  # noqa: PLC0415
+    from devkit.event_sources import Delivery, SqsEventSource  # noqa: PLC0415
+    from devkit.lsky import LskyStandIn  # noqa: PLC0415
+    from devkit.postgres import connect  # noqa: PLC0415
+    from devkit.sqs import create_queue_pair  # noqa: PLC0415
+
+    scenario = Scenario(**args["scenario"])
+    record_ids: list[int] = args["record_ids"]
+    db = connect(args["dsn"])
+    stack = contextlib.ExitStack()
+    stack.callback(db.close)
+    storage = Path(tempfile.mkdtemp(prefix="bench-lane-lsky-"))
+    stack.callback(shutil.rmtree, storage, ignore_errors=True)
+    lsky = stack.enter_context(
+        LskyStandIn(
+            storage_dir=storage,
+            rate_limits={"minute": scenario.limit},
+            window_scale={"minute": scenario.window},
+        )
+    )
+    sqs = boto3.client("sqs")
+    queues = create_queue_pair(
+        sqs, f"bench-lane-{scenario.name}-{int(time.time() * 1000)}", visibility_timeout=720
+    )
+    env = {
+        **os.environ,
+        "LSKY_BASE_URL": lsky.base_url,
+        "LSKY_TOKEN": lsky.token,
+        "LSKY_RATE_LIMITS": scenario.pacing,
+        "ARCHIVE_QUEUE_URL": queues.url,
+        "ARCHIVE_DLQ_URL": queues.dlq_url,
+        "DB_SSLMODE": "disable",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+    }
+    logs = RESULTS / "logs"
+    containers = [
+        Container(
+            f"archive-{n}",
+            "handlers.archive:lambda_handler",
+            env=env,
+            log_path=logs / f"lane-{scenario.name}-archive-{n}.log",
+            function_name="ArchiveFunction",
+            timeout_seconds=FUNCTION_TIMEOUT_SECONDS,
+        )
+        for n in range(1, CONTAINERS + 1)
+    ]
+    for container in containers:
+        container.log_path.unlink(missing_ok=True)
+        stack.callback(container.stop)
+        container.launch()  # the inits run in parallel
+    for container in containers:
+        container.wait_ready()
+
+    deliveries: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    t0 = 0.0
+
+    def on_delivery(delivery: Delivery) -> None:
+        invocation = delivery.invocation
+        outcomes = [str(e["outcome"]) for e in invocation.logs if e.get("outcome")]
+        with lock:
+            deliveries.append(
+                {
+                    "at": round(time.monotonic() - t0, 3),
+                    "container": delivery.container,
+                    "records": len(delivery.event["Records"]),
+                    "outcomes": outcomes,
+                    "ms": invocation.duration_ms,
+                    "error": invocation.error,
+                    "transfer": _transfer_seconds(invocation.logs),
+                    "receive_count": [
+                        int(r["attributes"]["ApproximateReceiveCount"])
+                        for r in delivery.event["Records"]
+                    ],
+                }
+            )
+
+    source = SqsEventSource(
+        clients=[boto3.client("sqs") for _ in containers],
+        queue=queues,
+        containers=containers,
+        on_delivery=on_delivery,
+    )
+    _clear_lane(db)
+    stack.callback(source.stop)  # runs before the containers stop
+    source.start()
+    time.sleep(0.5)  # every poller is in its long poll
+    bodies = [json.dumps({"recordId": str(i)}) for i in record_ids]
+    sent_wall, t0 = time.time(), time.monotonic()
+    for first in range(0, len(bodies), 10):
+        sqs.send_message_batch(
+            QueueUrl=queues.url,
+            Entries=[
+                {"Id": str(n), "MessageBody": body}
+                for n, body in enumerate(bodies[first : first + 10])
+            ],
+        )
+    sent_seconds = time.monotonic() - t0
+
+    deadline = t0 + DRAIN_TIMEOUT_SECONDS
+    concluded = False
+    while time.monotonic() < deadline:
+        [[done]] = db.run(
+            "SELECT count(*) FROM image_generation_records "
+            "WHERE id = ANY(CAST(:ids AS bigint[])) AND archive_status IN ('SUCCEEDED', 'FAILED')",
+            ids=record_ids,
+        )
+        if done == len(record_ids) and source.in_flight == 0:
+            concluded = True
+            break
+        time.sleep(0.2)
+    observed = time.monotonic() - t0
+    time.sleep(1.0)  # anything still coming (a stray redelivery) is counted too
+    rows = db.run(
+        "SELECT id, archive_status, archive_attempts, "
+        "EXTRACT(EPOCH FROM archived_at) FROM image_generation_records "
+        "WHERE id = ANY(CAST(:ids AS bigint[])) ORDER BY archived_at NULLS LAST",
+        ids=record_ids,
+    )
+    stack.close()  # event source, containers, Lsky, the connection
+    stored = [round(t - t0, 3) for t in lsky.stored_timestamps()]
+    with lock:
+        delivered = list(deliveries)
+    return {
+        "scenario": asdict(scenario),
+        "concluded": concluded,
+        "observed_seconds": observed,
+        "send_seconds": sent_seconds,
+        "archived_at": [
+            round(float(at) - sent_wall, 3) if at is not None else None for *_, at in rows
+        ],
+        "statuses": dict(Counter(str(status) for _, status, _, _ in rows)),
+        "attempts": dict(Counter(int(attempts) for _, _, attempts, _ in rows)),
+        "deliveries": sorted(delivered, key=lambda d: d["at"]),
+        "invocations": {c.name: c.invocations for c in containers},
+        "source_errors": source.errors,
+        "stored": stored,
+        "upload_requests": lsky.upload_count,
+        "rate_limited": lsky.rate_limited_count,
+        "max_in_window": lsky.max_in_window(scenario.window),
+    }
+
+
+# -- the parent -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drain:
+    scenario: Scenario
+    seconds: float  # send -> last archived_at
+    theoretical: float
+    transfer: float  # median, seconds
+    invocations: int
+    refusals: int
+    max_in_window: int
+    result: dict[str, Any]
+
+    @property
+    def ratio(self) -> float:
+        return ratio(self.seconds, self.theoretical)
+
+    @property
+    def per_record(self) -> float:
+        return self.invocations / self.scenario.records
+
+
+def timeline(drain: Drain) -> str:
+    """Each stored upload beside its slot in the theoretical schedule (seconds from send)."""
+    scenario = drain.scenario
+    ideal = greedy_schedule(
+        scenario.records,
+        [(scenario.window, scenario.limit)],
+        concurrency=CONTAINERS,
+        transfer=drain.transfer,
+    )
+    lines = [f"lane {scenario.name}: upload  stored(s)  ideal start(s)  late(s)"]
+    for n, (stored, start) in enumerate(zip(drain.result["stored"], ideal, strict=False), 1):
+        lines.append(f"  {n:3d}  {stored:8.2f}  {start:8.2f}  {stored - start:+7.2f}")
+    return "\n".join(lines)
+
+
+def drain_once(services: Services, scenario: Scenario) -> Drain:
+    services.start_moto()
+    record_ids = services.seed(TINY, scenario.records)
+    args = {"scenario": asdict(scenario), "record_ids": record_ids, "dsn": services.dsn}
+    env = services.handler_env()
+    result = run_child("bench.lane", args, env, log_name=f"lane-{scenario.name}")
+    if not result["concluded"] or result["statuses"] != {"SUCCEEDED": scenario.records}:
+        raise RuntimeError(
+            f"lane {scenario.name}: the burst did not drain: {result['statuses']} "
+            f"after {result['observed_seconds']:.0f} s (see bench/results/logs/lane-*.log)"
+        )
+    transfers = [d["transfer"] for d in result["deliveries"] if d["transfer"] is not None]
+    transfer = statistics.median(transfers)
+    theoretical = theoretical_drain(
+        scenario.records,
+        [(scenario.window, scenario.limit)],
+        concurrency=CONTAINERS,
+        transfer=transfer,
+    )
+    drain = Drain(
+        scenario=scenario,
+        seconds=max(result["archived_at"]),
+        theoretical=theoretical,
+        transfer=transfer,
+        invocations=len(result["deliveries"]),
+        refusals=int(result["rate_limited"]),
+        max_in_window=int(result["max_in_window"]),
+        result=result,
+    )
+    if scenario.target and drain.ratio > TARGET_DRAIN_RATIO:
+        print(timeline(drain), flush=True)
+    return drain
+
+
+def rows_for(drain: Drain, command: str) -> list[Row]:
+    s = drain.scenario
+    pacing = f"LSKY_RATE_LIMITS {s.pacing!r}" if s.pacing else "pacing off"
+    setup = (
+        f"{s.records} records at once, Lsky {s.limit} per {s.window:g} s window, {pacing}, "
+        f"{CONTAINERS} containers"
+    )
+    refusals = f"{drain.refusals} refusal{'s' * (drain.refusals != 1)}"
+    drain_text = (
+        f"{drain.seconds:.1f} s vs {drain.theoretical:.1f} s theoretical = {drain.ratio:.2f}x "
+        f"({refusals}, at most {drain.max_in_window} stored in a window)"
+    )
+    per_record = f"{drain.per_record:.2f} ({drain.invocations} for {s.records} records)"
+    label = "paced" if s.pacing else "unpaced"
+    if not s.target:
+        return [
+            Row("7", f"lane, {label}: drain time ({setup})", drain_text, "reported", None, command),
+            Row(
+                "7", f"lane, {label}: invocations per record", per_record, "reported", None, command
+            ),
+        ]
+    return [
+        Row(
+            "7",
+            f"lane, {label}: drain time vs the limits' minimum ({setup})",
+            drain_text,
+            f"<= {TARGET_DRAIN_RATIO}x, no refusal",
+            drain.ratio <= TARGET_DRAIN_RATIO and drain.refusals == 0,
+            command,
+        ),
+        Row(
+            "7",
+            f"lane, {label}: invocations per record",
+            per_record,
+            f"<= {TARGET_INVOCATIONS_PER_RECORD}",
+            drain.per_record <= TARGET_INVOCATIONS_PER_RECORD,
+            command,
+        ),
+    ]
+
+
+def run(services: Services, scenarios: Sequence[Scenario] = SCENARIOS) -> list[Row]:
+    command = command_for("lane")
+    rows: list[Row] = []
+    raw: dict[str, Any] = {}
+    for scenario in scenarios:
+        drain = drain_once(services, scenario)
+        raw[scenario.name] = {
+            "seconds": drain.seconds,
+            "theoretical": drain.theoretical,
+            "transfer": drain.transfer,
+            "ratio": drain.ratio,
+            "invocations": drain.invocations,
+            "per_record": drain.per_record,
+            "timeline": timeline(drain).splitlines(),
+            **drain.result,
+        }
+        rows += rows_for(drain, command)
+    write_results("lane", {"containers": CONTAINERS, "runs": raw})
+    return rows
+
+
+if __name__ == "__main__":
+    child_main(measure)
