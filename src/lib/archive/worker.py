@@ -143,7 +143,13 @@ class ArchiveWorker:
                 except ArchiveFailure as error:
                     return self._failed_attempt(message, task, owner, error.failure)
                 return self._lane_paused(
-                    message, task, owner, pacing, lane, until=closed_until, staged_key=staged
+                    message,
+                    task,
+                    owner,
+                    pacing,
+                    until=closed_until,
+                    now=db_now(lane, claimed_at),
+                    staged_key=staged,
                 )
         logger.info("archive started", max_attempts=self.settings.max_attempts)
         rescue = _Rescue(self, task, deadline)
@@ -166,8 +172,8 @@ class ArchiveWorker:
                     task,
                     owner,
                     condition,
-                    lane,
                     until=until,
+                    now=now,
                     may_be_hosted=error.failure.may_be_hosted,
                     staged_key=staged,
                 )
@@ -303,16 +309,16 @@ class ArchiveWorker:
         task: Task,
         owner: str,
         condition: HostCondition,
-        lane: LaneState,
         *,
         until: datetime | None,
+        now: datetime,
         may_be_hosted: bool | None = None,
         staged_key: str | None = None,
     ) -> Result:
         """The host (or our pacing) closed the lane: the record pays nothing. Its attempt
         is given back (with the copy staged meanwhile), and its message held until the
         lane opens, or parked."""
-        now = lane.now
+        # `now` from after any pacing sleep, so the hold ends with the pause, not later.
         seconds = (until - now).total_seconds() if until is not None else math.inf
         park = seconds > HOLD_LIMIT_SECONDS or message.receive_count >= HOLD_LIMIT_RECEIVES
         delay = 0 if until is None else max(1, math.ceil(seconds))
