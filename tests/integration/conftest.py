@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,3 +210,26 @@ def quick_invoke(record_id: int, context: FakeLambdaContext | None = None) -> An
     from handlers.archive import lambda_handler
 
     return lambda_handler(sqs_event([encode(record_id)]), context or FakeLambdaContext())
+
+
+@pytest.fixture
+def blank_database(pg_dsn: str) -> Iterator[str]:
+    """A new, empty database on the test server."""
+    name = f"blank_{uuid.uuid4().hex[:10]}"
+    admin = connect(pg_dsn)
+    admin.run(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_dsn.rsplit("/", 1)[0] + "/" + name
+    finally:
+        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, db: Any, queues: QueuePair) -> None:
+    """archive-ctl's environment: the test database and queues, nothing inherited."""
+    monkeypatch.setenv("DATABASE_URL", pg_dsn)
+    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
+    monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
+    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
+        monkeypatch.delenv(name, raising=False)

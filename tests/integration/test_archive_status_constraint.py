@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pg8000.exceptions
@@ -16,18 +14,6 @@ from lib.platform import schema
 from lib.state.status import ArchiveStatus
 
 CONSTRAINT = "image_generation_records_archive_status_check"
-
-
-@pytest.fixture
-def fresh_dsn(pg_dsn: str) -> Iterator[str]:
-    name = f"status_{uuid.uuid4().hex[:10]}"
-    admin = connect(pg_dsn)
-    admin.run(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_dsn.rsplit("/", 1)[0] + "/" + name
-    finally:
-        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 def constraint(conn: Any) -> tuple[str, bool] | None:
@@ -56,8 +42,8 @@ def test_a_status_outside_the_enum_is_refused(db: Any) -> None:
     assert refused.value.args[0]["C"] == "23514"  # check_violation
 
 
-def test_added_on_a_table_with_rows_validated_and_idempotent(fresh_dsn: str) -> None:
-    conn = connect(fresh_dsn)
+def test_added_on_a_table_with_rows_validated_and_idempotent(blank_database: str) -> None:
+    conn = connect(blank_database)
     try:
         base = schema.load([schema.BASE_SCHEMA])
         schema.apply(conn.run, base)
@@ -79,10 +65,10 @@ def test_added_on_a_table_with_rows_validated_and_idempotent(fresh_dsn: str) -> 
         conn.close()
 
 
-def test_adding_it_waits_no_longer_than_the_lock_timeout(fresh_dsn: str) -> None:
-    apply_schema(fresh_dsn)
-    conn = connect(fresh_dsn)
-    blocker = connect(fresh_dsn)
+def test_adding_it_waits_no_longer_than_the_lock_timeout(blank_database: str) -> None:
+    apply_schema(blank_database)
+    conn = connect(blank_database)
+    blocker = connect(blank_database)
     try:
         conn.run(f"ALTER TABLE image_generation_records DROP CONSTRAINT {CONSTRAINT}")
         # A long read transaction holds ACCESS SHARE; ADD CONSTRAINT needs a brief

@@ -7,8 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,18 +46,7 @@ class Ctl:
 
 
 @pytest.fixture
-def ctl(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    pg_dsn: str,
-    db: Any,
-    queues: QueuePair,
-) -> Ctl:
-    monkeypatch.setenv("DATABASE_URL", pg_dsn)
-    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
-    monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
-    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
-        monkeypatch.delenv(name, raising=False)
+def ctl(cli_env: None, capsys: pytest.CaptureFixture[str]) -> Ctl:
     return Ctl(capsys)
 
 
@@ -80,19 +67,6 @@ def record_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 
 # -- migrate ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def blank_database(pg_dsn: str) -> Iterator[str]:
-    """A new, empty database on the test server."""
-    name = f"cli_{uuid.uuid4().hex[:10]}"
-    admin = connect(pg_dsn)
-    admin.run(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_dsn.rsplit("/", 1)[0] + "/" + name
-    finally:
-        admin.run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 INDEXES = {

@@ -65,18 +65,7 @@ class Ctl:
 
 
 @pytest.fixture
-def ctl(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    pg_dsn: str,
-    db: Any,
-    queues: QueuePair,
-) -> Ctl:
-    monkeypatch.setenv("DATABASE_URL", pg_dsn)
-    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
-    monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
-    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
-        monkeypatch.delenv(name, raising=False)
+def ctl(cli_env: None, capsys: pytest.CaptureFixture[str]) -> Ctl:
     return Ctl(capsys)
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from devkit.sqs import QueuePair
 from lib.cli.context import EXIT_OK
 from tests.integration.test_cli import URL, Ctl
 from tests.integration.test_cli_backfill import pause_lane, set_uploads
@@ -16,18 +15,7 @@ from tests.support import seed_record
 
 
 @pytest.fixture
-def ctl(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    pg_dsn: str,
-    db: Any,
-    queues: QueuePair,
-) -> Ctl:
-    monkeypatch.setenv("DATABASE_URL", pg_dsn)
-    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
-    monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
-    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
-        monkeypatch.delenv(name, raising=False)
+def ctl(cli_env: None, capsys: pytest.CaptureFixture[str]) -> Ctl:
     return Ctl(capsys)
 
 
