@@ -231,6 +231,33 @@ def test_lsky_failing_transiently_publishes_from_the_staged_copy(
     assert upstream.hits("/gen/4.png") == downloads
 
 
+def test_an_upload_from_the_copy_whose_answer_was_lost_is_adopted_not_repeated(
+    staged: ArchiveHarness,
+    db: Any,
+    s3: Any,
+    staging_bucket: str,
+    upstream: Any,
+    lsky: Any,
+) -> None:
+    seed_record(db, 14, image_url=source(upstream, "/gen/14.png", chunked=True, downloads=1))
+    # Attempt 1: a 500 (stored nothing), staged. Attempt 2, from the copy: Lsky stores the
+    # image but the answer is lost. Attempt 3 must find it, not upload the copy again.
+    lsky.script(Behaviour.server_error(), Behaviour.drop(store=True))
+    staged.deliver(encode(14))
+    make_due(db, 14)
+    staged.deliver(encode(14))
+    assert fetch_record(db, 14)["archive_may_be_hosted"] is True
+    make_due(db, 14)
+
+    assert staged.deliver(encode(14)) == {"batchItemFailures": []}
+
+    row = fetch_record(db, 14)
+    assert row["archive_status"] == "SUCCEEDED"
+    [image] = lsky.image_records()
+    assert row["hosted_image_url"].endswith(image.pathname)
+    assert lsky.upload_count == 2  # the 500 and the lost answer; none after
+
+
 def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
     staged: ArchiveHarness,
     records: ArchiveRecords,

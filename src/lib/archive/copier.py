@@ -251,6 +251,20 @@ class Copier:
         source), StagingError when S3 fails, ArchiveFailure for Lsky's failures.
         """
         bucket = self._bucket()
+        if task.may_be_hosted:
+            # An earlier upload from this copy may have been stored: adopt it, as `copy` does.
+            lookup: Failure | None
+            try:
+                adopted = self._adopt(task, deadline)
+            except ArchiveFailure as error:
+                lookup = error.failure
+            else:
+                if adopted is not None:
+                    return adopted
+                lookup = None
+            if lookup is not None:
+                unknown = may_be_hosted(lookup, body_complete=False)
+                raise ArchiveFailure(replace(lookup, may_be_hosted=unknown))
         key = task.staged_key or ""
         image_type = image_type_of(key)
         if image_type is None:
