@@ -17,11 +17,10 @@ from lib.cli.pacing import (
     backlog_eta_seconds,
     pace,
     per_minute,
-    uploads_within,
 )
 from lib.cli.progress import Display, Meter, bar_line, duration, plain_line
 from lib.cli.status import ArchiveCounts, Status, backlog, lane_report, render
-from lib.state.lane import LaneState
+from lib.state.lane import LaneState, uploads_within
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 WINDOW = 900

@@ -10,7 +10,6 @@ from lib.archive import sweeper
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
-    PauseReason,
     host_condition,
     next_upload_at,
     pause_until,
@@ -18,6 +17,7 @@ from lib.archive.lane import (
     upload_time_margin,
 )
 from lib.platform.config import rate_limits
+from lib.state.lane import PauseReason, drain_per_second
 from lib.transfer.failures import Failure, Kind, Stage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -142,4 +142,4 @@ def test_the_requeue_interval_grows_with_the_backlog() -> None:
     # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
     assert sweeper.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
     log = [NOW - timedelta(seconds=s) for s in (10, 100, 1_000)]
-    assert sweeper.drain_rate(log, NOW) == 2 / 900
+    assert drain_per_second(log, NOW) == 2 / 900

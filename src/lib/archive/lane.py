@@ -4,13 +4,13 @@ and when pacing lets the next upload go. docs/archive.md has the rationale.
 
 from __future__ import annotations
 
-import enum
 import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
 # Lsky Pro 2.x (ImageService::rateLimiter): "每{分钟|小时|天|周|月}内你最多可以上传 N 张图片".
@@ -42,13 +42,6 @@ NOT_PROBEABLE = ("账户未验证", "账号状态异常")
 UPLOAD_TIME_MARGIN_SECONDS = 2.0
 # Spread the return of held messages so the containers do not all come back at once.
 MAX_JITTER_SECONDS = 5.0
-
-
-class PauseReason(enum.StrEnum):
-    RATE_LIMIT = "rate_limit"  # Lsky's upload-count window, or HTTP 429
-    RETRY_AFTER = "retry_after"  # Lsky asked for a pause (Retry-After on an error)
-    ACCOUNT = "account"  # token, API switch, quota, account state: until cleared or probed
-    PACING = "pacing"  # our own spacing (LSKY_RATE_LIMITS)
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,17 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.enqueue import send_records
-from lib.archive.lane import PauseReason, probe_can_clear
+from lib.archive.lane import probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
+from lib.state.lane import PauseReason, drain_per_second
 from lib.state.records import ArchiveRecords, StagedSummary, SweptRow
 
 # Ids listed in one log line at most (the counts are always complete).
@@ -79,18 +80,10 @@ def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
 
 
-# The drain rate is read from the lane's upload log over this window.
-DRAIN_WINDOW_SECONDS = 900
 # A queued message may wait this many times the average backlog wait before it counts as
 # lost (standard queues are not FIFO), and never longer than a day.
 BACKLOG_SAFETY = 2.0
 MAX_BACKLOG_WAIT_SECONDS = 86_400
-
-
-def drain_rate(upload_times: Sequence[datetime], now: datetime) -> float:
-    """Uploads per second over the last DRAIN_WINDOW_SECONDS."""
-    since = now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
-    return sum(1 for t in upload_times if t > since) / DRAIN_WINDOW_SECONDS
 
 
 def requeue_interval(interval_seconds: int, *, queued: int | None, rate: float) -> int:
@@ -231,7 +224,7 @@ class Sweeper:
         self._requeue_interval = requeue_interval(
             self.settings.requeue_interval_seconds,
             queued=self._queued(),
-            rate=drain_rate(lane.upload_times, lane.now),
+            rate=drain_per_second(lane.upload_times, lane.now),
         )
         summary.requeue_interval_seconds = self._requeue_interval
 

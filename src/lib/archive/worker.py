@@ -21,7 +21,6 @@ from lib.archive.copier import Copied, Copier, can_start
 from lib.archive.fidelity import note
 from lib.archive.lane import (
     HostCondition,
-    PauseReason,
     host_condition,
     jitter,
     pause_until,
@@ -38,7 +37,7 @@ from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.s3 import StagedCopyMissing, StagingError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS, Queue
 from lib.state.claim import ClaimSnapshot, Task, blocked_by_lane, early_delay, skip_reason
-from lib.state.lane import LaneState
+from lib.state.lane import LaneState, PauseReason
 from lib.state.records import ArchiveRecords, Recorded
 from lib.transfer.failures import ArchiveFailure, Failure
 from lib.transfer.imagetype import DownloadedImage

@@ -30,21 +30,20 @@ from lib.cli.context import (
     out,
 )
 from lib.cli.pacing import (
-    DRAIN_WINDOW_SECONDS,
     MAX_WAIT_SECONDS,
     MIN_WAIT_SECONDS,
     pace,
     per_minute,
-    uploads_within,
 )
 from lib.cli.progress import Display, Meter, duration
 from lib.cli.status import queue_depth
 from lib.platform.db import describe
+from lib.state.lane import DRAIN_WINDOW_SECONDS, PauseReason, uploads_within
 from lib.state.records import ArchiveRecords
 
 # The lane's own pacing pauses last seconds and come and go with every upload slot: the
 # queue depth check already follows that rhythm, so only the other pauses stop a backfill.
-OWN_RHYTHM = "pacing"
+OWN_RHYTHM = PauseReason.PACING
 
 
 def scope_of(ctx: Context) -> BackfillScope:
@@ -242,7 +241,7 @@ class Backfill:
 
 def _account_pause_check(records: ArchiveRecords, *, force: bool) -> None:
     pause = lanes.pause_of(records.lane())
-    if pause is None or pause.reason != "account" or force:
+    if pause is None or pause.reason != PauseReason.ACCOUNT or force:
         return
     detail = f" ({pause.detail})" if pause.detail else ""
     raise CommandError(

@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 
 from lib.cli.context import EXIT_OK, Context, out
 from lib.cli.progress import duration
-from lib.state.lane import LaneState
+from lib.state.lane import LaneState, PauseReason
 
 LANE = "lsky"
 UNTIL_CLEARED = "infinity"  # how JSON reports a pause with no end
 # The pause reasons of image_archive_lane.pause_reason.
-REASONS = ("account", "rate_limit", "retry_after", "pacing")
+REASONS = tuple(str(reason) for reason in PauseReason)
 
 
 @dataclass(frozen=True)

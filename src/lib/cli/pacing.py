@@ -8,23 +8,14 @@ backlog's ETA from it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from lib.platform.sqs import MAX_BATCH_ENTRIES
 
-DRAIN_WINDOW_SECONDS = 900
 # Bounds on one wait between two looks at the queue: often enough to follow the lane,
 # rarely enough that a long wait costs a few requests a minute.
 MIN_WAIT_SECONDS = 5.0
 MAX_WAIT_SECONDS = 60.0
-
-
-def uploads_within(times: Iterable[datetime], now: datetime, seconds: float) -> int:
-    """How many of the lane's upload times fall in the last `seconds` before `now`."""
-    since = now - timedelta(seconds=seconds)
-    return sum(1 for moment in times if since < moment <= now)
 
 
 def per_minute(uploads: int, window_seconds: float) -> float:

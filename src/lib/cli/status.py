@@ -17,11 +17,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from lib.cli import lane as lanes
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
-from lib.cli.pacing import DRAIN_WINDOW_SECONDS, backlog_eta_seconds, per_minute, uploads_within
+from lib.cli.pacing import backlog_eta_seconds, per_minute
 from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
 from lib.platform.db import describe
-from lib.state.lane import LaneState
+from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, uploads_within
 from lib.state.records import AlteredCounts, ArchiveRecords, LiveCounts, StagedSummary
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- archive_may_be_hosted: `target` returns it as the last attempt left it (the Task's
 -- may_be_hosted); `claimed` sets it, since this attempt may upload and then vanish.
 WITH lane AS (
-    SELECT paused_until, pause_reason, pause_window, upload_times, version
+    SELECT paused_until, {{lane_paused_for}} AS paused_for,
+           pause_reason, pause_window, upload_times, version
     FROM image_archive_lane
     WHERE lane = 'lsky'
 ),
@@ -77,8 +78,7 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts,
        target.may_be_hosted,
-       EXTRACT(EPOCH FROM lane.paused_until) - EXTRACT(EPOCH FROM now()),
-       lane.pause_reason, lane.pause_window,
+       lane.paused_for, lane.pause_reason, lane.pause_window,
        lane.upload_times, lane.version, now(),
        claimed.archive_staged_key
 FROM (SELECT 1) AS one
@@ -403,13 +403,17 @@ SET archive_next_run_at = GREATEST(archive_next_run_at, CAST(:due AS timestamptz
 WHERE id = :record_id AND archive_status = 'PENDING'
 RETURNING id;
 
+-- name: lane_paused_for
+-- Seconds left of the lane's pause (NULL: open; negative: over). PostgreSQL before 17
+-- refuses to subtract an infinite timestamp: a pause until cleared is +Infinity.
+CASE WHEN isfinite(paused_until)
+          THEN CAST(EXTRACT(EPOCH FROM paused_until - now()) AS double precision)
+     WHEN paused_until > now() THEN CAST('Infinity' AS double precision)
+     WHEN paused_until IS NOT NULL THEN CAST('-Infinity' AS double precision) END
+
 -- name: lane_state
--- The lane as one row. PostgreSQL before 17 refuses to subtract an infinite timestamp:
--- a pause until cleared reads as +Infinity seconds and a NULL end time.
-SELECT CASE WHEN isfinite(paused_until)
-                 THEN CAST(EXTRACT(EPOCH FROM paused_until - now()) AS double precision)
-            WHEN paused_until > now() THEN CAST('Infinity' AS double precision)
-            WHEN paused_until IS NOT NULL THEN CAST('-Infinity' AS double precision) END,
+-- The lane as one row; a pause until cleared has a NULL end time here.
+SELECT {{lane_paused_for}},
        pause_reason, pause_window, upload_times, version, now(),
        CASE WHEN isfinite(paused_until) THEN paused_until END, paused_since, pause_detail
 FROM image_archive_lane

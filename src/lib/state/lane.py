@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+
+# The drain rate is the lane's uploads over this window (the sweeper, status, backfill).
+DRAIN_WINDOW_SECONDS = 900
+
+
+class PauseReason(enum.StrEnum):
+    """image_archive_lane.pause_reason."""
+
+    RATE_LIMIT = "rate_limit"  # Lsky's upload-count window, or HTTP 429
+    RETRY_AFTER = "retry_after"  # Lsky asked for a pause (Retry-After on an error)
+    ACCOUNT = "account"  # token, API switch, quota, account state: until cleared or probed
+    PACING = "pacing"  # our own spacing (LSKY_RATE_LIMITS)
+
+
+def uploads_within(times: Iterable[datetime], now: datetime, seconds: float) -> int:
+    """How many of the lane's upload times fall in the last `seconds` before `now`."""
+    since = now - timedelta(seconds=seconds)
+    return sum(1 for moment in times if since < moment <= now)
+
+
+def drain_per_second(times: Iterable[datetime], now: datetime) -> float:
+    """Uploads per second over the last DRAIN_WINDOW_SECONDS."""
+    return uploads_within(times, now, DRAIN_WINDOW_SECONDS) / DRAIN_WINDOW_SECONDS
 
 
 @dataclass(frozen=True)
