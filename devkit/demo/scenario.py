@@ -157,7 +157,7 @@ def seed(services: Services, db: Database, samples: list[Sample], profile: Profi
     """Rows and messages as the generation service makes them; returns messages sent."""
     from lib.archive.enqueue import enqueue  # noqa: PLC0415
     from lib.platform.sqs import Queue  # noqa: PLC0415
-    from lib.state.records import ArchiveRecords  # noqa: PLC0415
+    from lib.state.operations import OperatorRecords  # noqa: PLC0415
 
     for user_id, username in USERS.items():
         db.run("INSERT INTO users (id, username) VALUES (:id, :name)", id=user_id, name=username)
@@ -203,7 +203,7 @@ def seed(services: Services, db: Database, samples: list[Sample], profile: Profi
         ids=stale,
     )
     normal = [s.record_id for s in samples if s.kind not in SWEPT]
-    report = enqueue(ArchiveRecords(db), Queue(), services.queues.url, normal)
+    report = enqueue(OperatorRecords(db), Queue(), services.queues.url, normal)
     if not report.ok or report.skipped:
         raise RuntimeError(f"seeding could not enqueue every record: {report}")
     services.sqs.send_message(QueueUrl=services.queues.url, MessageBody='{"record": 7}')

@@ -480,9 +480,9 @@ def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
     assert row["archive_locked_by"] is None
     assert upstream.hits("/x.png") == 0
     assert lsky.upload_count == 0
-    # Concluded by the claim itself: a failure (warning, Failed), never a duplicate.
+    # Concluded by the claim itself: a failure (Failed), never a duplicate.
     line = archive.log_for("archive failed")
-    assert (line["level"], line["outcome"]) == ("WARNING", "failed")
+    assert (line["level"], line["outcome"]) == ("ERROR", "failed")
     assert line["error"] == "lock expired after the last attempt: failed"
     assert "message skipped" not in [x.get("message") for x in archive.logs()]
     emitted = emf_metrics(capsys)

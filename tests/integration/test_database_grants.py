@@ -18,14 +18,17 @@ from lib.archive.message import encode
 from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
+from lib.state.lane_store import LaneStore
+from lib.state.operations import OperatorRecords
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
+from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, fetch_record, seed_record
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
-RECORDS = ROOT / "src" / "lib" / "state" / "records.py"
+STATE = ROOT / "src" / "lib" / "state"
 DOC_ROLE = "image_archive"
 URL = "https://upstream.invalid/gen.png"
 
@@ -81,7 +84,12 @@ class RecordingDatabase(Database):
 
 
 def statements_records_runs() -> set[str]:
-    return set(re.findall(r'_run\(\s*"(\w+)"', RECORDS.read_text(encoding="utf-8")))
+    """Every named statement the state package's classes run."""
+    return {
+        name
+        for module in STATE.glob("*.py")
+        for name in re.findall(r'_run\(\s*"(\w+)"', module.read_text(encoding="utf-8"))
+    }
 
 
 def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> None:
@@ -97,6 +105,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
     seed_record(db, 10, image_url=URL, archive_status="FAILED", attempts=3)
     database = RecordingDatabase(role_dsn)
     records = ArchiveRecords(database)
+    sweeps, lanes, ops = SweepRecords(database), LaneStore(database), OperatorRecords(database)
     try:
         tasks = {}
         for record_id in (1, 2, 3, 4):
@@ -118,43 +127,42 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
 
         assert [
             r.record_id
-            for r in records.take_expired_locks(limit=10, lock_ttl_seconds=180, max_attempts=3)
+            for r in sweeps.take_expired_locks(limit=10, lock_ttl_seconds=180, max_attempts=3)
         ] == [5]
-        assert [r.record_id for r in records.take_lockless(limit=10, max_attempts=3)] == [6]
-        assert records.date_undated(limit=10) == 3  # 7, and 5 and 6 recovered undated
-        lost = records.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
+        assert [r.record_id for r in sweeps.take_lockless(limit=10, max_attempts=3)] == [6]
+        assert sweeps.date_undated(limit=10) == 3  # 7, and 5 and 6 recovered undated
+        lost = sweeps.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
         assert [r.record_id for r in lost] == [8]
-        assert records.restore(lost) == 1
-        records.oldest_pending_age_seconds()
+        assert sweeps.restore(lost) == 1
+        sweeps.oldest_pending_age_seconds()
 
-        [marked] = records.mark_for_enqueue([9])
+        [marked] = ops.mark_for_enqueue([9])
         assert marked.marked_at is not None
-        records.unstamp([9], stamp=marked.marked_at)
-        assert records.count_failed(since=None) == 2  # 3, and 10
-        assert len(records.preview_failed(since=None, limit=10)) == 2
-        assert len(records.requeue_failed(since=None, limit=10)) == 2
-        records.live_counts(lock_ttl_seconds=180)
-        records.all_counts()
-        assert records.staged_summary().waiting == 1  # 2
+        ops.unstamp([9], stamp=marked.marked_at)
+        assert ops.count_failed(since=None) == 2  # 3, and 10
+        assert len(ops.preview_failed(since=None, limit=10)) == 2
+        assert len(ops.requeue_failed(since=None, limit=10)) == 2
+        ops.live_counts(lock_ttl_seconds=180)
+        ops.all_counts()
+        assert sweeps.staged_summary().waiting == 1  # 2
         # The upload lane.
-        lane = records.lane()
-        assert records.reserve_upload(
+        lane = lanes.state()
+        assert lanes.reserve_upload(
             version=lane.version, upload_times=[lane.now], closed_until=None
         )
-        records.pause_lane(until="infinity", reason="account", window=None, detail="401")
-        assert records.park(9, due=lane.now)
-        assert records.clear_pause() == "account"
-        records.altered_counts()
+        lanes.pause(until="infinity", reason="account", window=None, detail="401")
+        assert records.park(9, delay_seconds=0)
+        assert lanes.clear() == "account"
+        ops.altered_counts()
         # Backfill: generations never queued.
         seed_record(db, 11, image_url=URL, archive_status=None)
-        assert records.count_backfill(since=None, until=None, user_id=None) == 1
+        assert ops.count_backfill(since=None, until=None, user_id=None) == 1
         assert [
-            row[0]
-            for row in records.preview_backfill(since=None, until=None, user_id=None, limit=5)
+            row[0] for row in ops.preview_backfill(since=None, until=None, user_id=None, limit=5)
         ] == [11]
-        page = records.mark_backfill_page(since=None, until=None, user_id=None, after=None, limit=5)
+        page = ops.mark_backfill_page(since=None, until=None, user_id=None, after=None, limit=5)
         assert [row[0] for row in page] == [11]
-        assert records.unmark_backfill([11], stamp=page[0][-1]) == [11]
+        assert ops.unmark_backfill([11], stamp=page[0][-1]) == [11]
     finally:
         database.close()
 

@@ -14,7 +14,7 @@ import pytest
 from devkit import images
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
 from lib.archive import budget as timeguard
-from lib.archive import worker
+from lib.archive import schedule, transfer
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, emf_metrics, fetch_record, reset_lane, seed_record
@@ -191,8 +191,8 @@ def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
     upstream: Any,
     lsky: LskyStandIn,
 ) -> None:
-    monkeypatch.setattr(worker, "MIN_ATTEMPT_MS", 500)
-    monkeypatch.setattr(worker, "FINISH_RESERVE_MS", 200)
+    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
+    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", 200)
     monkeypatch.setattr(timeguard, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
     monkeypatch.setattr(timeguard, "UPLOAD_OVERHEAD_SECONDS", 0.2)
     seed(db, upstream, 5)

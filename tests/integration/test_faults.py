@@ -16,7 +16,7 @@ from devkit import images
 from devkit.lsky import Behaviour
 from devkit.upstream import StreamBody
 from lib.archive import budget as timeguard
-from lib.archive import worker
+from lib.archive import schedule, transfer
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness, start_child
 from tests.support import (
@@ -39,8 +39,8 @@ def wait_for(condition: Any, timeout: float = 10.0, interval: float = 0.02) -> N
 @pytest.fixture
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Shrink the time guard's reserves so seconds-long invocations can be tested."""
-    monkeypatch.setattr(worker, "MIN_ATTEMPT_MS", 500)
-    monkeypatch.setattr(worker, "FINISH_RESERVE_MS", 200)
+    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
+    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", 200)
     monkeypatch.setattr(timeguard, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
     monkeypatch.setattr(timeguard, "UPLOAD_OVERHEAD_SECONDS", 0.2)
 

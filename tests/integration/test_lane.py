@@ -15,7 +15,7 @@ from devkit.lsky import AccountState
 from lib.archive import lane as lane_rules
 from lib.archive import runtime
 from lib.archive.message import encode
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, emf_metrics, fetch_record, lane_row, seed_record
 
@@ -157,10 +157,10 @@ def test_a_pause_longer_than_a_hold_parks_the_row(
     from lib.platform.config import DatabaseConfig
     from lib.platform.db import Database
 
-    records = ArchiveRecords(Database(DatabaseConfig(url=pg_dsn)))
+    records = LaneStore(Database(DatabaseConfig(url=pg_dsn)))
     until = datetime.now(UTC) + timedelta(hours=2)
     try:
-        records.pause_lane(until=until, reason="rate_limit", window="day", detail="每天内")
+        records.pause(until=until, reason="rate_limit", window="day", detail="每天内")
     finally:
         records.db.close()
     seed_record(db, 603, image_url=upstream.add("/p.png", PNG), enqueued_at=0)
@@ -185,9 +185,9 @@ def test_a_short_pause_holds_the_message_without_touching_the_row(
     from lib.platform.config import DatabaseConfig
     from lib.platform.db import Database
 
-    records = ArchiveRecords(Database(DatabaseConfig(url=pg_dsn)))
+    records = LaneStore(Database(DatabaseConfig(url=pg_dsn)))
     try:
-        records.pause_lane(
+        records.pause(
             until=datetime.now(UTC) + timedelta(seconds=60),
             reason="rate_limit",
             window="minute",

@@ -12,6 +12,7 @@ from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords
+from lib.state.sweeps import SweepRecords
 from tests.support import fetch_record, seed_record
 
 URL = "http://example.test/i.png"
@@ -97,7 +98,9 @@ def test_an_attempt_that_vanished_is_reported_to_whoever_comes_next(
 
     # ...or recovered by the sweeper first: PENDING again, and the flag survives that.
     db.run("UPDATE image_generation_records SET archive_locked_at = now() - interval '1 hour'")
-    [row] = records.take_expired_locks(limit=10, lock_ttl_seconds=TTL, max_attempts=3)
+    [row] = SweepRecords(records.db).take_expired_locks(
+        limit=10, lock_ttl_seconds=TTL, max_attempts=3
+    )
     assert row.archive_status == "PENDING"
     assert claim(records, 1, "c").may_be_hosted is True
 

@@ -23,7 +23,9 @@ from lib.archive import runtime
 from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
+from lib.state.operations import OperatorRecords
+from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
 from tests.support import emf_metrics, fetch_record, seed_record
 
@@ -33,11 +35,20 @@ RATE_LIMITED = "每分钟内你最多可以上传 20 张图片"
 ROOT = Path(__file__).resolve().parents[2]
 
 
+class Records:
+    """The state's statements, as an operator's or a test's second connection."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.lane = LaneStore(db)
+        self.sweeps = SweepRecords(db)
+        self.operator = OperatorRecords(db)
+
+
 @pytest.fixture
-def records(pg_dsn: str) -> Iterator[ArchiveRecords]:
-    """The state machine, as an operator's or a test's second connection."""
+def records(pg_dsn: str) -> Iterator[Records]:
     db = Database(DatabaseConfig(url=pg_dsn), application_name="staging-test")
-    yield ArchiveRecords(db)
+    yield Records(db)
     db.close()
 
 
@@ -50,9 +61,9 @@ def staged(
     return archive
 
 
-def pause_for_an_hour(records: ArchiveRecords) -> None:
-    lane = records.lane()
-    records.pause_lane(
+def pause_for_an_hour(records: Records) -> None:
+    lane = records.lane.state()
+    records.lane.pause(
         until=lane.now + timedelta(hours=1),
         reason="rate_limit",
         window="hour",
@@ -95,7 +106,7 @@ def assert_published_from_the_copy(
 
 def test_a_record_claimed_while_the_lane_is_paused_is_captured_then_published(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -122,7 +133,7 @@ def test_a_record_claimed_while_the_lane_is_paused_is_captured_then_published(
 
     # The URL expires; an hour later the lane opens and the row is due.
     assert upstream.hits("/gen/1.png") == 1
-    records.clear_pause()
+    records.lane.clear()
     make_due(db, 1)
     assert staged.deliver(encode(1)) == {"batchItemFailures": []}
 
@@ -133,7 +144,7 @@ def test_a_record_claimed_while_the_lane_is_paused_is_captured_then_published(
 
 def test_a_staged_row_waits_for_the_lane_without_being_captured_again(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -164,7 +175,7 @@ def test_a_staged_row_waits_for_the_lane_without_being_captured_again(
 )
 def test_lsky_rate_limit_stages_the_image_and_the_expired_url_does_not_matter(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -187,7 +198,7 @@ def test_lsky_rate_limit_stages_the_image_and_the_expired_url_does_not_matter(
     assert staged.log_for("image staged")["reason"] == "upload failed"
     assert upstream.hits("/gen/3.png") == downloads
 
-    records.clear_pause()  # the minute has passed
+    records.lane.clear()  # the minute has passed
     make_due(db, 3)
     staged.deliver(encode(3))
 
@@ -260,7 +271,7 @@ def test_an_upload_from_the_copy_whose_answer_was_lost_is_adopted_not_repeated(
 
 def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -279,10 +290,12 @@ def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
     assert "[attempt 3/3]" in row["archive_error"]
     # Not refused for good: the row keeps its copy (the URL is long gone).
     assert staged_keys(s3, staging_bucket) == [row["archive_staged_key"]]
-    assert records.staged_summary().failed_keeping_copy == 1
+    assert records.sweeps.staged_summary().failed_keeping_copy == 1
 
     # Lsky is back; the operator replays failures (archive-ctl requeue --failed).
-    assert [record_id for record_id, _ in records.requeue_failed(since=None, limit=10)] == [5]
+    assert [
+        record_id for record_id, _ in records.operator.requeue_failed(since=None, limit=10)
+    ] == [5]
     staged.deliver(encode(5))
 
     assert_published_from_the_copy(db, s3, staging_bucket, lsky, 5, uploads=4)
@@ -291,7 +304,7 @@ def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
 
 def test_a_staged_copy_refused_for_good_is_deleted_with_the_failure(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -301,7 +314,7 @@ def test_a_staged_copy_refused_for_good_is_deleted_with_the_failure(
     seed_record(db, 6, image_url=source(upstream, "/gen/6.png", chunked=False, downloads=1))
     pause_for_an_hour(records)
     staged.deliver(encode(6))
-    records.clear_pause()
+    records.lane.clear()
     make_due(db, 6)
     lsky.script(Behaviour.status_false("不支持的文件类型"))
 
@@ -316,7 +329,7 @@ def test_a_staged_copy_refused_for_good_is_deleted_with_the_failure(
 
 def test_a_missing_staged_copy_falls_back_to_the_source(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -329,7 +342,7 @@ def test_a_missing_staged_copy_falls_back_to_the_source(
     staged.deliver(encode(7))
     [key] = staged_keys(s3, staging_bucket)
     s3.delete_object(Bucket=staging_bucket, Key=key)  # as the lifecycle rule would
-    records.clear_pause()
+    records.lane.clear()
     make_due(db, 7)
 
     assert staged.deliver(encode(7)) == {"batchItemFailures": []}
@@ -344,7 +357,7 @@ def test_a_missing_staged_copy_falls_back_to_the_source(
 def test_when_s3_cannot_take_the_capture_the_record_waits_as_without_staging(
     archive_env: Callable[..., dict[str, str]],
     archive: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     upstream: Any,
     lsky: Any,
@@ -414,14 +427,15 @@ def test_the_happy_path_makes_no_s3_request_and_no_extra_round_trip(
     assert fetch_record(db, 10)["archive_status"] == "SUCCEEDED"
     assert fetch_record(db, 11)["archive_status"] == "SUCCEEDED"
     assert moto.requests("s3") == s3_before  # counted at the server
-    assert worker.copier.staging is not None
-    assert "client" not in vars(worker.copier.staging)  # no S3 client was even built
+    bucket = worker.transfer.staging.bucket
+    assert bucket is not None
+    assert "client" not in vars(bucket)  # no S3 client was even built
     assert worker.records.db.statements_run - statements == 2  # claim + success write
     assert staged_keys(s3, staging_bucket) == []
 
 
 def test_without_a_bucket_a_paused_lane_is_not_claimed(
-    archive: ArchiveHarness, records: ArchiveRecords, db: Any, upstream: Any, lsky: Any
+    archive: ArchiveHarness, records: Records, db: Any, upstream: Any, lsky: Any
 ) -> None:
     upstream.add("/gen/12.png", IMAGE)
     seed_record(db, 12, image_url=upstream.url("/gen/12.png"))
@@ -436,7 +450,7 @@ def test_without_a_bucket_a_paused_lane_is_not_claimed(
 
 
 def test_status_counts_staged_copies(
-    staged: ArchiveHarness, records: ArchiveRecords, db: Any, upstream: Any
+    staged: ArchiveHarness, records: Records, db: Any, upstream: Any
 ) -> None:
     for record_id in (13, 14):
         upstream.add(f"/gen/{record_id}.png", StreamBody.repeat(IMAGE, 1))
@@ -449,7 +463,7 @@ def test_status_counts_staged_copies(
         " WHERE id = 13"
     )
 
-    summary = records.staged_summary()
+    summary = records.sweeps.staged_summary()
 
     assert summary.waiting == 2
     assert 90 <= summary.oldest_age_seconds < 120
@@ -486,7 +500,7 @@ def peak_growth_in_a_child(warm_id: int, record_id: int) -> int:
 
 def test_a_50_mb_image_without_content_length_is_staged_and_published_within_the_bound(
     staged: ArchiveHarness,
-    records: ArchiveRecords,
+    records: Records,
     db: Any,
     s3: Any,
     staging_bucket: str,
@@ -508,7 +522,7 @@ def test_a_50_mb_image_without_content_length_is_staged_and_published_within_the
     served = images.png_stream(size=BIG, chunk_size=256 * 1024)
     assert sha256_of(stored.iter_chunks(1 << 20)) == sha256_of(served)  # every part in order
 
-    records.clear_pause()
+    records.lane.clear()
     make_due(db, 20)
     make_due(db, 21)
     publish = peak_growth_in_a_child(20, 21)  # warmed up by publishing the tiny copy
@@ -563,7 +577,7 @@ def test_status_shows_the_staged_copies(
 
 
 def test_the_sweeper_emits_the_staged_metrics(
-    records: ArchiveRecords, db: Any, capsys: pytest.CaptureFixture[str]
+    records: Records, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from lib.archive.sweeper import Sweeper
     from lib.platform.config import DatabaseConfig, SweeperSettings
@@ -579,9 +593,9 @@ def test_the_sweeper_emits_the_staged_metrics(
     settings = SweeperSettings(database=DatabaseConfig(url="postgresql://x"), queue_url="http://q")
     capsys.readouterr()
 
-    summary = Sweeper(settings=settings, records=records, queue=Queue()).run(
-        remaining_ms=lambda: 600_000
-    )
+    summary = Sweeper(
+        settings=settings, records=records.sweeps, lanes=records.lane, queue=Queue()
+    ).run(remaining_ms=lambda: 600_000)
     from lib.platform.observability import metrics
 
     metrics.flush_metrics()

@@ -117,7 +117,7 @@ def test_a_bug_gives_the_attempt_back_and_claims_no_stage(
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 2)  # not spent
     assert row["archive_error"] == "internal error (TypeError)"
     assert lsky.upload_count == 0
-    bug = archive.log_for("unexpected error during archive")
+    bug = archive.log_for("unexpected error while handling a message")
     assert bug["error_type"] == "TypeError"
     assert "copier.py" in bug["stack"]
     assert "a bug in our own code" not in json.dumps(archive.logs())
@@ -147,12 +147,12 @@ def test_a_bad_secret_value_spends_no_attempt_across_the_backlog(
 def test_an_escaping_exception_is_logged_before_powertools_fails_the_record(
     archive: ArchiveHarness, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def explode(body: str | None) -> int:
+    def explode(*args: Any, **kwargs: Any) -> Any:
         text = "body text must not be logged"
         raise RuntimeError(text)
 
-    # Fault injection in front of the worker's own guards: only the handler's net is left.
-    monkeypatch.setattr("lib.archive.worker.parse_record_id", explode)
+    # Fault injection around the worker's own guard: only the handler's net is left.
+    monkeypatch.setattr("lib.archive.worker.ArchiveWorker.process", explode)
 
     response = archive.deliver(encode(86))
 
@@ -160,7 +160,7 @@ def test_an_escaping_exception_is_logged_before_powertools_fails_the_record(
     line = archive.log_for("unhandled error for a message; SQS will redeliver it")
     assert line["level"] == "ERROR"
     assert line["error_type"] == "RuntimeError"
-    assert "worker.py" in line["stack"]
+    assert "test_worker_outcomes.py" in line["stack"]
     assert "body text must not be logged" not in json.dumps(archive.logs())
 
 

@@ -14,7 +14,7 @@ from lib.archive.sweeper import (
     latest_due,
     next_page,
 )
-from lib.state.records import SweptRow
+from lib.state.sweeps import SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

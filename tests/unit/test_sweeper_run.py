@@ -15,7 +15,7 @@ import pytest
 from lib.archive.sweeper import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason, Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
 from lib.state.lane import LaneState
-from lib.state.records import StagedSummary, SweptRow
+from lib.state.sweeps import StagedSummary, SweptRow
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 STAMP = T0 + timedelta(hours=1)
@@ -55,7 +55,7 @@ class FakeStore:
     ) -> list[SweptRow]:
         return self._next(Step.LOST, limit, after)
 
-    def lane(self) -> LaneState:
+    def state(self) -> LaneState:  # LaneStore's
         return LaneState(now=T0)
 
     def staged_summary(self) -> StagedSummary:
@@ -101,7 +101,13 @@ def make(
     settings = SweeperSettings(
         database=DatabaseConfig(url="postgresql://x"), queue_url=QUEUE_URL, max_rows=max_rows
     )
-    return Sweeper(settings=settings, records=store, queue=queue, page_size=page_size)  # type: ignore[arg-type]
+    return Sweeper(
+        settings=settings,
+        records=store,  # type: ignore[arg-type]
+        lanes=store,  # type: ignore[arg-type]
+        queue=queue,  # type: ignore[arg-type]
+        page_size=page_size,
+    )
 
 
 def plenty() -> int:

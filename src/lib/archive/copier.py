@@ -8,38 +8,23 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from lib.archive.budget import download_needs, stage_needs, time_left, upload_needs
-from lib.archive.fidelity import ContentDigest, Digest, Fidelity, compare
+from lib.archive.fidelity import ContentDigest
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
+from lib.archive.outcome import Copied
 from lib.archive.reconcile import may_be_hosted
-from lib.archive.staging import image_type_of, staged_key
-from lib.platform.s3 import READ_CHUNK_BYTES, StagedCopyMissing, StagingBucket, StagingError
+from lib.archive.staging import Staging, image_type_of
+from lib.platform.s3 import StagedCopyMissing
 from lib.state.claim import Task
 from lib.transfer.download import Downloader, ImageStream, spool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import DownloadedImage, ImageType
-from lib.transfer.lsky import HostedImage, LskyClient
+from lib.transfer.lsky import LskyClient
 
 # Called with a spooled image whose upload failed, before the spool is dropped.
 SpoolFailed = Callable[[DownloadedImage, Failure], None]
-
-
-@dataclass(frozen=True)
-class Copied:
-    hosted: HostedImage
-    size: int  # bytes sent to Lsky (0 when adopted)
-    # Adopted: an earlier attempt had stored it, nothing was sent. `duplicates`: the keys
-    # of further images with the record's name (stored before this fix, or by hand).
-    adopted: bool = False
-    duplicates: tuple[str, ...] = ()
-    sent: Digest | None = None  # md5/sha1/size of the bytes sent (None when adopted)
-
-    @property
-    def fidelity(self) -> Fidelity | None:
-        """The bytes sent against those Lsky says it stored (None when adopted)."""
-        return None if self.sent is None else compare(self.sent, self.hosted.data)
 
 
 class _Progress:
@@ -54,12 +39,6 @@ class _Progress:
         return self.upload_started and (self.streamed is None or self.streamed.finished)
 
 
-@dataclass(frozen=True)
-class Staged:
-    key: str  # the object in the staging bucket
-    size: int  # bytes stored
-
-
 def can_start(deadline: float) -> bool:
     """Whether an attempt has time to begin a transfer at all (checked before any fetch)."""
     return time_left(deadline) >= download_needs(0) + upload_needs(0)
@@ -72,12 +51,12 @@ class Copier:
         downloader: Downloader,
         lsky: LskyClient,
         max_image_bytes: int,
-        staging: StagingBucket | None = None,
+        staging: Staging,
     ) -> None:
         self.downloader = downloader
         self.lsky = lsky
         self.max_image_bytes = max_image_bytes
-        self.staging = staging  # None: staging is off (ARCHIVE_STAGING_BUCKET empty)
+        self.staging = staging  # reads staged copies back (copy_staged)
 
     def copy(
         self, task: Task, deadline: float, *, on_spool_failed: SpoolFailed | None = None
@@ -208,49 +187,12 @@ class Copier:
         # The body's framing checked the length, so every byte went through the digest.
         return Copied(hosted, size, sent=progress.streamed.result())
 
-    # -- staging (lib.archive.staging): the image goes to, or comes from, the bucket ------
-
-    def _bucket(self) -> StagingBucket:
-        if self.staging is None:
-            raise StagingError("staging is off (ARCHIVE_STAGING_BUCKET is empty)")
-        return self.staging
-
-    def capture(self, task: Task, deadline: float) -> Staged:
-        """Download the image straight into the staging bucket, by `deadline`.
-
-        Raises ArchiveFailure for the download's own failures (the record's), and
-        StagingError when S3 fails or the time left cannot fit it (not the record's).
-        """
-        bucket = self._bucket()
-        with self.downloader.open(task.image_url, deadline=deadline) as stream:
-            declared = stream.declared_length
-            size = declared if declared is not None else self.max_image_bytes
-            if time_left(deadline) < download_needs(declared or 0) + stage_needs(size):
-                raise StagingError(f"not enough time left to stage a {declared}-byte image")
-            key = staged_key(task.record_id, stream.image_type)
-            stored = bucket.put(
-                key, stream, content_type=stream.image_type.mime_type, deadline=deadline
-            )
-        return Staged(key, stored)
-
-    def stage_spooled(self, task: Task, image: DownloadedImage, deadline: float) -> Staged:
-        """Stage an image already spooled to /tmp (no second download). Raises StagingError."""
-        bucket = self._bucket()
-        if time_left(deadline) < stage_needs(image.size):
-            raise StagingError("not enough time left to stage the spooled image")
-        image.file.seek(0)
-        key = staged_key(task.record_id, image.image_type)
-        chunks = iter(lambda: image.file.read(READ_CHUNK_BYTES), b"")
-        stored = bucket.put(key, chunks, content_type=image.image_type.mime_type, deadline=deadline)
-        return Staged(key, stored)
-
     def copy_staged(self, task: Task, deadline: float) -> Copied:
         """Upload the row's staged copy to Lsky, streamed from S3 (its length is known).
 
         Raises StagedCopyMissing when the copy is gone (the caller goes back to the
         source), StagingError when S3 fails, ArchiveFailure for Lsky's failures.
         """
-        bucket = self._bucket()
         if task.may_be_hosted:
             # An earlier upload from this copy may have been stored: adopt it, as `copy` does.
             lookup: Failure | None
@@ -270,7 +212,7 @@ class Copier:
         if image_type is None:
             raise StagedCopyMissing(f"{key!r} is not a staged copy")
         with contextlib.ExitStack() as objects:
-            staged = bucket.open(key, deadline=deadline)
+            staged = self.staging.open(key, deadline)
             objects.callback(staged.close)
             size = staged.size
             if time_left(deadline) < stage_needs(size) + upload_needs(size):
@@ -284,7 +226,7 @@ class Copier:
                 nonlocal digest
                 if time_left(deadline) < stage_needs(size) + upload_needs(size):
                     raise fail(Stage.UPLOAD, Kind.TIMEOUT, "not enough time left to upload again")
-                again = bucket.open(key, deadline=deadline)
+                again = self.staging.open(key, deadline)
                 objects.callback(again.close)
                 digest = ContentDigest()
                 return iter(digest.wrap(again.chunks()))

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from lib.archive.message import encode
 from lib.platform.sqs import MAX_BATCH_ENTRIES
-from lib.state.records import ArchiveRecords, FailedRecord
+from lib.state.operations import FailedRecord, OperatorRecords
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
 REQUEUE_PAGE = 100
@@ -100,7 +100,7 @@ def _skip_reason(status: str | None, archive_status: str | None) -> str:
 
 
 def _send(
-    records: ArchiveRecords,
+    records: OperatorRecords,
     sender: BatchSender,
     queue_url: str,
     record_ids: Sequence[int],
@@ -122,7 +122,7 @@ def _send(
 
 
 def enqueue(
-    records: ArchiveRecords, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
+    records: OperatorRecords, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
 ) -> EnqueueReport:
     """Mark the records PENDING (due now) and send their messages, in that order.
 
@@ -145,14 +145,14 @@ def enqueue(
 
 
 def preview_failed(
-    records: ArchiveRecords, *, since: datetime | None, limit: int
+    records: OperatorRecords, *, since: datetime | None, limit: int
 ) -> tuple[int, list[FailedRecord]]:
     """How many FAILED rows `requeue_failed` would take, and the first `limit` of them."""
     return records.count_failed(since=since), records.preview_failed(since=since, limit=limit)
 
 
 def requeue_failed(
-    records: ArchiveRecords,
+    records: OperatorRecords,
     sender: BatchSender,
     queue_url: str,
     *,
@@ -218,7 +218,7 @@ class _SentRecorder:
 
 
 def backfill_page(
-    records: ArchiveRecords,
+    records: OperatorRecords,
     sender: BatchSender,
     queue_url: str,
     scope: BackfillScope,

@@ -1,12 +1,16 @@
-"""What became of one message: the outcome the worker reports, and the one rule that
-says whether SQS delivers it again."""
+"""The words of one attempt: the message, what became of it (Outcome), what the steps
+decided before it is concluded (Verdict), and what the handler is told (Result)."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from lib.archive.fidelity import Digest, Fidelity, compare
 from lib.platform.errors import ServiceError
+from lib.transfer.lsky import HostedImage
 
 
 class Outcome(enum.StrEnum):
@@ -19,7 +23,8 @@ class Outcome(enum.StrEnum):
     # Malformed, but the DLQ send failed: redelivered at once, so the redrive policy parks it.
     MALFORMED_LEFT = "malformed_left"
     RELEASED = "released"  # given back unspent: not enough time left
-    UNCONCLUDED = "unconcluded"  # database unreachable or our own fault: SQS redelivers
+    UNCONCLUDED = "unconcluded"  # nothing could be written (database unreachable): SQS redelivers
+    OWN_FAULT = "own_fault"  # our configuration or code stopped it: attempt given back
     LOST_LOCK = "lost_lock"  # the lock passed on before our write: the new holder concludes
     PAUSED = "paused"  # the upload lane is paused: held until it opens, no attempt spent
     PARKED = "parked"  # paused for longer than a hold: the sweeper sends it when due
@@ -37,6 +42,7 @@ _REDELIVERED = frozenset(
         Outcome.EARLY,
         Outcome.RELEASED,
         Outcome.UNCONCLUDED,
+        Outcome.OWN_FAULT,
         Outcome.MALFORMED_LEFT,
         Outcome.PAUSED,
     }
@@ -65,3 +71,43 @@ class Result:
     outcome: Outcome
     record_id: int | None = None
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class Copied:
+    """An image now on Lsky: uploaded by this attempt, or adopted from an earlier one."""
+
+    hosted: HostedImage
+    size: int  # bytes sent to Lsky (0 when adopted)
+    # Adopted: an earlier attempt had stored it, nothing was sent. `duplicates`: the keys
+    # of further images with the record's name (stored before this fix, or by hand).
+    adopted: bool = False
+    duplicates: tuple[str, ...] = ()
+    sent: Digest | None = None  # md5/sha1/size of the bytes sent (None when adopted)
+
+    @property
+    def fidelity(self) -> Fidelity | None:
+        """The bytes sent against those Lsky says it stored (None when adopted)."""
+        return None if self.sent is None else compare(self.sent, self.hosted.data)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an attempt came to, for lib.archive.conclusion to carry out.
+
+    detail: the reason or error summary (stored in archive_error where the write keeps one).
+    delay_seconds: when the row (and its message, if held) is next due.
+    may_be_hosted: what the row records for the next attempt; None keeps the claim's.
+    staged_key: a copy staged during this attempt; keep_staged: a FAILED row keeps it.
+    """
+
+    outcome: Outcome
+    detail: str = ""
+    delay_seconds: int = 0
+    may_be_hosted: bool | None = None
+    staged_key: str | None = None
+    keep_staged: bool = False
+    copied: Copied | None = None
+    metrics: tuple[str, ...] = ()  # counted besides the outcome's own metric
+    fields: Mapping[str, Any] = field(default_factory=dict)  # logged with the outcome
+    log: str | None = None  # the log line's text when it says more than the table's

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from lib.archive.copier import can_start
 from lib.archive.lane import next_upload_at, upload_time_margin
 from lib.state.lane import LaneState
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
 
 # Pacing: a wait up to this long is slept through (when the invocation has the time) rather
 # than paid for with a second invocation; the event source's MaximumConcurrency keeps the
@@ -27,7 +27,7 @@ CONTENTION_GIVE_WAY_SECONDS = 1.0
 
 
 def reserve_upload(
-    records: ArchiveRecords,
+    lanes: LaneStore,
     limits: Sequence[tuple[int, int]],
     lane: LaneState,
     claimed_at: float,
@@ -42,7 +42,7 @@ def reserve_upload(
         free = next_upload_at(lane.upload_times, limits, now)
         recent = [t for t in lane.upload_times if t > now - longest]
         if free <= now:
-            if records.reserve_upload(
+            if lanes.reserve_upload(
                 version=lane.version, upload_times=[*recent, now], closed_until=None
             ):
                 return None
@@ -51,9 +51,9 @@ def reserve_upload(
             deadline - (free - now).total_seconds()
         ):
             time.sleep((free - now).total_seconds())
-        elif records.reserve_upload(version=lane.version, upload_times=recent, closed_until=free):
+        elif lanes.reserve_upload(version=lane.version, upload_times=recent, closed_until=free):
             return free
-        lane, claimed_at = records.lane(), time.monotonic()
+        lane, claimed_at = lanes.state(), time.monotonic()
     # Contention on every try: give way briefly rather than overrun the limits.
     return db_now(lane, claimed_at) + timedelta(seconds=CONTENTION_GIVE_WAY_SECONDS)
 

@@ -15,7 +15,9 @@ from lib.platform.db import Database
 from lib.platform.s3 import StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
+from lib.state.lane_store import LaneStore
 from lib.state.records import ArchiveRecords
+from lib.state.sweeps import SweepRecords
 
 if TYPE_CHECKING:
     from lib.archive.sweeper import Sweeper
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
 
 def build_worker(settings: Settings) -> ArchiveWorker:
     # Deferred: see the module docstring.
+    from lib.archive.conclusion import Concluder  # noqa: PLC0415
     from lib.archive.copier import Copier  # noqa: PLC0415
+    from lib.archive.staging import Staging  # noqa: PLC0415
+    from lib.archive.transfer import Transfer  # noqa: PLC0415
     from lib.archive.worker import ArchiveWorker  # noqa: PLC0415
     from lib.transfer.download import Downloader  # noqa: PLC0415
     from lib.transfer.lsky import LskyClient  # noqa: PLC0415
@@ -32,25 +37,42 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     def token(force: bool) -> str:
         return lsky_token(settings.lsky_token, settings.lsky_token_secret_arn, force=force)
 
+    db = Database(settings.database, application_name="image-archive")
+    downloader = Downloader(
+        max_bytes=settings.max_image_bytes,
+        allow_private_networks=settings.allow_private_networks,
+    )
+    staging = Staging(
+        # boto3 is loaded only when the bucket is first used (lib.platform.s3).
+        StagingBucket(settings.staging_bucket) if settings.staging_bucket else None,
+        downloader=downloader,
+        max_image_bytes=settings.max_image_bytes,
+    )
+    copier = Copier(
+        downloader=downloader,
+        lsky=LskyClient(
+            base_url=settings.lsky_base_url,
+            token=token,
+            strategy_id=settings.lsky_strategy_id,
+            album_id=settings.lsky_album_id,
+        ),
+        max_image_bytes=settings.max_image_bytes,
+        staging=staging,
+    )
+    records = ArchiveRecords(db)
+    queue = Queue()
     return ArchiveWorker(
         settings=settings,
-        records=ArchiveRecords(Database(settings.database, application_name="image-archive")),
-        copier=Copier(
-            downloader=Downloader(
-                max_bytes=settings.max_image_bytes,
-                allow_private_networks=settings.allow_private_networks,
-            ),
-            lsky=LskyClient(
-                base_url=settings.lsky_base_url,
-                token=token,
-                strategy_id=settings.lsky_strategy_id,
-                album_id=settings.lsky_album_id,
-            ),
-            max_image_bytes=settings.max_image_bytes,
-            # boto3 is loaded only when the bucket is first used (lib.platform.s3).
-            staging=StagingBucket(settings.staging_bucket) if settings.staging_bucket else None,
+        records=records,
+        transfer=Transfer(settings=settings, copier=copier, staging=staging, lane=LaneStore(db)),
+        concluder=Concluder(
+            records=records,
+            queue=queue,
+            staging=staging,
+            dlq_url=settings.dlq_url,
+            # With pacing, the reservation already logged the upload.
+            log_uploads=not settings.rate_limits,
         ),
-        queue=Queue(),
     )
 
 
@@ -60,7 +82,11 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     db = Database(settings.database, application_name="image-archive-sweeper")
     # Queue's short default timeouts keep a send failure inside the run's time budget.
     return Sweeper(
-        settings=settings, records=ArchiveRecords(db), queue=Queue(), probe=_probe(settings)
+        settings=settings,
+        records=SweepRecords(db),
+        lanes=LaneStore(db),
+        queue=Queue(),
+        probe=_probe(settings),
     )
 
 

@@ -1,18 +1,24 @@
-"""Capture now, publish later (pure rules): when an image is worth staging in the bucket,
-what its staged copy is called, and what a FAILED row does with it.
-
-The S3 side is lib.platform.s3, the copies lib.archive.copier; docs/archive.md (Staging)
-has the rationale.
+"""Capture now, publish later: the rules (when an image is worth staging, what its copy
+is called, what a FAILED row keeps) and Staging, the one collaborator that captures,
+stages after a failure, reads back and deletes. docs/archive.md (Staging) says why.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lib.archive.budget import download_needs, stage_needs, time_left
 from lib.archive.lane import host_condition
 from lib.archive.retry import ErrorClass, classify
+from lib.platform.observability import logger, metrics
+from lib.platform.s3 import READ_CHUNK_BYTES, StagedObject, StagingBucket, StagingError
+from lib.state.claim import Task
+from lib.transfer.download import Downloader
 from lib.transfer.failures import Failure, Stage
-from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, ImageType
+from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, DownloadedImage, ImageType
 
 # Every staged object lives under this prefix: the archive function's IAM grant and the
 # bucket's lifecycle rule name it, so nothing else in the bucket is reachable or expired.
@@ -50,3 +56,99 @@ def keeps_copy(failure: Failure) -> bool:
     refused (a permanent error): attempts used up on an outage are replayed with
     `archive-ctl requeue --failed` from the copy, long after the URL expired."""
     return classify(failure) is ErrorClass.TRANSIENT
+
+
+@dataclass(frozen=True)
+class Staged:
+    key: str  # the object in the staging bucket
+    size: int  # bytes stored
+
+
+class Staging:
+    """The staging bucket as the attempt uses it: capture now, stage after a failure, read
+    back, delete. With no bucket (ARCHIVE_STAGING_BUCKET empty) every call is a no-op.
+
+    S3's failures never become the record's: capture and stage log, count StagingFailed
+    and return None (the record is no worse off than without staging)."""
+
+    def __init__(
+        self, bucket: StagingBucket | None, *, downloader: Downloader, max_image_bytes: int
+    ) -> None:
+        self.bucket = bucket
+        self.downloader = downloader
+        self.max_image_bytes = max_image_bytes
+
+    @property
+    def enabled(self) -> bool:
+        return self.bucket is not None
+
+    def capture(self, task: Task, deadline: float, why: str) -> str | None:
+        """Download the image straight into the bucket; its key, or None when staging is
+        off, the row is staged already, or S3 failed. Raises ArchiveFailure when the
+        download fails (the record's own failure)."""
+        if self.bucket is None or task.staged_key is not None:
+            return None
+        try:
+            staged = self._download_into(self.bucket, task, deadline)
+        except StagingError as error:
+            _failed(error, why)
+            return None
+        return _stored(staged, why)
+
+    def stage(self, task: Task, image: DownloadedImage, deadline: float, why: str) -> str | None:
+        """Stage an image already in hand (spooled): no second download. None as capture."""
+        if self.bucket is None:
+            return None
+        if time_left(deadline) < stage_needs(image.size):
+            _failed(StagingError("not enough time left to stage the spooled image"), why)
+            return None
+        try:
+            image.file.seek(0)
+            key = staged_key(task.record_id, image.image_type)
+            chunks = iter(lambda: image.file.read(READ_CHUNK_BYTES), b"")
+            stored = self.bucket.put(
+                key, chunks, content_type=image.image_type.mime_type, deadline=deadline
+            )
+        except StagingError as error:
+            _failed(error, why)
+            return None
+        return _stored(Staged(key, stored), why)
+
+    def open(self, key: str, deadline: float) -> StagedObject:
+        """Start reading a staged copy; StagedCopyMissing when it is gone, StagingError."""
+        if self.bucket is None:
+            raise StagingError("staging is off (ARCHIVE_STAGING_BUCKET is empty)")
+        return self.bucket.open(key, deadline=deadline)
+
+    def discard(self, key: str | None) -> None:
+        """Delete a staged copy nobody needs any more; the lifecycle rule is the backstop."""
+        if key is None or self.bucket is None:
+            return
+        try:
+            self.bucket.delete(key)
+        except StagingError as error:
+            logger.warning("staged copy not deleted (the lifecycle rule will)", error=str(error))
+
+    def _download_into(self, bucket: StagingBucket, task: Task, deadline: float) -> Staged:
+        with self.downloader.open(task.image_url, deadline=deadline) as stream:
+            declared = stream.declared_length
+            size = declared if declared is not None else self.max_image_bytes
+            if time_left(deadline) < download_needs(declared or 0) + stage_needs(size):
+                raise StagingError(f"not enough time left to stage a {declared}-byte image")
+            key = staged_key(task.record_id, stream.image_type)
+            stored = bucket.put(
+                key, stream, content_type=stream.image_type.mime_type, deadline=deadline
+            )
+        return Staged(key, stored)
+
+
+def _stored(staged: Staged, why: str) -> str:
+    logger.info("image staged", staged_key=staged.key, bytes=staged.size, reason=why)
+    metrics.add_metric(name="Staged", unit=MetricUnit.Count, value=1)
+    return staged.key
+
+
+def _failed(error: StagingError, why: str) -> None:
+    # The record is no worse off than without staging; the alarm is on the metric.
+    logger.error("could not stage the image; going on without", error=str(error), reason=why)
+    metrics.add_metric(name="StagingFailed", unit=MetricUnit.Count, value=1)

@@ -22,7 +22,8 @@ from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.lane import PauseReason, drain_per_second
-from lib.state.records import ArchiveRecords, StagedSummary, SweptRow
+from lib.state.lane_store import LaneStore
+from lib.state.sweeps import StagedSummary, SweepRecords, SweptRow
 
 # Ids listed in one log line at most (the counts are always complete).
 _LOGGED_IDS = 50
@@ -155,7 +156,8 @@ class Sweeper:
         self,
         *,
         settings: SweeperSettings,
-        records: ArchiveRecords,
+        records: SweepRecords,
+        lanes: LaneStore,
         queue: Queue,
         page_size: int = PAGE_SIZE,
         probe: Callable[[], bool] | None = None,
@@ -163,6 +165,7 @@ class Sweeper:
         """probe: whether the host account is healthy again (Lsky's profile endpoint)."""
         self.settings = settings
         self.records = records
+        self.lanes = lanes
         self.queue = queue
         self.probe = probe
         self._lane_open = True
@@ -198,17 +201,17 @@ class Sweeper:
     def _read_lane(self, summary: SweepSummary) -> None:
         """The lane decides what this run sends: nothing lost or parked while it is paused
         (the probe may open it), and a requeue interval that grows with the backlog."""
-        lane = self.records.lane()
+        lane = self.lanes.state()
         if (
             lane.paused
             and lane.reason == PauseReason.ACCOUNT
             and probe_can_clear(lane.detail)
             and self._probe()
         ):
-            self.records.clear_pause(reason="account")
+            self.lanes.clear(reason="account")
             summary.lane_resumed = True
             logger.info("the host account is healthy again; upload lane opened")
-            lane = self.records.lane()
+            lane = self.lanes.state()
         self._lane_open = not lane.paused
         summary.lane_paused = lane.reason if lane.paused else None
         if lane.paused:

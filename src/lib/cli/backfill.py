@@ -39,7 +39,8 @@ from lib.cli.progress import Display, Meter, duration
 from lib.cli.status import queue_depth
 from lib.platform.db import describe
 from lib.state.lane import DRAIN_WINDOW_SECONDS, PauseReason, uploads_within
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
+from lib.state.operations import OperatorRecords
 
 # The lane's own pacing pauses last seconds and come and go with every upload slot: the
 # queue depth check already follows that rhythm, so only the other pauses stop a backfill.
@@ -73,11 +74,11 @@ def _describe_scope(scope: BackfillScope) -> str:
     return " started " + " ".join(words) if words else ""
 
 
-def _count(records: ArchiveRecords, scope: BackfillScope) -> int:
+def _count(records: OperatorRecords, scope: BackfillScope) -> int:
     return records.count_backfill(since=scope.since, until=scope.until, user_id=scope.user_id)
 
 
-def dry_run(ctx: Context, records: ArchiveRecords, scope: BackfillScope) -> int:
+def dry_run(ctx: Context, records: OperatorRecords, scope: BackfillScope) -> int:
     args = ctx.args
     total = _count(records, scope)
     would = total if args.limit is None else min(total, args.limit)
@@ -91,7 +92,7 @@ def dry_run(ctx: Context, records: ArchiveRecords, scope: BackfillScope) -> int:
         out(f"  {record_id:>12}  {_iso(started)}  user {user_id}")
     if would > len(rows):
         out(f"  ... and {would - len(rows)} more")
-    pause = lanes.pause_of(records.lane())
+    pause = lanes.pause_of(ctx.lanes().state())
     if pause is not None:
         out(f"the upload lane is {lanes.describe(pause)}")
     out("dry run: nothing changed")
@@ -140,7 +141,7 @@ class Backfill:
     def __init__(
         self,
         ctx: Context,
-        records: ArchiveRecords,
+        records: OperatorRecords,
         queue_url: str,
         scope: BackfillScope,
         display: Display,
@@ -161,7 +162,7 @@ class Backfill:
     def run(self) -> None:
         self.meter.total = self._total()
         while (room := self._room()) is None or room > 0:
-            lane = self.records.lane()
+            lane = self.ctx.lanes().state()
             uploads = uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS)
             drain = per_minute(uploads, DRAIN_WINDOW_SECONDS)
             pause = lanes.pause_of(lane)
@@ -239,8 +240,8 @@ class Backfill:
         self.ctx.sleep(seconds)
 
 
-def _account_pause_check(records: ArchiveRecords, *, force: bool) -> None:
-    pause = lanes.pause_of(records.lane())
+def _account_pause_check(lane_store: LaneStore, *, force: bool) -> None:
+    pause = lanes.pause_of(lane_store.state())
     if pause is None or pause.reason != PauseReason.ACCOUNT or force:
         return
     detail = f" ({pause.detail})" if pause.detail else ""
@@ -258,7 +259,7 @@ def run(ctx: Context) -> int:
     if args.dry_run:
         return dry_run(ctx, records, scope)
     queue_url = ctx.required_queue_url()  # checked before any row is written
-    _account_pause_check(records, force=args.force)
+    _account_pause_check(ctx.lanes(), force=args.force)
     tty = sys.stderr.isatty()
     display = Display(sys.stderr, tty=tty, width=shutil.get_terminal_size().columns)
     backfill = Backfill(ctx, records, queue_url, scope, display)

@@ -16,7 +16,9 @@ from lib.cli import dlq
 from lib.platform import config
 from lib.platform.db import MIGRATION_SESSION, Database, describe
 from lib.platform.errors import DatabaseUnavailable, ServiceError
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
+from lib.state.operations import OperatorRecords
+from lib.state.sweeps import SweepRecords
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -60,8 +62,14 @@ class Context:
                 self._db = Database(settings, application_name=PROG)
         return self._db
 
-    def records(self) -> ArchiveRecords:
-        return ArchiveRecords(self.database())
+    def records(self) -> OperatorRecords:
+        return OperatorRecords(self.database())
+
+    def lanes(self) -> LaneStore:
+        return LaneStore(self.database())
+
+    def sweeps(self) -> SweepRecords:
+        return SweepRecords(self.database())
 
     @property
     def queue(self) -> Queue:

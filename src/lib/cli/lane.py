@@ -1,5 +1,5 @@
 """`archive-ctl lane clear`, and the words for the upload lane's pause that `status` and
-`backfill` use too (image_archive_lane, read with ArchiveRecords.lane)."""
+`backfill` use too (image_archive_lane, read with LaneStore.state)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,9 @@ def describe(pause: Pause) -> str:
 
 
 def run_clear(ctx: Context) -> int:
-    records = ctx.records()
+    lanes = ctx.lanes()
     reason: str | None = ctx.args.reason
-    pause = pause_of(records.lane())
+    pause = pause_of(lanes.state())
     if pause is None:
         out(f"the {LANE} lane was not paused: nothing to clear")
         return EXIT_OK
@@ -81,7 +81,7 @@ def run_clear(ctx: Context) -> int:
             "left as it is"
         )
         return EXIT_OK
-    cleared = records.clear_pause(reason=reason)
+    cleared = lanes.clear(reason=reason)
     if cleared is None:  # it ended, or was cleared, between the two statements
         out(f"the {LANE} lane's pause ended meanwhile: nothing to clear")
         return EXIT_OK

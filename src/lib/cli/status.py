@@ -22,7 +22,8 @@ from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
 from lib.platform.db import describe
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, uploads_within
-from lib.state.records import AlteredCounts, ArchiveRecords, LiveCounts, StagedSummary
+from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
+from lib.state.sweeps import StagedSummary
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -95,7 +96,7 @@ class Status:
 
 
 def archive_counts(
-    records: ArchiveRecords, *, lock_ttl_seconds: int, include_all: bool
+    records: OperatorRecords, *, lock_ttl_seconds: int, include_all: bool
 ) -> ArchiveCounts:
     live = records.live_counts(lock_ttl_seconds=lock_ttl_seconds)
     return ArchiveCounts(
@@ -252,11 +253,11 @@ def run(ctx: Context) -> int:
     records = ctx.records()
     report = Status(
         archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
-        staged=records.staged_summary(),
+        staged=ctx.sweeps().staged_summary(),
     )
     code = EXIT_OK
     try:
-        lane = records.lane()
+        lane = ctx.lanes().state()
     except pg8000.exceptions.DatabaseError as error:
         report.notes.append(f"upload lane not shown: {describe(error)} (run `archive-ctl migrate`)")
         code = EXIT_ERROR

@@ -398,7 +398,7 @@ ORDER BY 1;
 -- acknowledged, and the sweeper's lost-message step sends a new one once the row is
 -- due and the lane open (no stamp: no message is out for it).
 UPDATE image_generation_records
-SET archive_next_run_at = GREATEST(archive_next_run_at, CAST(:due AS timestamptz)),
+SET archive_next_run_at = GREATEST(archive_next_run_at, now() + make_interval(secs => :delay)),
     archive_enqueued_at = NULL
 WHERE id = :record_id AND archive_status = 'PENDING'
 RETURNING id;

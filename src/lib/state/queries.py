@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
+
+from lib.platform.db import Database
 
 QUERIES_FILE = Path(__file__).resolve().parent.parent / "sql" / "queries.sql"
 _HEADER = re.compile(r"^-- name: (\w+)[ \t]*$", re.MULTILINE)
@@ -35,3 +38,14 @@ def parse(text: str) -> dict[str, str]:
 
 
 QUERIES = parse(QUERIES_FILE.read_text(encoding="utf-8"))
+
+
+class Statements:
+    """Runs named statements on one Database: the base of the state package's classes,
+    each the only code that runs its group of statements."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def _run(self, name: str, **params: Any) -> list[list[Any]]:
+        return self.db.run(QUERIES[name], **params)

@@ -1,0 +1,153 @@
+"""Statements for producers and operators (archive-ctl): queue rows, requeue failures,
+backfill history, and the counts `status` shows (lib/sql/queries.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lib.state.queries import Statements
+from lib.state.sweeps import BEGINNING
+
+
+@dataclass(frozen=True)
+class MarkedRow:
+    """One id asked for by `mark_for_enqueue`, as it was and whether it was marked."""
+
+    record_id: int
+    exists: bool
+    status: str | None
+    archive_status: str | None
+    marked_at: datetime | None  # None: not marked (see status/archive_status)
+
+
+@dataclass(frozen=True)
+class FailedRecord:
+    record_id: int
+    started_at: datetime | None
+    attempts: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class LiveCounts:
+    """The states `archive-ctl status` shows by default (index reads only)."""
+
+    pending: int
+    pending_due: int
+    # How long the longest-waiting PENDING row has been due; 0 when none is due yet.
+    oldest_pending_age_seconds: float | None
+    running: int
+    running_expired: int
+    failed: int
+    failed_last_24h: int
+
+
+@dataclass(frozen=True)
+class AlteredCounts:
+    """Archives whose stored bytes Lsky changed (archive_altered); counting stops at `limit`."""
+
+    total: int
+    last_24h: int
+    limit: int
+
+
+class OperatorRecords(Statements):
+    def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
+        return [
+            MarkedRow(int(record_id), bool(exists), status, archive_status, marked_at)
+            for record_id, exists, status, archive_status, marked_at in self._run(
+                "mark_for_enqueue", ids=record_ids
+            )
+        ]
+
+    def unstamp(self, record_ids: list[int], *, stamp: datetime) -> None:
+        self._run("unstamp", ids=record_ids, stamp=stamp)
+
+    def requeue_failed(self, *, since: datetime | None, limit: int) -> list[tuple[int, datetime]]:
+        rows = self._run("requeue_failed", since=BEGINNING if since is None else since, limit=limit)
+        return [(int(record_id), stamp) for record_id, stamp in rows]
+
+    def count_failed(self, *, since: datetime | None) -> int:
+        [[total]] = self._run("count_failed", since=BEGINNING if since is None else since)
+        return int(total)
+
+    def preview_failed(self, *, since: datetime | None, limit: int) -> list[FailedRecord]:
+        rows = self._run("preview_failed", since=BEGINNING if since is None else since, limit=limit)
+        return [
+            FailedRecord(int(i), started, int(attempts), error)
+            for i, started, attempts, error in rows
+        ]
+
+    def live_counts(self, *, lock_ttl_seconds: int) -> LiveCounts:
+        [row] = self._run("live_counts", lock_ttl=lock_ttl_seconds)
+        pending, due, oldest, running, expired, failed, failed_24h = row
+        return LiveCounts(
+            pending=int(pending),
+            pending_due=int(due),
+            oldest_pending_age_seconds=None if oldest is None else round(float(oldest), 1),
+            running=int(running),
+            running_expired=int(expired),
+            failed=int(failed),
+            failed_last_24h=int(failed_24h),
+        )
+
+    def altered_counts(self, *, limit: int = 10_000) -> AlteredCounts:
+        [[total, recent]] = self._run("altered_counts", limit=limit)
+        return AlteredCounts(total=int(total), last_24h=int(recent), limit=limit)
+
+    def all_counts(self) -> dict[str, int]:
+        return {str(state): int(count) for state, count in self._run("all_counts")}
+
+    # -- backfill and the lane, for operators (archive-ctl) --------------------------------
+
+    def count_backfill(
+        self, *, since: datetime | None, until: datetime | None, user_id: int | None
+    ) -> int:
+        [[total]] = self._run("count_backfill", **self._backfill_range(since, until, user_id))
+        return int(total)
+
+    def preview_backfill(
+        self, *, since: datetime | None, until: datetime | None, user_id: int | None, limit: int
+    ) -> list[tuple[int, datetime, int]]:
+        """The first `limit` rows backfill would take: (id, started_at, user_id)."""
+        rows = self._run(
+            "preview_backfill", limit=limit, **self._backfill_range(since, until, user_id)
+        )
+        return [(int(record_id), started, int(user)) for record_id, started, user in rows]
+
+    def mark_backfill_page(
+        self,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        user_id: int | None,
+        after: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[tuple[int, datetime, datetime]]:
+        """Mark the next never-queued rows after the keyset `after` (started_at, id)
+        PENDING; returns (id, started_at, stamp) for each."""
+        rows = self._run(
+            "mark_backfill_page",
+            limit=limit,
+            after_started=BEGINNING if after is None else after[0],
+            after_id=0 if after is None else after[1],
+            **self._backfill_range(since, until, user_id),
+        )
+        return [(int(record_id), started, stamp) for record_id, started, stamp in rows]
+
+    def unmark_backfill(self, record_ids: list[int], *, stamp: datetime) -> list[int]:
+        """Make rows a backfill page marked with `stamp` never-queued again; returns those
+        put back (a row someone touched since keeps its state)."""
+        return [int(row[0]) for row in self._run("unmark_backfill", ids=record_ids, stamp=stamp)]
+
+    @staticmethod
+    def _backfill_range(
+        since: datetime | None, until: datetime | None, user_id: int | None
+    ) -> dict[str, Any]:
+        return {
+            "since": BEGINNING if since is None else since,
+            "until": "infinity" if until is None else until,
+            "user_id": user_id,
+        }

@@ -1,0 +1,113 @@
+"""The sweeper's statements: expired locks taken over, lost messages found again, and
+the ages it reports (lib/sql/queries.sql)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lib.state.queries import Statements
+from lib.state.status import ArchiveStatus
+
+# The first keyset page starts below every due time.
+BEGINNING = "-infinity"
+
+
+@dataclass(frozen=True)
+class SweptRow:
+    """A row as one sweeper statement left it."""
+
+    record_id: int
+    archive_status: str  # PENDING: send a message; FAILED: concluded, nothing to send
+    previous_enqueued_at: datetime | None  # put back when the send fails
+    enqueued_at: datetime | None  # the statement's stamp (its now())
+    next_run_at: datetime | None = None
+
+    @property
+    def to_send(self) -> bool:
+        return self.archive_status == ArchiveStatus.PENDING
+
+
+@dataclass(frozen=True)
+class StagedSummary:
+    """Images captured to the staging bucket (lib.archive.staging), as the rows say."""
+
+    waiting: int  # PENDING or RUNNING rows whose next attempt uploads from a staged copy
+    oldest_age_seconds: float  # how long the oldest of those has been staged; 0 when none
+    failed_keeping_copy: int  # FAILED rows that kept theirs for `requeue --failed`
+
+
+def _swept(rows: list[list[Any]]) -> list[SweptRow]:
+    return [
+        SweptRow(
+            record_id=int(record_id),
+            archive_status=str(status),
+            previous_enqueued_at=previous,
+            enqueued_at=stamp,
+            next_run_at=due if isinstance(due, datetime) else None,
+        )
+        for record_id, status, previous, stamp, due in rows
+    ]
+
+
+class SweepRecords(Statements):
+    def take_expired_locks(
+        self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
+    ) -> list[SweptRow]:
+        return _swept(
+            self._run(
+                "recover_expired_locks",
+                limit=limit,
+                lock_ttl=lock_ttl_seconds,
+                max_attempts=max_attempts,
+            )
+        )
+
+    def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
+        return _swept(self._run("recover_lockless", limit=limit, max_attempts=max_attempts))
+
+    def take_lost(
+        self, *, limit: int, grace_seconds: int, interval_seconds: int, after: datetime | None
+    ) -> list[SweptRow]:
+        rows = self._run(
+            "take_lost",
+            limit=limit,
+            grace=grace_seconds,
+            interval=interval_seconds,
+            after=BEGINNING if after is None else after,
+        )
+        return _swept(rows)
+
+    def date_undated(self, *, limit: int) -> int:
+        return len(self._run("date_undated", limit=limit))
+
+    def restore(self, rows: list[SweptRow]) -> int:
+        """Give unsent rows their previous archive_enqueued_at back; returns how many."""
+        restored = 0
+        # One page's rows share one stamp (now() of its statement); group to be safe.
+        for stamp in {row.enqueued_at for row in rows if row.enqueued_at is not None}:
+            group = [row for row in rows if row.enqueued_at == stamp]
+            restored += len(
+                self._run(
+                    "restore_stamps",
+                    ids=[row.record_id for row in group],
+                    previous=[row.previous_enqueued_at for row in group],
+                    stamp=stamp,
+                )
+            )
+        return restored
+
+    def oldest_pending_age_seconds(self) -> float:
+        return round(float(self._run("oldest_pending_age")[0][0]), 1)
+
+    # -- staged copies --------------------------------------------------------------------
+
+    def staged_summary(self) -> StagedSummary:
+        """Staged copies waiting to be published, and FAILED rows that kept one."""
+        [[waiting, oldest, failed]] = self._run("staged_summary")
+        return StagedSummary(
+            waiting=int(waiting),
+            oldest_age_seconds=round(float(oldest), 1),
+            failed_keeping_copy=int(failed),
+        )
