@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from devkit.demo.report import STATES, Printer, Summary, describe_log, print_summary
-from devkit.demo.scenario import MAX_ATTEMPTS, NORMAL, SHORT, Expected, Profile, Sample, plan, seed
+from devkit.demo.scenario import MAX_ATTEMPTS, NORMAL, SHORT, Expected, Profile, Sample, plan
+from devkit.demo.seeding import seed
 from devkit.demo.services import Services, function_environment, start_services
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ archiving. A missing *required* value is one clear ConfigError naming it.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -91,10 +92,9 @@ class SweeperSettings:
 
 
 def _warn(message: str, *args: object) -> None:
-    # Imported late: observability takes its own names from this module.
-    from lib.platform.observability import logger  # noqa: PLC0415
-
-    logger.warning(message, *args)
+    # The standard logger of the service's name: the one Powertools' Logger formats
+    # (lib.platform.observability), without importing it back into this module.
+    logging.getLogger(service_name()).warning(message, *args)
 
 
 def service_name(env: Mapping[str, str] | None = None) -> str:
