@@ -29,7 +29,7 @@ def test_skip_reason(snapshot: ClaimSnapshot, reason: str) -> None:
         (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=90.2), 91),
         (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=-3.0), None),  # past due
         (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=0.0), None),
-        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=10**6), 43_200),
+        (ClaimSnapshot(True, "SUCCEEDED", "PENDING", due_in_seconds=10**6), 10**6),
         (ClaimSnapshot(True, "SUCCEEDED", "RUNNING", due_in_seconds=90.0), None),
         (ClaimSnapshot(True, "SUCCEEDED", "FAILED", due_in_seconds=90.0), None),
         (ClaimSnapshot(True, "RUNNING", "PENDING", due_in_seconds=90.0), None),

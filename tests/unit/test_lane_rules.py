@@ -11,13 +11,11 @@ from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
     host_condition,
-    next_upload_at,
     pause_until,
     probe_can_clear,
-    upload_time_margin,
 )
 from lib.platform.config import rate_limits
-from lib.state.lane import PauseReason, drain_per_second
+from lib.state.lane import LaneState, PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -51,7 +49,7 @@ def test_unknown_rate_limit_wording_falls_back_to_a_safe_pause() -> None:
     condition = host_condition(rejected("你最多可以上传 很多 张图片"))
     assert condition is not None
     assert condition.window == "unknown"
-    until = pause_until(condition, now=NOW, upload_times=())
+    until = pause_until(condition, now=NOW, window_frees_at=None, max_retry_after_seconds=3600)
     assert until == NOW + timedelta(seconds=SAFE_PAUSE_SECONDS)
 
 
@@ -92,31 +90,48 @@ def test_record_level_answers_do_not_touch_the_lane(failure: Failure) -> None:
 
 def test_an_account_pause_has_no_end_and_a_retry_after_its_own() -> None:
     account = HostCondition(PauseReason.ACCOUNT, "储存空间不足")
-    assert pause_until(account, now=NOW, upload_times=()) is None
+    assert pause_until(account, now=NOW, window_frees_at=None, max_retry_after_seconds=3600) is None
     asked = HostCondition(PauseReason.RETRY_AFTER, "503", seconds=42)
-    assert pause_until(asked, now=NOW, upload_times=()) == NOW + timedelta(seconds=42)
+    assert pause_until(asked, now=NOW, window_frees_at=None, max_retry_after_seconds=3600) == NOW + timedelta(seconds=42)
 
 
-def test_a_window_pause_ends_when_the_oldest_counted_upload_leaves_it() -> None:
+def test_a_window_pause_ends_when_the_ledger_says_the_window_frees() -> None:
     minute = HostCondition(PauseReason.RATE_LIMIT, "每分钟", "minute", 60, 3)
-    log = [NOW - timedelta(seconds=s) for s in (50, 30, 10)]
-    until = pause_until(minute, now=NOW, upload_times=log)
-    assert until == NOW + timedelta(seconds=10 + upload_time_margin(60))
-    # Fewer uploads of ours in the window than the limit: others used it; wait it out.
-    assert pause_until(minute, now=NOW, upload_times=log[:1]) == NOW + timedelta(seconds=60)
+    frees = NOW + timedelta(seconds=10)
+
+    def until(frees_at: datetime | None) -> datetime | None:
+        return pause_until(minute, now=NOW, window_frees_at=frees_at, max_retry_after_seconds=60)
+
+    assert until(frees) == frees
+    # Fewer uploads in the ledger than the limit: others used the window; wait it out.
+    assert until(None) == NOW + timedelta(seconds=60)
+    # A ledger that says later than a whole window (or already past) is not believed.
+    assert until(NOW + timedelta(days=3)) == NOW + timedelta(seconds=60)
+    assert until(NOW - timedelta(seconds=5)) == NOW + timedelta(seconds=60)
 
 
-def test_pacing_finds_the_first_instant_every_window_has_room() -> None:
-    limits = [(60, 2), (3_600, 3)]
-    assert next_upload_at([], limits, NOW) == NOW
-    log = [NOW - timedelta(seconds=s) for s in (3_000, 20, 10)]
-    # The minute holds 2 (full until the older leaves); the hour holds 3 (full until the
-    # 3,000 s-old one leaves, 600 s from now).
-    assert next_upload_at(log, limits, NOW) == NOW + timedelta(
-        seconds=600 + upload_time_margin(3_600)
-    )
-    assert upload_time_margin(3_600) == 2.0  # a transfer's worth
-    assert upload_time_margin(1) == 0.05  # scaled-down windows keep their proportion
+@pytest.mark.parametrize(
+    ("asked", "cap", "expected"),
+    [
+        (42.0, 3600, 42.0),
+        (1e9, 3600, 3600.0),  # 31.7 years asked: an hour at most
+        (1e12, 3600, 3600.0),  # no overflow, however large
+        (-5.0, 3600, 0.0),
+        (0.4, 3600, 0.4),
+        (7200.0, 43_200, 7200.0),  # the cap is the operator's
+    ],
+)
+def test_a_retry_after_pause_is_capped(asked: float, cap: int, expected: float) -> None:
+    condition = HostCondition(PauseReason.RETRY_AFTER, "503", seconds=asked)
+    until = pause_until(condition, now=NOW, window_frees_at=None, max_retry_after_seconds=cap)
+    assert until == NOW + timedelta(seconds=expected)
+
+
+def test_a_429_on_the_look_up_pauses_the_lane_too() -> None:
+    failure = Failure(Stage.LOOKUP, Kind.HTTP_STATUS, "429", status=429, retry_after=30)
+    condition = host_condition(failure)
+    assert condition is not None
+    assert condition.reason == PauseReason.RATE_LIMIT
 
 
 def test_only_pauses_the_profile_can_see_are_cleared_by_the_probe() -> None:
@@ -141,5 +156,4 @@ def test_the_requeue_interval_grows_with_the_backlog() -> None:
     assert sweeper.requeue_interval(900, queued=300, rate=1.0) == 1_500
     # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
     assert sweeper.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
-    log = [NOW - timedelta(seconds=s) for s in (10, 100, 1_000)]
-    assert drain_per_second(log, NOW) == 2 / 900
+    assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900

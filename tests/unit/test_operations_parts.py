@@ -104,7 +104,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=False))
     assert statements[0].sql == "SET lock_timeout = '5s'"
     # 11 archive columns, may_be_hosted and altered (exactly-once), staged key and time.
-    assert sum("ADD COLUMN" in s.sql for s in statements) == 15
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 19
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",

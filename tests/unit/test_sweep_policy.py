@@ -69,6 +69,7 @@ def test_summary_dict() -> None:
         "requeue_interval_seconds": None,
         "lane_paused": None,
         "lane_resumed": False,
+        "unparked": 0,
         "staged_waiting": None,
         "pages": 2,
         "claimed": 0,

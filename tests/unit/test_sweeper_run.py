@@ -58,6 +58,9 @@ class FakeStore:
     def state(self) -> LaneState:  # LaneStore's
         return LaneState(now=T0)
 
+    def roll_up(self) -> tuple[int, int]:  # LaneStore's
+        return (0, 0)
+
     def staged_summary(self) -> StagedSummary:
         return StagedSummary(waiting=0, oldest_age_seconds=0.0, failed_keeping_copy=0)
 

@@ -7,21 +7,23 @@ log line and whether the attempt counts. docs/archive.md prints the table.
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib.archive.fidelity import note
-from lib.archive.outcome import Copied, Message, Outcome, Result, Verdict
-from lib.archive.reconcile import RESPONSE_KEY
+from lib.archive import schedule
+from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
+from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
+from lib.platform.aws import error_code
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords, Recorded
+from lib.state.status import WaitReason
 
 
 class Write(enum.StrEnum):
@@ -142,6 +144,7 @@ class Context:
     owner: str
     record_id: int | None = None
     task: Task | None = None
+    received_at: float = field(default_factory=time.monotonic)  # the invocation's start
 
 
 class Concluder:
@@ -154,17 +157,15 @@ class Concluder:
         queue: Queue,
         staging: Staging,
         dlq_url: str | None,
-        log_uploads: bool,
     ) -> None:
-        """log_uploads: the success write logs the upload (pacing logs it at its slot)."""
         self.records = records
         self.queue = queue
         self.staging = staging
         self.dlq_url = dlq_url
-        self.log_uploads = log_uploads
 
     def conclude(self, verdict: Verdict, ctx: Context) -> Result:
         rule = CONCLUSIONS[verdict.outcome]
+        staged = verdict.staged
         if not self._write(rule.write, verdict, ctx):
             write = "release" if rule.write is Write.PARK else str(rule.write)
             verdict = Verdict(
@@ -173,13 +174,15 @@ class Concluder:
                 fields={"error": verdict.detail},
                 log=f"the lock had passed on; the {write} was not recorded",
             )
-            self.staging.discard(verdict.staged_key)
+            self.staging.discard(None if staged is None else staged.key)
             rule = CONCLUSIONS[Outcome.LOST_LOCK]
         if rule.send is Send.DLQ and not self._to_dlq(ctx.message, verdict.detail):
             verdict = replace(verdict, outcome=Outcome.MALFORMED_LEFT)
             rule = CONCLUSIONS[Outcome.MALFORMED_LEFT]
         if rule.send is Send.HOLD:
-            self.delay(ctx.message, verdict.delay_seconds)
+            seconds = min(verdict.delay_seconds, schedule.max_hold_seconds(ctx.received_at))
+            if not self.delay(ctx.message, seconds):
+                verdict, rule = self._parked_instead(verdict, ctx), CONCLUSIONS[Outcome.PARKED]
         elif rule.send is Send.NOW:
             self.delay(ctx.message, 0)
         self._report(rule, verdict, ctx)
@@ -195,7 +198,11 @@ class Concluder:
         if task is None:
             # Nothing was claimed: only a park has a row to write (the claim met a pause).
             if write is Write.PARK and ctx.record_id is not None:
-                self.records.park(ctx.record_id, delay_seconds=verdict.delay_seconds)
+                self.records.park(
+                    ctx.record_id,
+                    delay_seconds=verdict.delay_seconds,
+                    wait_reason=verdict.wait_reason,
+                )
             return True
         if write is Write.SUCCEED:
             return self._succeed(verdict, ctx, task)
@@ -206,7 +213,8 @@ class Concluder:
                 error=verdict.detail,
                 delay_seconds=verdict.delay_seconds,
                 may_be_hosted=_known(verdict.may_be_hosted),
-                staged_key=verdict.staged_key,
+                staged=verdict.staged,
+                sent=verdict.sent,
             )
         if write is Write.FAIL:
             return self._fail(verdict, ctx, task)
@@ -216,8 +224,11 @@ class Concluder:
             delay_seconds=verdict.delay_seconds,
             error=verdict.detail if verdict.outcome is not Outcome.RELEASED else None,
             park=write is Write.PARK,
+            wait_reason=verdict.wait_reason or _GIVEN_BACK_REASONS[verdict.outcome],
             may_be_hosted=verdict.may_be_hosted,
-            staged_key=verdict.staged_key,
+            staged=verdict.staged,
+            forget_staged=verdict.forget_staged,
+            sent=verdict.sent,
         )
 
     def _succeed(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -232,36 +243,68 @@ class Concluder:
             mime_type=copied.hosted.mime_type,
             response=stored_response(copied),
             altered=None if fidelity is None else fidelity.altered,
-            log_upload=self.log_uploads and not copied.adopted,
+            # An adoption took no slot and is no upload: it stays out of the ledger.
+            log_upload=not copied.adopted,
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
         if recorded is not Recorded.UNDER_LOCK:
-            _RECORDED_WARNINGS[recorded](copied)
+            RECORDED_WARNINGS[recorded](copied)
         return True
 
     def _fail(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
-        keep = verdict.keep_staged and (verdict.staged_key or task.staged_key) is not None
+        staged = verdict.staged
+        keep = verdict.keep_staged and (staged is not None or task.staged_key is not None)
         written = self.records.fail(
             task,
             owner=ctx.owner,
             error=verdict.detail,
             may_be_hosted=_known(verdict.may_be_hosted),
             keep_staged=keep,
-            staged_key=verdict.staged_key,
+            staged=staged,
+            sent=verdict.sent,
         )
         if written and not keep:
-            self.staging.discard(verdict.staged_key)
+            self.staging.discard(None if staged is None else staged.key)
             self.staging.discard(task.staged_key)
         return written
 
     # -- the message -------------------------------------------------------------------
 
-    def delay(self, message: Message, seconds: int) -> None:
+    def delay(self, message: Message, seconds: int) -> bool:
+        """Set the message's visibility; False (logged, counted) when SQS refused it while
+        the message is still ours to hold. A receipt SQS no longer knows (the message was
+        deleted, or its visibility ran out and it went back) has nothing left to change."""
         try:
             self.queue.change_visibility(message.queue_arn, message.receipt_handle, seconds)
-        except Exception as error:  # noqa: BLE001 - the queue's own visibility timeout still applies
-            logger.warning("could not change message visibility", error=type(error).__name__)
+        except Exception as error:  # noqa: BLE001 - said and counted; the caller decides
+            code = error_code(error)
+            logger.warning(
+                "could not change message visibility",
+                error=type(error).__name__,
+                code=code,
+                visibility_seconds=seconds,
+            )
+            metrics.add_metric(name="VisibilityRefused", unit=MetricUnit.Count, value=1)
+            return code in _RECEIPT_GONE
+        return True
+
+    def _parked_instead(self, verdict: Verdict, ctx: Context) -> Verdict:
+        """SQS refused the hold: the message would come back when it pleases. The row is
+        parked at its due time instead (the sweeper sends it then) and the message is
+        acknowledged, so the row's due time is what happens. Without a row to park (the
+        database is down) the message stays, and the lock rule covers the row."""
+        if ctx.record_id is None or verdict.outcome is Outcome.UNCONCLUDED:
+            return verdict
+        if not self.records.park(
+            ctx.record_id, delay_seconds=verdict.delay_seconds, wait_reason=None
+        ):
+            return verdict
+        return replace(
+            verdict,
+            outcome=Outcome.PARKED,
+            log="message visibility refused; record parked, the sweeper sends it when due",
+        )
 
     def _to_dlq(self, message: Message, reason: str) -> bool:
         if not self.dlq_url:
@@ -296,64 +339,27 @@ class Concluder:
             metrics.add_metric(name="ImageBytes", unit=MetricUnit.Bytes, value=verdict.copied.size)
 
 
-def _known(may_be_hosted: bool | None) -> bool:
-    # A retry or failure that cannot tell records the safe answer: the next attempt looks.
-    return True if may_be_hosted is None else may_be_hosted
+# SQS codes for a receipt that names no message in flight (deleted, back in the queue,
+# or a queue that is not there): nothing left to hold, so nothing to park for.
+_RECEIPT_GONE = frozenset(
+    {
+        "ReceiptHandleIsInvalid",
+        "MessageNotInflight",
+        "InvalidReceiptHandle",
+        "QueueDoesNotExist",
+        "AWS.SimpleQueueService.NonExistentQueue",
+    }
+)
 
-
-def stored_response(copied: Copied) -> dict[str, Any]:
-    """Lsky's `data`, with our note on how the row got it under a key of ours."""
-    fidelity = copied.fidelity
-    if copied.sent is None or fidelity is None:  # adopted: nothing was sent to compare
-        return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
-    return {**copied.hosted.data, RESPONSE_KEY: note(copied.sent, fidelity)}
-
-
-def report_copy(copied: Copied) -> None:
-    """The warnings and counts a successful copy may deserve besides ARCHIVED's own."""
-    fidelity, sent, data = copied.fidelity, copied.sent, copied.hosted.data
-    if fidelity is not None and sent is not None and fidelity.altered:
-        # Re-encoded (group image quality below 100, a save format) or watermarked.
-        logger.warning(
-            "archived, but Lsky stored other bytes than the generated image",
-            differs=list(fidelity.differs),
-            sent_bytes=sent.size,
-            sent_md5=sent.md5,
-            hosted_md5=str(data.get("md5", "")),
-            hosted_size_kb=data.get("size"),
-        )
-        metrics.add_metric(name="ArchivedAltered", unit=MetricUnit.Count, value=1)
-    elif fidelity is not None and fidelity.altered is None:
-        logger.warning("Lsky's answer has no md5, sha1 or size: the bytes were not compared")
-    if copied.adopted:
-        logger.info(
-            "an earlier attempt had stored the image; adopted it instead of uploading",
-            hosted_key=str(data.get("key", "")),
-        )
-        metrics.add_metric(name="Reconciled", unit=MetricUnit.Count, value=1)
-    if copied.duplicates:
-        # Stored before this look-up existed, or by hand: left for an operator.
-        logger.warning(
-            "the host holds more than one image for this record",
-            hosted_key=str(data.get("key", "")),
-            duplicate_keys=list(copied.duplicates[:10]),
-        )
-
-
-_RECORDED_WARNINGS: Mapping[Recorded, Callable[[Copied], None]] = {
-    Recorded.ALREADY_OTHER: lambda _: logger.warning(
-        "archived, but another attempt had already archived the record"
-    ),
-    Recorded.AFTER_LOCK_PASSED: lambda _: logger.warning(
-        "archived after the lock had passed on; recorded anyway"
-    ),
-    Recorded.ROW_GONE: lambda copied: logger.warning(
-        "archived, but the record no longer exists", hosted_url=copied.hosted.url
-    ),
-    Recorded.ALREADY_THIS: lambda _: None,
+# Why a row given back (RELEASE, PARK) waits, when the verdict does not say.
+_GIVEN_BACK_REASONS: Mapping[Outcome, WaitReason] = {
+    Outcome.RELEASED: WaitReason.NO_TIME,
+    Outcome.OWN_FAULT: WaitReason.OWN_FAULT,
+    Outcome.PAUSED: WaitReason.PAUSED,
+    Outcome.PARKED: WaitReason.PAUSED,
 }
 
 
-def hold_seconds(seconds: float) -> int:
-    """A visibility in whole seconds, never below one (a zero would spin the message)."""
-    return max(1, math.ceil(seconds))
+def _known(may_be_hosted: bool | None) -> bool:
+    # A retry or failure that cannot tell records the safe answer: the next attempt looks.
+    return True if may_be_hosted is None else may_be_hosted

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,9 +36,6 @@ ACCOUNT_MESSAGES = (
 ACCOUNT_STATUSES = frozenset({401, 403})
 # Account states Lsky's profile endpoint does not show: only an operator clears these.
 NOT_PROBEABLE = ("账户未验证", "账号状态异常")
-# How much later than our log Lsky may date an upload (the transfer's duration): at most
-# this, and a twentieth of the window (scaled-down windows in tests and benchmarks).
-UPLOAD_TIME_MARGIN_SECONDS = 2.0
 # Spread the return of held messages so the containers do not all come back at once.
 MAX_JITTER_SECONDS = 5.0
 
@@ -57,8 +53,9 @@ class HostCondition:
 
 
 def host_condition(failure: Failure) -> HostCondition | None:
-    """The lane-wide meaning of an upload failure, or None when it is the record's own."""
-    if failure.stage is not Stage.UPLOAD:
+    """The lane-wide meaning of a failure talking to Lsky (the upload, or the look-up
+    before it), or None when it is the record's own."""
+    if failure.stage not in (Stage.UPLOAD, Stage.LOOKUP):
         return None
     message = failure.message
     if RATE_LIMIT_MARKER in message or failure.status == 429:
@@ -87,46 +84,29 @@ def _rate_limit(failure: Failure) -> HostCondition:
 
 
 def pause_until(
-    condition: HostCondition, *, now: datetime, upload_times: Sequence[datetime]
+    condition: HostCondition,
+    *,
+    now: datetime,
+    window_frees_at: datetime | None,
+    max_retry_after_seconds: float,
 ) -> datetime | None:
     """When the lane may upload again; None: until an operator or the probe clears it.
 
-    A window Lsky named frees when the limit-th newest upload we logged ages out of it;
-    when our log holds fewer (other clients count too), the whole window is waited out.
+    A Retry-After (or a 429's default) is capped at max_retry_after_seconds. A window Lsky
+    named frees when the limit-th newest upload the ledger holds ages out of it
+    (`window_frees_at`, from lib.state.lane_store); when the ledger holds fewer (other
+    clients count too), the whole window is waited out.
     """
     if condition.reason is PauseReason.ACCOUNT:
         return None
     if condition.seconds is not None:
-        return now + timedelta(seconds=condition.seconds)
+        seconds = min(max(condition.seconds, 0.0), max_retry_after_seconds)
+        return now + timedelta(seconds=seconds)
     if condition.window_seconds is None:
         return now + timedelta(seconds=SAFE_PAUSE_SECONDS)
-    window = timedelta(seconds=condition.window_seconds)
-    if condition.limit is not None:
-        freed = next_upload_at(upload_times, [(condition.window_seconds, condition.limit)], now)
-        if freed > now:
-            return freed
-    return now + window
-
-
-def upload_time_margin(window_seconds: float) -> float:
-    """Our log holds when an upload was started; Lsky counts when it stored the image, up
-    to a transfer later: the margin keeps the two counts from disagreeing."""
-    return min(UPLOAD_TIME_MARGIN_SECONDS, window_seconds / 20)
-
-
-def next_upload_at(
-    upload_times: Sequence[datetime], limits: Sequence[tuple[int, int]], now: datetime
-) -> datetime:
-    """The earliest time at which one more upload keeps every sliding window within its
-    limit ((seconds, uploads) pairs), as Lsky counts: uploads in the last window."""
-    free = now
-    for seconds, limit in limits:
-        window = timedelta(seconds=seconds + upload_time_margin(seconds))
-        recent = sorted((t for t in upload_times if t > now - window), reverse=True)
-        if len(recent) >= limit:
-            # One slot frees when the limit-th newest upload leaves the window.
-            free = max(free, recent[limit - 1] + window)
-    return free
+    if window_frees_at is not None and window_frees_at > now:
+        return min(window_frees_at, now + timedelta(seconds=condition.window_seconds))
+    return now + timedelta(seconds=condition.window_seconds)
 
 
 def probe_can_clear(detail: str | None) -> bool:

@@ -10,6 +10,8 @@ from typing import Any
 
 from lib.archive.fidelity import Digest, Fidelity, compare
 from lib.platform.errors import ServiceError
+from lib.state.claim import SentImage, StagedCopy
+from lib.state.status import WaitReason
 from lib.transfer.lsky import HostedImage
 
 
@@ -84,6 +86,8 @@ class Copied:
     adopted: bool = False
     duplicates: tuple[str, ...] = ()
     sent: Digest | None = None  # md5/sha1/size of the bytes sent (None when adopted)
+    # Uploaded although the look-up for an earlier attempt's image could not be answered.
+    duplicate_possible: bool = False
 
     @property
     def fidelity(self) -> Fidelity | None:
@@ -98,15 +102,20 @@ class Verdict:
     detail: the reason or error summary (stored in archive_error where the write keeps one).
     delay_seconds: when the row (and its message, if held) is next due.
     may_be_hosted: what the row records for the next attempt; None keeps the claim's.
-    staged_key: a copy staged during this attempt; keep_staged: a FAILED row keeps it.
+    staged: a copy staged during this attempt; keep_staged: a FAILED row keeps it;
+    forget_staged: the row's own copy is dropped (it did not match what was captured).
+    wait_reason: why a row given back waits (archive-ctl status counts them).
     """
 
     outcome: Outcome
     detail: str = ""
     delay_seconds: int = 0
     may_be_hosted: bool | None = None
-    staged_key: str | None = None
+    staged: StagedCopy | None = None
     keep_staged: bool = False
+    forget_staged: bool = False
+    wait_reason: WaitReason | None = None
+    sent: SentImage | None = None  # what this attempt's upload sent, when it may be kept
     copied: Copied | None = None
     metrics: tuple[str, ...] = ()  # counted besides the outcome's own metric
     fields: Mapping[str, Any] = field(default_factory=dict)  # logged with the outcome

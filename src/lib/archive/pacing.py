@@ -1,63 +1,43 @@
-"""Pacing (LSKY_RATE_LIMITS): reserve an upload slot in the lane's shared log before an
-upload, optimistically, sleeping through short waits (docs/archive.md says why)."""
+"""Pacing (LSKY_RATE_LIMITS), the pure part: the margins a slot keeps, and how long an
+attempt may sleep for one. The slots themselves are given by lib.state.lane_store's
+take_slot; docs/archive.md ("When a record runs") says why it never sleeps long.
+"""
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 
-from lib.archive.copier import can_start
-from lib.archive.lane import next_upload_at, upload_time_margin
-from lib.state.lane import LaneState
-from lib.state.lane_store import LaneStore
+from lib.archive.budget import stage_needs, time_left, upload_needs
 
-# Pacing: a wait up to this long is slept through (when the invocation has the time) rather
-# than paid for with a second invocation; the event source's MaximumConcurrency keeps the
-# other messages in the queue meanwhile, unreceived.
-PACING_SLEEP_SECONDS = 60.0
-# Optimistic reservations retried this often before the attempt gives way.
-RESERVE_TRIES = 20
-# After a reservation lost to another container: a short random pause before reading the
-# lane again, so two containers do not collide in step; a contention that outlasts every
-# try closes the lane this long.
-CONTENTION_PAUSE_SECONDS = (0.01, 0.1)
-CONTENTION_GIVE_WAY_SECONDS = 1.0
-
-
-def reserve_upload(
-    lanes: LaneStore,
-    limits: Sequence[tuple[int, int]],
-    lane: LaneState,
-    claimed_at: float,
-    deadline: float,
-) -> datetime | None:
-    """Pacing: take an upload slot (None) or say until when the lane is closed. Short
-    waits are slept through; the log is shared through the lane row, optimistically."""
-    longest_window = max(seconds for seconds, _ in limits)
-    longest = timedelta(seconds=longest_window + upload_time_margin(longest_window))
-    for _ in range(RESERVE_TRIES):
-        now = db_now(lane, claimed_at)
-        free = next_upload_at(lane.upload_times, limits, now)
-        recent = [t for t in lane.upload_times if t > now - longest]
-        if free <= now:
-            if lanes.reserve_upload(
-                version=lane.version, upload_times=[*recent, now], closed_until=None
-            ):
-                return None
-            time.sleep(random.uniform(*CONTENTION_PAUSE_SECONDS))  # noqa: S311 - spread, not secret
-        elif (free - now).total_seconds() <= PACING_SLEEP_SECONDS and can_start(
-            deadline - (free - now).total_seconds()
-        ):
-            time.sleep((free - now).total_seconds())
-        elif lanes.reserve_upload(version=lane.version, upload_times=recent, closed_until=free):
-            return free
-        lane, claimed_at = lanes.state(), time.monotonic()
-    # Contention on every try: give way briefly rather than overrun the limits.
-    return db_now(lane, claimed_at) + timedelta(seconds=CONTENTION_GIVE_WAY_SECONDS)
+# The ledger dates an upload when Lsky answered, after Lsky counted it; a slot keeps this
+# much more than the window between two uploads for what is left (clock steps, an upload
+# that answers late): at most this, and an eightieth of the window (scaled-down windows
+# in tests and benchmarks), so the margin costs at most 1.25 % of the rate.
+SLOT_MARGIN_SECONDS = 2.0
+# A slot due within this is taken now (the two clocks' noise).
+SLOT_TOLERANCE_SECONDS = 0.05
+# A booked slot missed by more than this is given up and a fresh one taken.
+BOOKING_STALE_SECONDS = 120.0
+# Slots further away than this are not booked: the record is parked (no message held)
+# and queues afresh when the sweeper sends it (a hold is at most this long).
+BOOK_WITHIN_SECONDS = 900.0
+# An attempt with the bytes in hand sleeps for a slot at most this long: a short sleep is
+# cheaper than a second invocation, a long one is billed time spent waiting.
+SLEEP_LIMIT_SECONDS = 1.0
+SLEEP_TRIES = 3
 
 
-def db_now(lane: LaneState, since: float) -> datetime:
-    """The database's clock (read by the claim) moved on by the time elapsed here."""
-    return lane.now + timedelta(seconds=time.monotonic() - since)
+def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
+    """The margin every window of `limits` keeps (the shortest window sets it)."""
+    shortest = min(seconds for seconds, _ in limits)
+    return min(SLOT_MARGIN_SECONDS, shortest / 80)
+
+
+def affordable_sleep(wait_seconds: float, *, deadline: float, size: int, staging: bool) -> bool:
+    """Whether an attempt holding `size` bytes may sleep `wait_seconds` for its slot: only
+    a short wait, and only what the budget can pay after the upload (and, with staging
+    on, after staging the bytes should the upload fail)."""
+    if wait_seconds > SLEEP_LIMIT_SECONDS:
+        return False
+    after = upload_needs(size) + (stage_needs(size) if staging else 0.0)
+    return time_left(deadline) - wait_seconds >= after

@@ -1,13 +1,16 @@
-"""After a failed attempt: may Lsky hold an image for it that the row does not point at?
-
-Pure; the copier applies it to every failure it raises, the state machine records it
-(archive_may_be_hosted), and the next attempt looks the image up first when it is set.
-docs/archive.md ("Exactly one stored copy") has the reasoning.
+"""After a failed attempt: may Lsky hold an image for it that the row does not point at,
+and is a listed image one it can adopt? Pure; the copier applies both, the row keeps
+archive_may_be_hosted. docs/archive.md ("Exactly one stored copy") has the reasoning.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
 from lib.archive.retry import LSKY_PERMANENT_MESSAGES, LSKY_TRANSIENT_MESSAGES
+from lib.state.claim import SentImage
 from lib.transfer.failures import Failure, Kind, Stage
 
 # hosted_response is Lsky's `data`; our own notes about it go under this key.
@@ -49,3 +52,47 @@ def may_be_hosted(failure: Failure, *, body_complete: bool) -> bool:
             return not any(known in message for known in _NOTHING_KEPT)
         case _:
             return failure.kind in _NO_ANSWER
+
+
+# Lsky lists an image's `date` as created_at in the app's time zone (config/app.php:
+# 'timezone' => 'PRC', unless the admin changed it: LSKY_TIMEZONE).
+DEFAULT_HOST_TIMEZONE = "Asia/Shanghai"
+# How far Lsky's clock may be behind the database's before a fresh upload looks older
+# than the claim that made it.
+CLOCK_SKEW_SECONDS = 300
+SKEW = timedelta(seconds=CLOCK_SKEW_SECONDS)
+
+
+def not_ours(
+    item: Mapping[str, Any],
+    *,
+    first_claimed_at: datetime | None,
+    sent: SentImage | None,
+    host_timezone: tzinfo,
+) -> str | None:
+    """Why a listed image with the record's name cannot be this record's upload, or None
+    when it can: stored after the record's first claim, and holding the bytes we send
+    (the same md5 or sha1: the host kept them) or, re-encoded, the same dimensions."""
+    stored = _listed_time(item.get("date"), host_timezone)
+    earliest = None if first_claimed_at is None else first_claimed_at - SKEW
+    if stored is not None and earliest is not None and stored < earliest:
+        return f"stored at {stored.isoformat()}, before the record's first claim"
+    if sent is None:
+        return None  # nothing in hand to compare: the name and the time decide
+    if item.get("md5") == sent.md5 or item.get("sha1") == sent.sha1:
+        return None
+    width, height = item.get("width"), item.get("height")
+    if isinstance(width, int) and isinstance(height, int) and sent.dimensions is not None:
+        ours_w, ours_h = sent.dimensions
+        if (width, height) != (ours_w, ours_h):
+            return f"{width}x{height}, the image is {ours_w}x{ours_h}"
+    return None
+
+
+def _listed_time(value: Any, zone: tzinfo) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.strptime(value.strip()[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=zone)
+    except ValueError:
+        return None

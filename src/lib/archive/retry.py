@@ -4,6 +4,7 @@ can be tested from a table without servers."""
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
@@ -91,16 +92,22 @@ class Decision:
 
 
 def decide(
-    failure: Failure, *, attempt: int, max_attempts: int, delays: tuple[int, ...]
+    failure: Failure,
+    *,
+    attempt: int,
+    max_attempts: int,
+    delays: tuple[int, ...],
+    max_retry_after: float = MAX_VISIBILITY_SECONDS,
 ) -> Decision:
-    """What to do after attempt `attempt` failed with `failure`."""
+    """What to do after attempt `attempt` failed with `failure`; a Retry-After longer than
+    the backoff is honoured up to `max_retry_after` seconds."""
     error_class = classify(failure)
     if error_class is ErrorClass.PERMANENT or attempt >= max_attempts:
         return Decision(Action.FAIL, error_class)
     delay = retry_delay(attempt, delays)
     if failure.retry_after is not None:
-        # Honour a longer Retry-After, within what SQS can hold a message for.
-        delay = max(delay, min(int(failure.retry_after + 0.999), MAX_VISIBILITY_SECONDS))
+        asked = min(failure.retry_after, max_retry_after, MAX_VISIBILITY_SECONDS)
+        delay = max(delay, math.ceil(max(asked, 0.0)))
     return Decision(Action.RETRY, error_class, min(delay, MAX_VISIBILITY_SECONDS))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 from lib.platform.config import Settings, SweeperSettings, load_settings, load_sweeper_settings
 from lib.platform.db import Database
@@ -57,7 +58,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
             album_id=settings.lsky_album_id,
         ),
         max_image_bytes=settings.max_image_bytes,
-        staging=staging,
+        host_timezone=ZoneInfo(settings.lsky_timezone),
     )
     records = ArchiveRecords(db)
     queue = Queue()
@@ -70,8 +71,6 @@ def build_worker(settings: Settings) -> ArchiveWorker:
             queue=queue,
             staging=staging,
             dlq_url=settings.dlq_url,
-            # With pacing, the reservation already logged the upload.
-            log_uploads=not settings.rate_limits,
         ),
     )
 

@@ -5,20 +5,23 @@ stages after a failure, reads back and deletes. docs/archive.md (Staging) says w
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib.archive.budget import download_needs, stage_needs, time_left
+from lib.archive.budget import download_needs, stage_needs, time_left, upload_needs
 from lib.archive.lane import host_condition
 from lib.archive.retry import ErrorClass, classify
 from lib.platform.observability import logger, metrics
-from lib.platform.s3 import READ_CHUNK_BYTES, StagedObject, StagingBucket, StagingError
-from lib.state.claim import Task
+from lib.platform.s3 import StagedCopyMissing, StagingBucket, StagingError
+from lib.state.claim import StagedCopy, Task
 from lib.transfer.download import Downloader
 from lib.transfer.failures import Failure, Stage
-from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, DownloadedImage, ImageType
+from lib.transfer.held import HeldImage, hold
+from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, ImageType
 
 # Every staged object lives under this prefix: the archive function's IAM grant and the
 # bucket's lifecycle rule name it, so nothing else in the bucket is reachable or expired.
@@ -44,8 +47,8 @@ def worth_staging(failure: Failure) -> bool:
     """After the image was downloaded but the host did not take it: capture it when a
     later attempt can succeed (a pause of the whole host, or a transient failure), so
     that attempt does not depend on the provider's URL, which expires."""
-    if failure.stage is not Stage.UPLOAD:
-        return False  # nothing arrived to capture, or the source itself failed
+    if failure.stage is Stage.DOWNLOAD:
+        return False  # nothing arrived to capture: the source itself failed
     if host_condition(failure) is not None:
         return True
     return classify(failure) is ErrorClass.TRANSIENT
@@ -58,10 +61,9 @@ def keeps_copy(failure: Failure) -> bool:
     return classify(failure) is ErrorClass.TRANSIENT
 
 
-@dataclass(frozen=True)
-class Staged:
-    key: str  # the object in the staging bucket
-    size: int  # bytes stored
+class StagedCopyMismatch(StagingError):
+    """The staged object's bytes are not those captured (replaced, truncated): never
+    archived; the row forgets the copy."""
 
 
 class Staging:
@@ -82,9 +84,9 @@ class Staging:
     def enabled(self) -> bool:
         return self.bucket is not None
 
-    def capture(self, task: Task, deadline: float, why: str) -> str | None:
-        """Download the image straight into the bucket; its key, or None when staging is
-        off, the row is staged already, or S3 failed. Raises ArchiveFailure when the
+    def capture(self, task: Task, deadline: float, why: str) -> StagedCopy | None:
+        """Download the image straight into the bucket (no copy in hand); None when staging
+        is off, the row is staged already, or S3 failed. Raises ArchiveFailure when the
         download fails (the record's own failure)."""
         if self.bucket is None or task.staged_key is not None:
             return None
@@ -95,30 +97,44 @@ class Staging:
             return None
         return _stored(staged, why)
 
-    def stage(self, task: Task, image: DownloadedImage, deadline: float, why: str) -> str | None:
-        """Stage an image already in hand (spooled): no second download. None as capture."""
+    def stage(self, task: Task, held: HeldImage, deadline: float, why: str) -> StagedCopy | None:
+        """Stage the bytes in hand: no second download. None as capture."""
         if self.bucket is None:
             return None
-        if time_left(deadline) < stage_needs(image.size):
-            _failed(StagingError("not enough time left to stage the spooled image"), why)
+        if time_left(deadline) < stage_needs(held.size):
+            _failed(StagingError("not enough time left to stage the image in hand"), why)
             return None
+        key = staged_key(task.record_id, held.image_type)
         try:
-            image.file.seek(0)
-            key = staged_key(task.record_id, image.image_type)
-            chunks = iter(lambda: image.file.read(READ_CHUNK_BYTES), b"")
             stored = self.bucket.put(
-                key, chunks, content_type=image.image_type.mime_type, deadline=deadline
+                key, held.chunks(), content_type=held.image_type.mime_type, deadline=deadline
             )
         except StagingError as error:
             _failed(error, why)
             return None
-        return _stored(Staged(key, stored), why)
+        return _stored(StagedCopy(key, held.sha256, stored), why)
 
-    def open(self, key: str, deadline: float) -> StagedObject:
-        """Start reading a staged copy; StagedCopyMissing when it is gone, StagingError."""
+    def read_back(self, task: Task, deadline: float) -> HeldImage:
+        """The row's staged copy, into a spool, checked against what was captured. Raises
+        StagedCopyMissing (gone), StagedCopyMismatch (other bytes), StagingError."""
+        key = task.staged_key or ""
+        image_type = image_type_of(key)
         if self.bucket is None:
             raise StagingError("staging is off (ARCHIVE_STAGING_BUCKET is empty)")
-        return self.bucket.open(key, deadline=deadline)
+        if image_type is None:
+            raise StagedCopyMissing(f"{key!r} is not a staged copy")
+        staged = self.bucket.open(key, deadline=deadline)
+        try:
+            if time_left(deadline) < stage_needs(staged.size) + upload_needs(staged.size):
+                raise StagingError("not enough time left to read the staged copy and upload it")
+            held = hold(staged.chunks(), image_type)
+        finally:
+            staged.close()
+        mismatch = _mismatch(task, held)
+        if mismatch is not None:
+            held.close()
+            raise StagedCopyMismatch(f"staged copy {key} {mismatch}")
+        return held
 
     def discard(self, key: str | None) -> None:
         """Delete a staged copy nobody needs any more; the lifecycle rule is the backstop."""
@@ -129,23 +145,43 @@ class Staging:
         except StagingError as error:
             logger.warning("staged copy not deleted (the lifecycle rule will)", error=str(error))
 
-    def _download_into(self, bucket: StagingBucket, task: Task, deadline: float) -> Staged:
+    def _download_into(self, bucket: StagingBucket, task: Task, deadline: float) -> StagedCopy:
         with self.downloader.open(task.image_url, deadline=deadline) as stream:
             declared = stream.declared_length
             size = declared if declared is not None else self.max_image_bytes
             if time_left(deadline) < download_needs(declared or 0) + stage_needs(size):
                 raise StagingError(f"not enough time left to stage a {declared}-byte image")
             key = staged_key(task.record_id, stream.image_type)
+            digest = hashlib.sha256()
             stored = bucket.put(
-                key, stream, content_type=stream.image_type.mime_type, deadline=deadline
+                key,
+                _hashed(stream, digest),
+                content_type=stream.image_type.mime_type,
+                deadline=deadline,
             )
-        return Staged(key, stored)
+        return StagedCopy(key, digest.hexdigest(), stored)
 
 
-def _stored(staged: Staged, why: str) -> str:
+def _hashed(chunks: Iterable[bytes], digest: Any) -> Iterator[bytes]:
+    for chunk in chunks:
+        digest.update(chunk)
+        yield chunk
+
+
+def _mismatch(task: Task, held: HeldImage) -> str | None:
+    """How a copy read back differs from what was captured (rows staged by an older
+    release carry no digest: their length and type were checked on the way)."""
+    if task.staged_bytes is not None and held.size != task.staged_bytes:
+        return f"holds {held.size} bytes, {task.staged_bytes} were captured"
+    if task.staged_sha256 is not None and held.sha256 != task.staged_sha256:
+        return "does not hold the bytes captured (SHA-256 differs)"
+    return None
+
+
+def _stored(staged: StagedCopy, why: str) -> StagedCopy:
     logger.info("image staged", staged_key=staged.key, bytes=staged.size, reason=why)
     metrics.add_metric(name="Staged", unit=MetricUnit.Count, value=1)
-    return staged.key
+    return staged
 
 
 def _failed(error: StagingError, why: str) -> None:

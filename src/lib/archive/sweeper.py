@@ -21,10 +21,12 @@ from lib.archive.lane import probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
-from lib.state.lane import PauseReason, drain_per_second
+from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
 from lib.state.sweeps import StagedSummary, SweepRecords, SweptRow
 
+# Rows parked by a pause that the probe cleared come due over this many seconds.
+UNPARK_SPREAD_SECONDS = 60.0
 # Ids listed in one log line at most (the counts are always complete).
 _LOGGED_IDS = 50
 
@@ -124,6 +126,8 @@ class SweepSummary:
     requeue_interval_seconds: int | None = None  # the interval the lost-message step used
     lane_paused: str | None = None  # the pause reason, while the lane is paused
     lane_resumed: bool = False  # the probe found the account healthy and opened the lane
+    unparked: int = 0  # rows parked by that pause, made due now
+    ledger_rolled_up: int = 0  # uploads older than the ledger's hours, counted per hour
     staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
     duration_ms: float = 0.0
 
@@ -142,6 +146,7 @@ class SweepSummary:
             "requeue_interval_seconds": self.requeue_interval_seconds,
             "lane_paused": self.lane_paused,
             "lane_resumed": self.lane_resumed,
+            "unparked": self.unparked,
             "staged_waiting": None if self.staged is None else self.staged.waiting,
             "pages": self.pages,
             "claimed": self.claimed,
@@ -178,6 +183,7 @@ class Sweeper:
         summary = SweepSummary()
         try:
             summary.dated = self.records.date_undated(limit=self.settings.max_rows)
+            summary.ledger_rolled_up, _ = self.lanes.roll_up()
             self._read_lane(summary)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
@@ -209,6 +215,9 @@ class Sweeper:
             and self._probe()
         ):
             self.lanes.clear(reason="account")
+            summary.unparked = self.lanes.unpark(
+                spread_seconds=UNPARK_SPREAD_SECONDS, limit=self.settings.max_rows
+            )
             summary.lane_resumed = True
             logger.info("the host account is healthy again; upload lane opened")
             lane = self.lanes.state()
@@ -227,7 +236,7 @@ class Sweeper:
         self._requeue_interval = requeue_interval(
             self.settings.requeue_interval_seconds,
             queued=self._queued(),
-            rate=drain_per_second(lane.upload_times, lane.now),
+            rate=lane.drain_per_second,
         )
         summary.requeue_interval_seconds = self._requeue_interval
 

@@ -1,27 +1,47 @@
-"""The transfer step: a claimed record's image to Lsky Pro (or to the staging bucket while
-the host cannot take it), ending in a Verdict. Runs no SQL on the row; the lane's
-pause and pacing go through lib.state.lane_store."""
+"""The transfer step: a claimed record's image to Lsky Pro, from bytes in hand, ending in
+a Verdict. The bytes are fetched once (or read back from the staged copy) and kept until
+they are stored or staged; every wait and every failure after that stages from them.
+Runs no SQL on the row; the lane (pause, pacing slots) goes through LaneStore."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
+from lib.archive import pacing, schedule
 from lib.archive import retry as policy
-from lib.archive import schedule
-from lib.archive.copier import Copier, can_start
+from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
 from lib.archive.outcome import Copied, Message, Outcome, Verdict
-from lib.archive.pacing import db_now, reserve_upload
-from lib.archive.staging import Staging, keeps_copy, worth_staging
+from lib.archive.staging import StagedCopyMismatch, Staging, keeps_copy, worth_staging
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
 from lib.platform.s3 import StagedCopyMissing
-from lib.state.claim import Task
+from lib.state.claim import SentImage, StagedCopy, Task
 from lib.state.lane import LaneState, PauseReason
-from lib.state.lane_store import LaneStore
-from lib.transfer.failures import ArchiveFailure, Failure
-from lib.transfer.imagetype import DownloadedImage
+from lib.state.lane_store import LaneStore, SlotAnswer
+from lib.transfer.failures import ArchiveFailure, Failure, Stage
+from lib.transfer.held import HeldImage
+
+
+@dataclass
+class _Attempt:
+    """One claimed attempt as the step goes through it."""
+
+    task: Task
+    message: Message
+    lane: LaneState  # as the claim saw it
+    claimed_at: float  # time.monotonic() at the claim
+    deadline: float
+    restage: bool = False  # the row's staged copy is gone: stage the bytes again
+    slot_taken: bool = False
+    looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
+    duplicate_possible: bool = False  # ...but the look-up could not be answered
+
+    def db_now(self) -> datetime:
+        """The database's clock (read by the claim) moved on by the time elapsed here."""
+        return self.lane.now + timedelta(seconds=time.monotonic() - self.claimed_at)
 
 
 class Transfer:
@@ -31,135 +51,225 @@ class Transfer:
         self.settings = settings
         self.copier = copier
         self.staging = staging
-        self.lane = lane
+        self.lanes = lane
 
     def run(self, task: Task, lane: LaneState, message: Message, remaining_ms: int) -> Verdict:
-        claimed_at = time.monotonic()
-        deadline = claimed_at + (remaining_ms - FINISH_RESERVE_MS) / 1000
-        if not can_start(deadline):
+        now = time.monotonic()
+        at = _Attempt(task, message, lane, now, now + (remaining_ms - FINISH_RESERVE_MS) / 1000)
+        if not can_start(at.deadline):
             # Checked before anything is fetched: the only time an attempt is given back.
             return schedule.no_time_for_transfer()
         if lane.paused:
             # Only a staging claim takes a row while the lane is paused: capture it now.
-            return self._capture_and_wait(task, lane, message, deadline)
-        if self.settings.rate_limits:
-            closed_until = reserve_upload(
-                self.lane, self.settings.rate_limits, lane, claimed_at, deadline
-            )
-            if closed_until is not None:
-                now = db_now(lane, claimed_at)
-                pacing = HostCondition(PauseReason.PACING, "pacing: LSKY_RATE_LIMITS")
-                try:
-                    key = self.staging.capture(task, deadline, "pacing")
-                except ArchiveFailure as error:
-                    return self._attempt_failed(error.failure, task)
-                return schedule.wait_for_lane(
-                    schedule.paused_for(closed_until, now),
-                    message,
-                    condition=pacing,
-                    staged_key=key,
-                )
-        logger.info("archive started", max_attempts=self.settings.max_attempts)
-        rescue = _Rescue(self.staging, task, deadline)
+            return self._capture_and_wait(at)
+        if self._paced() and task.booked_at is None and _queued(lane):
+            # Others wait for slots already: queue behind them before fetching anything.
+            waiting = self._slot_or_wait(at, None)
+            if waiting is not None:
+                return waiting
+        if task.may_be_hosted and task.sent is not None:
+            # What the lost upload sent is known: look it up before fetching anything.
+            found = self._look_up(at, task.sent, None)
+            if isinstance(found, Verdict):
+                return found
+            at.looked_up, at.duplicate_possible = True, found
+        held = self._hold(at)
+        if isinstance(held, Verdict):
+            return held
         try:
-            copied = self._copy(task, deadline, rescue)
-        except ArchiveFailure as error:
-            return self._failed(
-                error.failure,
-                task=task,
-                lane=lane,
-                message=message,
-                claimed_at=claimed_at,
-                rescue=rescue,
-            )
-        return Verdict(
-            Outcome.ARCHIVED, copied.hosted.url, copied=copied, fields=_copy_fields(copied)
-        )
+            return self._with_bytes(at, held)
+        finally:
+            held.close()
 
-    def _capture_and_wait(
-        self, task: Task, lane: LaneState, message: Message, deadline: float
-    ) -> Verdict:
-        """Claimed while the lane is paused (staging on, row not staged): the upload must
-        wait, the download need not. Captured, then given back to wait for the lane."""
-        try:
-            key = self.staging.capture(task, deadline, "lane paused")
-        except ArchiveFailure as error:
-            # The download itself failed: the record's own failure, paused lane or not.
-            return self._attempt_failed(error.failure, task)
-        return schedule.wait_for_lane(lane.paused_for_seconds, message, staged_key=key)
+    # -- the bytes in hand ---------------------------------------------------------------
 
-    def _copy(self, task: Task, deadline: float, rescue: _Rescue) -> Copied:
-        """From the row's staged copy when it has one, else from the source URL."""
+    def _hold(self, at: _Attempt) -> HeldImage | Verdict:
+        """The staged copy read back when the row has one, else the source downloaded."""
+        task = at.task
         if task.staged_key is not None:
             if not self.staging.enabled:
                 logger.warning("the row has a staged copy but staging is off; using the source")
             else:
                 try:
-                    return self.copier.copy_staged(task, deadline)
+                    return self.staging.read_back(task, at.deadline)
                 except StagedCopyMissing as error:
                     # Expired by the lifecycle rule, or deleted: the source may still work.
                     logger.warning("staged copy missing; using the source", error=str(error))
-                    rescue.restage = True
-        return self.copier.copy(task, deadline, on_spool_failed=rescue.spool_failed)
+                    at.restage = True
+                except StagedCopyMismatch as error:
+                    return _mismatched(str(error))
+        try:
+            return self.copier.fetch(task, at.deadline)
+        except ArchiveFailure as error:
+            return self._source_failed(at, error.failure)
 
-    def _failed(
-        self,
-        failure: Failure,
-        *,
-        task: Task,
-        lane: LaneState,
-        message: Message,
-        claimed_at: float,
-        rescue: _Rescue,
-    ) -> Verdict:
-        staged = rescue.after(failure)
+    def _source_failed(self, at: _Attempt, failure: Failure) -> Verdict:
+        """The download failed. An image an earlier attempt may have stored can still be
+        adopted by its name and time; otherwise it is the record's own failure."""
+        if at.task.may_be_hosted and not at.looked_up:
+            try:
+                found = self.copier.find_ours(at.task, None, at.deadline)
+            except ArchiveFailure:
+                found = None
+            if found is not None and found.adopted is not None:
+                return _archived(found.adopted)
+        # Nothing was sent this attempt: the row keeps what the claim found.
+        return self._attempt_failed(at, replace(failure, may_be_hosted=at.task.may_be_hosted))
+
+    def _look_up(
+        self, at: _Attempt, sent: SentImage | None, held: HeldImage | None
+    ) -> Verdict | bool:
+        """Look for the image an earlier attempt may have stored: a Verdict when that ends
+        the attempt (adopted, the host refused, a look-up to retry), else whether the
+        upload goes on although a duplicate is possible (the last attempt's look-up
+        could not be answered: the image is not lost for it)."""
+        task = at.task
+        try:
+            found = self.copier.find_ours(task, sent, at.deadline)
+        except ArchiveFailure as error:
+            if host_condition(error.failure) is not None or task.attempt < (
+                self.settings.max_attempts
+            ):
+                return self._failed(at, error.failure, held)
+            logger.warning(
+                "the look-up failed on the last attempt; uploading, a duplicate is possible",
+                error=error.failure.message,
+            )
+            return True
+        for key, why in found.refused:
+            logger.info("an image with the record's name is not ours", key=key, why=why)
+        if found.adopted is not None:
+            return _archived(found.adopted)
+        return False
+
+    def _with_bytes(self, at: _Attempt, held: HeldImage) -> Verdict:
+        task = at.task
+        if task.may_be_hosted and not at.looked_up:
+            found = self._look_up(at, sent_of(held), held)
+            if isinstance(found, Verdict):
+                return found
+            at.duplicate_possible = found
+        if self._paced() and not at.slot_taken:
+            waiting = self._slot_or_wait(at, held)
+            if waiting is not None:
+                return waiting
+        logger.info("archive started", max_attempts=self.settings.max_attempts)
+        try:
+            copied = self.copier.upload(task, held, at.deadline)
+        except ArchiveFailure as error:
+            if at.slot_taken:
+                self.lanes.settle_slot(task.record_id, counted=_counted(error.failure))
+            return self._failed(at, error.failure, held)
+        return _archived(replace(copied, duplicate_possible=at.duplicate_possible))
+
+    # -- pacing --------------------------------------------------------------------------
+
+    def _paced(self) -> bool:
+        return bool(self.settings.rate_limits)
+
+    def _slot_or_wait(self, at: _Attempt, held: HeldImage | None) -> Verdict | None:
+        """Take the upload slot (None), sleeping for it only when it is a moment away and
+        the budget can pay; else the verdict that waits for it, the attempt given back."""
+        limits = self.settings.rate_limits
+        for _ in range(pacing.SLEEP_TRIES):
+            slot = self.lanes.take_slot(
+                at.task.record_id,
+                limits=limits,
+                margin=pacing.slot_margin(limits),
+                tolerance=pacing.SLOT_TOLERANCE_SECONDS,
+                stale=pacing.BOOKING_STALE_SECONDS,
+                book_within=pacing.BOOK_WITHIN_SECONDS,
+            )
+            if slot.answer is SlotAnswer.GO:
+                at.slot_taken = True
+                return None
+            if slot.answer is SlotAnswer.PAUSED:
+                seconds = schedule.paused_for(slot.at, slot.now)
+                staged = self._stage(at, held, "lane paused")
+                return schedule.wait_for_lane(seconds, at.message, staged=staged)
+            wait = slot.wait_seconds
+            can_sleep = held is not None and pacing.affordable_sleep(
+                wait, deadline=at.deadline, size=held.size, staging=self.staging.enabled
+            )
+            if not can_sleep:
+                booked = slot.answer is SlotAnswer.BOOKED
+                # A wait long enough to park may outlast the source URL: stage what is held.
+                staged = None if booked else self._stage(at, held, "paced")
+                return schedule.wait_for_slot(wait, at.message, booked=booked, staged=staged)
+            time.sleep(wait)
+        return schedule.wait_for_slot(0, at.message, booked=True)
+
+    # -- the host and the record's own failures ------------------------------------------
+
+    def _failed(self, at: _Attempt, failure: Failure, held: HeldImage | None) -> Verdict:
         condition = host_condition(failure)
         if condition is not None:
-            now = db_now(lane, claimed_at)
-            until = pause_until(condition, now=now, upload_times=lane.upload_times)
-            self.lane.pause(
-                until=until or "infinity",
-                reason=condition.reason,
-                window=condition.window,
-                detail=condition.detail[:200],
-            )
-            logger.warning(
-                "upload lane paused; attempt given back",
-                reason=str(condition.reason),
-                window=condition.window,
-                detail=condition.detail[:200],
-                paused_until=until.isoformat() if until is not None else "until cleared",
-            )
-            return schedule.wait_for_lane(
-                schedule.paused_for(until, now),
-                message,
-                condition=condition,
-                # A refusal stored nothing: the next attempt needs no look-up.
-                may_be_hosted=failure.may_be_hosted,
-                staged_key=staged,
-            )
-        return self._attempt_failed(failure, task, staged)
+            return self._host_paused(at, condition, failure, held)
+        return self._attempt_failed(at, failure, held)
 
-    def _attempt_failed(self, failure: Failure, task: Task, staged: str | None = None) -> Verdict:
+    def _host_paused(
+        self, at: _Attempt, condition: HostCondition, failure: Failure, held: HeldImage | None
+    ) -> Verdict:
+        """The host refused every upload for a while (or until an operator acts): the lane
+        pauses, the record pays nothing, and the bytes in hand are staged."""
+        now = at.db_now()
+        frees_at = None
+        if condition.window_seconds is not None and condition.limit is not None:
+            frees_at = self.lanes.window_frees_at(condition.window_seconds, condition.limit)
+        until = pause_until(
+            condition,
+            now=now,
+            window_frees_at=frees_at,
+            max_retry_after_seconds=self.settings.max_retry_after_seconds,
+        )
+        self.lanes.pause(
+            until=until or "infinity",
+            reason=condition.reason,
+            window=condition.window,
+            detail=condition.detail[:200],
+        )
+        logger.warning(
+            "upload lane paused; attempt given back",
+            reason=str(condition.reason),
+            window=condition.window,
+            detail=condition.detail[:200],
+            paused_until=until.isoformat() if until is not None else "until cleared",
+        )
+        verdict = schedule.wait_for_lane(
+            schedule.paused_for(until, now),
+            at.message,
+            condition=condition,
+            # A refusal stored nothing: the next attempt needs no look-up.
+            may_be_hosted=failure.may_be_hosted,
+            staged=self._stage(at, held, "upload failed"),
+        )
+        return replace(verdict, sent=_sent(failure, held))
+
+    def _attempt_failed(
+        self, at: _Attempt, failure: Failure, held: HeldImage | None = None
+    ) -> Verdict:
         """The record's own failure: retried after its backoff, or FAILED (lib.archive.retry)."""
-        settings = self.settings
+        task, settings = at.task, self.settings
         decision = policy.decide(
             failure,
             attempt=task.attempt,
             max_attempts=settings.max_attempts,
             delays=settings.retry_delays,
+            max_retry_after=settings.max_retry_after_seconds,
         )
         error = policy.error_summary(
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
+        staged = self._stage(at, held, "upload failed") if worth_staging(failure) else None
         fields = {"error_class": str(decision.error_class), "error": error}
         if decision.action is policy.Action.FAIL:
             return Verdict(
                 Outcome.FAILED,
                 error,
                 may_be_hosted=failure.may_be_hosted,
-                staged_key=staged,
+                staged=staged,
                 keep_staged=keeps_copy(failure),
+                sent=_sent(failure, held),
                 fields=fields,
             )
         return Verdict(
@@ -167,44 +277,66 @@ class Transfer:
             error,
             decision.delay_seconds,
             may_be_hosted=failure.may_be_hosted,
-            staged_key=staged,
+            staged=staged,
+            sent=_sent(failure, held),
             fields=fields,
         )
 
+    # -- staging ---------------------------------------------------------------------------
 
-def _copy_fields(copied: Copied) -> dict[str, object]:
-    return {"bytes": copied.size, "mime_type": copied.hosted.mime_type}
-
-
-class _Rescue:
-    """One attempt's staging after a failed upload: the spooled image is staged as it is;
-    a streamed one, whose body is spent, is downloaded again into the bucket."""
-
-    def __init__(self, staging: Staging, task: Task, deadline: float) -> None:
-        self.staging = staging
-        self.task = task
-        self.deadline = deadline
-        self.restage = False  # the row's staged copy turned out to be missing
-        self.tried = False
-        self.key: str | None = None
-
-    @property
-    def wanted(self) -> bool:
-        return self.staging.enabled and (self.task.staged_key is None or self.restage)
-
-    def spool_failed(self, image: DownloadedImage, failure: Failure) -> None:
-        if not self.wanted or not worth_staging(failure):
-            return
-        self.tried = True
-        self.key = self.staging.stage(self.task, image, self.deadline, "upload failed")
-
-    def after(self, failure: Failure) -> str | None:
-        """The key staged for this failure, if it is worth one (see worth_staging)."""
-        if self.key is not None or self.tried or not self.wanted or not worth_staging(failure):
-            return self.key
-        task = self.task if not self.restage else replace(self.task, staged_key=None)
+    def _capture_and_wait(self, at: _Attempt) -> Verdict:
+        """Claimed while the lane is paused (staging on, row not staged): the upload must
+        wait, the download need not. Captured, then given back to wait for the lane."""
         try:
-            return self.staging.capture(task, self.deadline, "upload failed")
-        except ArchiveFailure:
-            # The source failed this time: the upload's failure is what the row records.
+            staged = self.staging.capture(at.task, at.deadline, "lane paused")
+        except ArchiveFailure as error:
+            # The download itself failed: the record's own failure, paused lane or not.
+            return self._attempt_failed(at, error.failure)
+        return schedule.wait_for_lane(at.lane.paused_for_seconds, at.message, staged=staged)
+
+    def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
+        """Stage the bytes in hand, unless the row's own copy is where they came from."""
+        if held is None or (at.task.staged_key is not None and not at.restage):
             return None
+        return self.staging.stage(at.task, held, at.deadline, why)
+
+
+def _queued(lane: LaneState) -> bool:
+    return lane.queue_end is not None and lane.queue_end > lane.now
+
+
+def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:
+    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
+    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
+        return None
+    return sent_of(held)
+
+
+def _counted(failure: Failure) -> bool:
+    """Whether a failed upload counts against Lsky's windows: all but a rate-limit
+    refusal, which Lsky's limiter answers before storing anything."""
+    condition = host_condition(failure)
+    return condition is None or condition.reason is not PauseReason.RATE_LIMIT
+
+
+def _archived(copied: Copied) -> Verdict:
+    return Verdict(
+        Outcome.ARCHIVED,
+        copied.hosted.url,
+        copied=copied,
+        fields={"bytes": copied.size, "mime_type": copied.hosted.mime_type},
+    )
+
+
+def _mismatched(error: str) -> Verdict:
+    """The staged copy is not what was captured: never archived. Our fault, not the
+    record's: the attempt is given back and the row forgets the copy (the source next)."""
+    logger.error("staged copy does not match what was captured; dropped", error=error)
+    return Verdict(
+        Outcome.OWN_FAULT,
+        f"staging error: {error}",
+        schedule.OWN_FAULT_RETRY_SECONDS,
+        forget_staged=True,
+        metrics=("StagingError", "StagedCopyMismatch"),
+        fields={"error": error},
+    )

@@ -38,7 +38,7 @@ from lib.cli.pacing import (
 from lib.cli.progress import Display, Meter, duration
 from lib.cli.status import queue_depth
 from lib.platform.db import describe
-from lib.state.lane import DRAIN_WINDOW_SECONDS, PauseReason, uploads_within
+from lib.state.lane import DRAIN_WINDOW_SECONDS, PauseReason
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 
@@ -163,7 +163,7 @@ class Backfill:
         self.meter.total = self._total()
         while (room := self._room()) is None or room > 0:
             lane = self.ctx.lanes().state()
-            uploads = uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS)
+            uploads = lane.drain_uploads
             drain = per_minute(uploads, DRAIN_WINDOW_SECONDS)
             pause = lanes.pause_of(lane)
             if pause is not None and pause.reason != OWN_RHYTHM:

@@ -68,6 +68,10 @@ def describe(pause: Pause) -> str:
     return f"paused {until}: {', '.join(words)}"
 
 
+# Rows parked by the cleared pause come due over this many seconds, not all at once.
+UNPARK_SPREAD_SECONDS = 60.0
+
+
 def run_clear(ctx: Context) -> int:
     lanes = ctx.lanes()
     reason: str | None = ctx.args.reason
@@ -88,8 +92,12 @@ def run_clear(ctx: Context) -> int:
     out(f"cleared the {LANE} lane's pause; it was {describe(pause)}")
     if pause.detail:
         out(f"  detail: {pause.detail}")
+    unparked = 0
+    while batch := lanes.unpark(spread_seconds=UNPARK_SPREAD_SECONDS):
+        unparked += batch
     out(
-        "new attempts start as messages arrive (rows parked during the pause: when the "
-        "sweeper sends them); `archive-ctl status` shows the lane"
+        f"{unparked} rows parked by the pause are due now (spread over "
+        f"{UNPARK_SPREAD_SECONDS:.0f} s): the sweeper sends them on its next run; new "
+        "attempts start as messages arrive; `archive-ctl status` shows the lane"
     )
     return EXIT_OK

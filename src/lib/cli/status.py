@@ -21,7 +21,7 @@ from lib.cli.pacing import backlog_eta_seconds, per_minute
 from lib.cli.progress import duration
 from lib.platform.config import lock_ttl_seconds
 from lib.platform.db import describe
-from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, uploads_within
+from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
 from lib.state.sweeps import StagedSummary
 
@@ -108,7 +108,7 @@ def archive_counts(
 
 def lane_report(lane: LaneState) -> LaneReport:
     pause = lanes.pause_of(lane)
-    recent = uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS)
+    recent = lane.drain_uploads
     return LaneReport(
         name=lanes.LANE,
         paused=pause is not None,
@@ -132,9 +132,7 @@ def backlog(archive: LiveCounts, lane: LaneState) -> Backlog:
     # Rows, not messages: a queued row's message is in the queue as well (counting both
     # would count it twice), and a parked row has none but still needs its upload.
     records = archive.pending + archive.running
-    rate = per_minute(
-        uploads_within(lane.upload_times, lane.now, DRAIN_WINDOW_SECONDS), DRAIN_WINDOW_SECONDS
-    )
+    rate = per_minute(lane.drain_uploads, DRAIN_WINDOW_SECONDS)
     eta = backlog_eta_seconds(records, rate, paused_for_seconds=max(lane.paused_for_seconds, 0))
     return Backlog(records=records, eta_seconds=None if eta is None else round(eta, 1))
 

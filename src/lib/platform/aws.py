@@ -21,3 +21,13 @@ def client(
     )
     # boto3's stubs type each service by its literal name; the callers name theirs.
     return boto3.client(service, config=settings)  # type: ignore[call-overload]
+
+
+def error_code(error: BaseException) -> str | None:
+    """The AWS error code of a botocore ClientError (NoSuchKey, ReceiptHandleIsInvalid...),
+    None for any other error."""
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None

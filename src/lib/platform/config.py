@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lib.platform.errors import ConfigError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
@@ -39,6 +40,10 @@ DEFAULT_SWEEP_GRACE_SECONDS = 300
 # ...and not more often than this per row, so a slow consumer is not flooded.
 DEFAULT_REQUEUE_INTERVAL_SECONDS = 900
 DEFAULT_SWEEP_MAX_ROWS = 5000
+# A Retry-After from Lsky or a proxy in front of it pauses every upload: at most an hour
+# unless the operator says otherwise (1 .. 43200).
+DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
+DEFAULT_LSKY_TIMEZONE = "Asia/Shanghai"  # Lsky Pro's config/app.php: 'timezone' => 'PRC'
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class Settings:
     # ARCHIVE_STAGING_BUCKET: where images are captured while the host cannot take them
     # (lib.archive.staging); None = no staging.
     staging_bucket: str | None = None
+    # ARCHIVE_MAX_RETRY_AFTER_SECONDS: the longest pause a Retry-After may impose.
+    max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    # LSKY_TIMEZONE: the zone Lsky lists an image's `date` in (its config/app.php).
+    lsky_timezone: str = DEFAULT_LSKY_TIMEZONE
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,25 @@ def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
         return value
     _warn("invalid %s=%r, using default %s", name, raw, default)
     return default
+
+
+def bounded_int(env: Mapping[str, str], name: str, default: int, *, maximum: int) -> int:
+    """A positive int (the contract's fallback for zero, negative or not a number); one
+    above `maximum` is refused at start-up, naming the variable."""
+    value = positive_int(env, name, default)
+    if value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}")
+    return value
+
+
+def time_zone(env: Mapping[str, str], name: str) -> str:
+    """An IANA zone name (Asia/Shanghai, UTC); an unknown one fails at start-up."""
+    raw = _text(env, name) or DEFAULT_LSKY_TIMEZONE
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ConfigError(f"{name} is not a time zone name (e.g. Asia/Shanghai)") from error
+    return raw
 
 
 def optional_id(env: Mapping[str, str], name: str) -> int | None:
@@ -295,6 +323,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
         rate_limits=rate_limits(env),
         staging_bucket=staging_bucket(env),
+        max_retry_after_seconds=bounded_int(
+            env,
+            "ARCHIVE_MAX_RETRY_AFTER_SECONDS",
+            DEFAULT_MAX_RETRY_AFTER_SECONDS,
+            maximum=MAX_VISIBILITY_SECONDS,
+        ),
+        lsky_timezone=time_zone(env, "LSKY_TIMEZONE"),
     )
 
 

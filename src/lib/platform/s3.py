@@ -182,7 +182,7 @@ class StagingBucket:
         try:
             response = self.client.get_object(Bucket=self.name, Key=key)
         except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-            if _error_code(error) in ("NoSuchKey", "404"):
+            if aws.error_code(error) in ("NoSuchKey", "404"):
                 raise StagedCopyMissing(f"staged copy {key} is gone") from None
             raise StagingError(f"reading staged copy {key} failed ({_describe(error)})") from None
         return StagedObject(key, int(response["ContentLength"]), response["Body"], deadline)
@@ -195,16 +195,8 @@ class StagingBucket:
             raise StagingError(f"deleting staged copy {key} failed ({_describe(error)})") from None
 
 
-def _error_code(error: Exception) -> str | None:
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        code = response.get("Error", {}).get("Code")
-        return str(code) if code is not None else None
-    return None
-
-
 def _describe(error: Exception) -> str:
     """The error's type and S3's code (AccessDenied, SlowDown...): never a message, which
     may quote a signed URL or a header."""
-    code = _error_code(error)
+    code = aws.error_code(error)
     return f"{type(error).__name__}: {code}" if code else type(error).__name__

@@ -26,6 +26,18 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_altered BO
 -- when: the next attempt uploads from there instead of the provider's temporary URL.
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_key TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_at TIMESTAMPTZ;
+-- What was captured (SHA-256 and length of the staged bytes): checked when the copy is
+-- read back, so a replaced or truncated object is never archived.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_sha256 TEXT;
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_staged_bytes BIGINT;
+-- Why a PENDING row waits for its due time (lib.state.status.WaitReason): backoff, the
+-- host paused the lane, our pacing, our own fault, no time left. NULL: it does not wait.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_wait_reason TEXT;
+-- What an upload whose answer was lost sent (md5, sha1, width, height): the next attempt
+-- compares the image it finds on Lsky with it before adopting, without a download.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_sent JSONB;
+-- The first claim that could upload: an image on Lsky older than this is not ours to adopt.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_first_claimed_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -36,6 +48,13 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_pending
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_running_idx
     ON image_generation_records (archive_locked_at)
     WHERE archive_status = 'RUNNING';
+
+-- Rows we parked (no message out, waiting for their due time): the sweeper sends them
+-- when due, `lane clear` makes those of a pause due now; only they are in it.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_parked_idx
+    ON image_generation_records (archive_next_run_at)
+    WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
+      AND archive_wait_reason IS NOT NULL;
 
 -- Operators list and replay failures by generation time (`requeue --failed --since`).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
@@ -94,3 +113,27 @@ CREATE TABLE IF NOT EXISTS image_archive_lane (
 );
 
 INSERT INTO image_archive_lane (lane) VALUES ('lsky') ON CONFLICT (lane) DO NOTHING;
+
+-- The lane's upload ledger: one row per upload (state done: when Lsky answered; taken:
+-- an upload under way) and per booked slot (state booked: a future upload time kept for
+-- record_id). Rows older than two hours are rolled up into image_archive_upload_hours by
+-- the sweeper, so the table holds hours, not history (lib.state.lane_store).
+CREATE TABLE IF NOT EXISTS image_archive_uploads (
+    lane TEXT NOT NULL DEFAULT 'lsky',
+    at TIMESTAMPTZ NOT NULL,
+    record_id BIGINT,
+    state TEXT NOT NULL DEFAULT 'done' CHECK (state IN ('booked', 'taken', 'done'))
+);
+
+CREATE INDEX IF NOT EXISTS image_archive_uploads_at_idx ON image_archive_uploads (lane, at);
+
+CREATE INDEX IF NOT EXISTS image_archive_uploads_record_idx
+    ON image_archive_uploads (record_id) WHERE state <> 'done';
+
+-- Uploads per hour, older than the ledger's two hours, for a day, week or month window.
+CREATE TABLE IF NOT EXISTS image_archive_upload_hours (
+    lane TEXT NOT NULL,
+    hour TIMESTAMPTZ NOT NULL,
+    uploads INT NOT NULL,
+    PRIMARY KEY (lane, hour)
+);

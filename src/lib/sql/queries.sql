@@ -22,9 +22,15 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- may_be_hosted); `claimed` sets it, since this attempt may upload and then vanish.
 WITH lane AS (
     SELECT paused_until, {{lane_paused_for}} AS paused_for,
-           pause_reason, pause_window, upload_times, version
+           pause_reason, pause_window, pause_detail, paused_since
     FROM image_archive_lane
     WHERE lane = 'lsky'
+),
+booking AS (
+    -- This record's booked upload slot (pacing), and the end of the lane's booked queue.
+    SELECT max(at) FILTER (WHERE record_id = :record_id) AS mine, max(at) AS queue_end
+    FROM image_archive_uploads
+    WHERE state = 'booked'
 ),
 target AS (
     SELECT id, status, archive_status,
@@ -41,7 +47,11 @@ claimed AS (
                                 THEN r.archive_attempts ELSE r.archive_attempts + 1 END,
         archive_locked_by = :owner,
         archive_locked_at = now(),
-        archive_may_be_hosted = true
+        archive_may_be_hosted = true,
+        -- Unknown for a row an older release claimed: then no image is too old to adopt.
+        archive_first_claimed_at = COALESCE(r.archive_first_claimed_at,
+                                            CASE WHEN r.archive_attempts = 0 THEN now() END),
+        archive_wait_reason = NULL
     WHERE r.id = :record_id
       AND r.status = 'SUCCEEDED'
       AND ((r.archive_status = 'PENDING'
@@ -56,7 +66,8 @@ claimed AS (
       AND (NOT EXISTS (SELECT 1 FROM lane WHERE lane.paused_until > now())
            OR (CAST(:capture_while_paused AS boolean) AND r.archive_staged_key IS NULL))
     RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts,
-              r.archive_staged_key
+              r.archive_staged_key, r.archive_staged_sha256, r.archive_staged_bytes,
+              r.archive_first_claimed_at, r.archive_sent
 ),
 exhausted AS (
     UPDATE image_generation_records AS r
@@ -78,11 +89,13 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        claimed.id, claimed.user_id, u.username, claimed.image_url,
        claimed.started_at, claimed.archive_attempts,
        target.may_be_hosted,
-       lane.paused_for, lane.pause_reason, lane.pause_window,
-       lane.upload_times, lane.version, now(),
-       claimed.archive_staged_key
+       lane.paused_for, lane.pause_reason, lane.pause_window, now(),
+       lane.pause_detail, lane.paused_since, booking.queue_end,
+       claimed.archive_staged_key, claimed.archive_staged_sha256, claimed.archive_staged_bytes,
+       claimed.archive_first_claimed_at, booking.mine, claimed.archive_sent
 FROM (SELECT 1) AS one
 LEFT JOIN lane ON true
+LEFT JOIN booking ON true
 LEFT JOIN target ON true
 LEFT JOIN claimed ON true
 LEFT JOIN exhausted ON true
@@ -113,20 +126,35 @@ written AS (
         archive_locked_by = NULL,
         archive_locked_at = NULL,
         -- Published: the worker deletes the staged copy (if any) after this write.
-        archive_staged_key = NULL,
-        archive_staged_at = NULL
+        {{forget_staged}},
+        archive_wait_reason = NULL,
+        archive_sent = NULL
     FROM before
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
 ),
+settled AS (
+    -- The lane's ledger: the upload this attempt's slot took is done now (when Lsky
+    -- answered, which is after it counted the image). Logged even when another attempt
+    -- had recorded the row: the upload happened. Never for an adoption (:log_upload).
+    UPDATE image_archive_uploads
+    SET state = 'done', at = now()
+    WHERE ctid = (SELECT ctid FROM image_archive_uploads
+                  WHERE record_id = :record_id AND state = 'taken'
+                  ORDER BY at DESC LIMIT 1)
+      AND CAST(:log_upload AS boolean)
+    RETURNING 1
+),
 logged AS (
-    -- The lane's upload log (drain rate, pause estimates), when pacing did not already
-    -- log this upload at its reservation. Same round trip as the success write.
-    UPDATE image_archive_lane
-    SET upload_times = {{trimmed_upload_log}}
-    WHERE lane = 'lsky' AND CAST(:log_upload AS boolean)
-      AND EXISTS (SELECT 1 FROM written)
-    RETURNING lane
+    -- Unpaced, no slot was taken: the upload enters the ledger here.
+    INSERT INTO image_archive_uploads (lane, at, record_id, state)
+    SELECT 'lsky', now(), :record_id, 'done'
+    WHERE CAST(:log_upload AS boolean) AND NOT EXISTS (SELECT 1 FROM settled)
+    RETURNING 1
+),
+unbooked AS (
+    DELETE FROM image_archive_uploads WHERE record_id = :record_id AND state = 'booked'
+    RETURNING 1
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
        written.id IS NOT NULL,
@@ -143,6 +171,8 @@ SET archive_status = 'PENDING',
     archive_error = :error,
     archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
+    archive_wait_reason = 'backoff',
+    {{record_sent}},
     archive_locked_by = NULL,
     archive_locked_at = NULL,
     {{record_staged}}
@@ -160,11 +190,21 @@ SET archive_status = 'FAILED',
     archive_next_run_at = NULL,
     archive_locked_by = NULL,
     archive_locked_at = NULL,
+    archive_wait_reason = NULL,
+    {{record_sent}},
     archive_staged_key = CASE WHEN CAST(:keep_staged AS boolean)
                               THEN COALESCE(CAST(:staged_key AS text), archive_staged_key) END,
     archive_staged_at = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
                              WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
-                             ELSE archive_staged_at END
+                             ELSE archive_staged_at END,
+    archive_staged_sha256 = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                                 WHEN CAST(:staged_key AS text) IS NOT NULL
+                                      THEN CAST(:staged_sha256 AS text)
+                                 ELSE archive_staged_sha256 END,
+    archive_staged_bytes = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                                WHEN CAST(:staged_key AS text) IS NOT NULL
+                                     THEN CAST(:staged_bytes AS bigint)
+                                ELSE archive_staged_bytes END
 WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
 RETURNING id;
 
@@ -181,6 +221,8 @@ SET archive_status = 'PENDING',
                                ELSE archive_enqueued_at END,
     archive_may_be_hosted = :may_be_hosted,
     archive_next_run_at = now() + make_interval(secs => :delay),
+    archive_wait_reason = :wait_reason,
+    {{record_sent}},
     archive_locked_by = NULL,
     archive_locked_at = NULL,
     {{record_staged}}
@@ -251,9 +293,11 @@ RETURNING r.id;
 
 -- name: take_lost
 -- Lost messages: due more than the grace period ago and not sent within the requeue
--- interval. Keyset paging on the due time (:after). A row whose generation is not
--- SUCCEEDED can never be claimed: it is concluded as FAILED instead of sent forever.
-WITH picked AS (
+-- interval; and rows we parked (no message out, a wait reason) as soon as they are due.
+-- Two range reads, each of one partial index. Keyset paging on the due time (:after).
+-- A row whose generation is not SUCCEEDED can never be claimed: it is concluded as
+-- FAILED instead of sent forever.
+WITH lost AS (
     SELECT id, archive_enqueued_at
     FROM image_generation_records
     WHERE archive_status = 'PENDING'
@@ -264,6 +308,22 @@ WITH picked AS (
     ORDER BY archive_next_run_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
+),
+parked AS (
+    -- Parked rows due within the grace period (older ones are `lost` rows too).
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
+      AND archive_wait_reason IS NOT NULL
+      AND archive_next_run_at >= GREATEST(CAST(:after AS timestamptz),
+                                          now() - make_interval(secs => :grace))
+      AND archive_next_run_at < now()
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
 )
 UPDATE image_generation_records AS r
 SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILED' END,
@@ -386,19 +446,13 @@ FROM image_generation_records
 GROUP BY 1
 ORDER BY 1;
 
--- name: trimmed_upload_log
--- The upload log with now() added: the newest 1000 entries of the last :log_seconds.
-(SELECT COALESCE(array_agg(t ORDER BY t), '{}')
- FROM (SELECT t FROM unnest(array_append(upload_times, now())) AS t
-       WHERE t > now() - make_interval(secs => :log_seconds)
-       ORDER BY t DESC LIMIT 1000) AS recent)
-
 -- name: park
 -- A PENDING row the paused lane will not take for a long while: its message is
 -- acknowledged, and the sweeper's lost-message step sends a new one once the row is
 -- due and the lane open (no stamp: no message is out for it).
 UPDATE image_generation_records
 SET archive_next_run_at = GREATEST(archive_next_run_at, now() + make_interval(secs => :delay)),
+    archive_wait_reason = COALESCE(CAST(:wait_reason AS text), archive_wait_reason),
     archive_enqueued_at = NULL
 WHERE id = :record_id AND archive_status = 'PENDING'
 RETURNING id;
@@ -412,10 +466,16 @@ CASE WHEN isfinite(paused_until)
      WHEN paused_until IS NOT NULL THEN CAST('-Infinity' AS double precision) END
 
 -- name: lane_state
--- The lane as one row; a pause until cleared has a NULL end time here.
+-- The lane as one row (the claim reads the same first columns); a pause until cleared
+-- has a NULL end time here. Booked: slots pacing handed out and not yet used.
 SELECT {{lane_paused_for}},
-       pause_reason, pause_window, upload_times, version, now(),
-       CASE WHEN isfinite(paused_until) THEN paused_until END, paused_since, pause_detail
+       pause_reason, pause_window, now(), pause_detail, paused_since,
+       (SELECT max(at) FROM image_archive_uploads WHERE state = 'booked'),
+       CASE WHEN isfinite(paused_until) THEN paused_until END,
+       (SELECT count(*) FROM image_archive_uploads WHERE state = 'booked'),
+       (SELECT count(*) FROM image_archive_uploads
+         WHERE state <> 'booked' AND at > now() - make_interval(secs => :drain_seconds)
+           AND at <= now())
 FROM image_archive_lane
 WHERE lane = 'lsky';
 
@@ -446,24 +506,189 @@ WHERE l.lane = old.lane AND l.paused_until IS NOT NULL
   AND (CAST(:reason AS text) IS NULL OR old.pause_reason = :reason)
 RETURNING old.pause_reason;
 
--- name: reserve_upload
--- Pacing: take an upload slot (the caller computed the new log from the version it
--- read), or close the lane until the next free slot. Optimistic: 0 rows if another
--- container changed the lane meanwhile, and the caller reads it again.
-UPDATE image_archive_lane
-SET upload_times = CAST(:upload_times AS timestamptz[]),
-    paused_until = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN paused_until
-                        ELSE GREATEST(COALESCE(paused_until, '-infinity'),
-                                      CAST(:closed_until AS timestamptz)) END,
-    pause_reason = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN pause_reason
-                        WHEN paused_until > now() THEN pause_reason
-                        ELSE 'pacing' END,
-    paused_since = CASE WHEN CAST(:closed_until AS timestamptz) IS NULL THEN paused_since
-                        WHEN paused_until > now() THEN paused_since
-                        ELSE now() END,
-    version = version + 1
-WHERE lane = 'lsky' AND version = :version
-RETURNING version;
+-- name: ledger_entries
+-- Every upload the lane knows of (done, taken) and every booked slot, as (at, n): the
+-- ledger's rows one by one, older hours rolled up (counted at the hour's end, which can
+-- only make a window look fuller than it was). :record_id's own booking is left out.
+SELECT at, 1 AS n FROM image_archive_uploads
+ WHERE lane = 'lsky'
+   AND NOT (state = 'booked' AND record_id IS NOT DISTINCT FROM CAST(:record_id AS bigint))
+UNION ALL
+SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE lane = 'lsky'
+
+-- name: take_slot
+-- Pacing (LSKY_RATE_LIMITS): the one place an upload slot is given, under the lane row's
+-- lock, so every slot sees every pause and every other slot. A fresh slot is the
+-- earliest time at or after now, and after the booked queue (first come, first served),
+-- at which each window (:windows seconds, :limits uploads) holds fewer than its limit:
+-- the window's limit-th newest entry + window + :margin. The record's own booking stands
+-- (unless missed by more than :stale seconds), checked against the uploads made so far.
+-- Due within :tolerance: taken now ('go'). Later: booked for the record at a whole number
+-- of seconds from now (its message's visibility) when within :book_within seconds, else
+-- only said. While the lane is paused nothing is given, and `at` is the pause's end.
+WITH lane AS (
+    SELECT paused_until FROM image_archive_lane WHERE lane = 'lsky' FOR UPDATE
+),
+mine AS (
+    SELECT max(at) AS at FROM image_archive_uploads
+    WHERE record_id = :record_id AND state = 'booked'
+),
+entries AS MATERIALIZED ({{ledger_entries}}),
+windows AS (
+    SELECT * FROM unnest(CAST(:windows AS double precision[]), CAST(:limits AS int[]))
+        AS l(seconds, uploads)
+),
+free AS (
+    -- past: what uploads made so far allow; all: bookings counted too.
+    SELECT max(nth.past + make_interval(secs => w.seconds + :margin)) AS past,
+           max(nth.all_ + make_interval(secs => w.seconds + :margin)) AS all_
+    FROM windows AS w
+    CROSS JOIN LATERAL (
+        SELECT (SELECT e.at FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
+                                  FROM entries
+                                  WHERE at > now() - make_interval(secs => w.seconds + :margin)
+                                    AND at <= now()) AS e
+                WHERE e.seen >= w.uploads ORDER BY e.at DESC LIMIT 1) AS past,
+               (SELECT e.at FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
+                                  FROM entries
+                                  WHERE at > now() - make_interval(secs => w.seconds + :margin))
+                                 AS e
+                WHERE e.seen >= w.uploads ORDER BY e.at DESC LIMIT 1) AS all_
+    ) AS nth
+),
+queue AS (
+    SELECT max(at) AS at FROM image_archive_uploads
+    WHERE state = 'booked' AND record_id IS DISTINCT FROM :record_id
+      AND at > now() - make_interval(secs => :stale)
+),
+slot AS (
+    SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
+           (SELECT at FROM mine) IS NOT NULL AS has_mine,
+           CASE WHEN (SELECT at FROM mine) >= now() - make_interval(secs => :stale)
+                THEN GREATEST((SELECT at FROM mine), (SELECT past FROM free))
+                ELSE GREATEST(now(), (SELECT at FROM queue), (SELECT all_ FROM free))
+           END AS at
+),
+decision AS (
+    SELECT paused, has_mine,
+           NOT paused AND at <= now() + make_interval(secs => :tolerance) AS go,
+           CASE WHEN paused THEN (SELECT paused_until FROM lane)
+                WHEN at <= now() + make_interval(secs => :tolerance) THEN now()
+                ELSE now() + make_interval(secs => ceil(EXTRACT(EPOCH FROM at - now())))
+           END AS at
+    FROM slot
+),
+kept AS (
+    UPDATE image_archive_uploads AS u
+    SET state = CASE WHEN d.go THEN 'taken' ELSE 'booked' END, at = d.at
+    FROM decision AS d
+    WHERE u.record_id = :record_id AND u.state = 'booked'
+      AND NOT d.paused AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
+    RETURNING 1
+),
+added AS (
+    INSERT INTO image_archive_uploads (lane, at, record_id, state)
+    SELECT 'lsky', d.at, :record_id, CASE WHEN d.go THEN 'taken' ELSE 'booked' END
+    FROM decision AS d
+    WHERE NOT d.has_mine AND NOT d.paused
+      AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
+    RETURNING 1
+),
+dropped AS (
+    -- A booking the record will not keep (its wait grew past :book_within: parked).
+    DELETE FROM image_archive_uploads AS u
+    USING decision AS d
+    WHERE u.record_id = :record_id AND u.state = 'booked' AND NOT d.paused AND NOT d.go
+      AND d.at > now() + make_interval(secs => :book_within)
+    RETURNING 1
+)
+SELECT d.paused, d.go, d.at, now(),
+       (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go
+FROM decision AS d;
+
+-- name: settle_slot
+-- After an upload that failed: the slot it took counts as an upload when Lsky may have
+-- stored (or counted) something, at the time it answered; a rate-limit refusal stored
+-- nothing, and its slot is given back.
+WITH taken AS (
+    SELECT ctid FROM image_archive_uploads
+    WHERE record_id = :record_id AND state = 'taken'
+    ORDER BY at DESC LIMIT 1
+),
+counted AS (
+    UPDATE image_archive_uploads SET state = 'done', at = now()
+    WHERE ctid IN (SELECT ctid FROM taken) AND CAST(:counted AS boolean)
+    RETURNING 1
+),
+given_back AS (
+    DELETE FROM image_archive_uploads
+    WHERE ctid IN (SELECT ctid FROM taken) AND NOT CAST(:counted AS boolean)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM given_back);
+
+-- name: cancel_booking
+-- A record that will not use its booked slot (parked for longer, concluded) frees it.
+DELETE FROM image_archive_uploads WHERE record_id = :record_id AND state = 'booked'
+RETURNING at;
+
+-- name: uploads_within
+-- Uploads (done or under way) in the last :seconds: the drain rate, status, backfill.
+SELECT COALESCE(sum(n), 0) FROM ({{ledger_entries}}) AS e
+WHERE at > now() - make_interval(secs => :seconds) AND at <= now();
+
+-- name: window_frees_at
+-- When a window Lsky named (:seconds, :limit uploads) frees its next slot by the ledger:
+-- the limit-th newest upload in it ages out. NULL: the ledger holds fewer uploads than
+-- the limit (other clients of the account count too), so the whole window is waited.
+SELECT min(e.at) + make_interval(secs => :seconds)
+FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
+      FROM ({{ledger_entries}}) AS entries
+      WHERE at > now() - make_interval(secs => :seconds) AND at <= now()) AS e
+WHERE e.seen >= :limit;
+
+-- name: roll_up_ledger
+-- The sweeper keeps the ledger small: uploads older than two hours become per-hour counts
+-- (at most :limit rows a run), counts older than 32 days and bookings missed by an hour
+-- go. Rows are moved, never copied, so two sweeps at once cannot count one twice.
+WITH old AS (
+    DELETE FROM image_archive_uploads
+    WHERE ctid IN (SELECT ctid FROM image_archive_uploads
+                   WHERE at < now() - interval '2 hours' AND state <> 'booked'
+                   LIMIT :limit)
+    RETURNING lane, at
+),
+hours AS (
+    INSERT INTO image_archive_upload_hours (lane, hour, uploads)
+    SELECT lane, date_trunc('hour', at), count(*) FROM old GROUP BY 1, 2
+    ON CONFLICT (lane, hour)
+        DO UPDATE SET uploads = image_archive_upload_hours.uploads + EXCLUDED.uploads
+    RETURNING 1
+),
+expired AS (
+    DELETE FROM image_archive_upload_hours WHERE hour < now() - interval '32 days'
+    RETURNING 1
+),
+missed AS (
+    DELETE FROM image_archive_uploads
+    WHERE state = 'booked' AND at < now() - interval '1 hour'
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM missed);
+
+-- name: unpark_paused
+-- `archive-ctl lane clear`: rows parked because the lane was paused are due now, spread
+-- over :spread seconds so they do not all arrive at once; :limit a call (call again
+-- until none: a row moved is inside the spread, so it is not taken twice).
+UPDATE image_generation_records
+SET archive_next_run_at = now() + make_interval(secs => random() * :spread)
+WHERE id IN (SELECT id FROM image_generation_records
+             WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
+               AND archive_wait_reason = 'paused'
+               AND archive_next_run_at > now() + make_interval(secs => :spread)
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+RETURNING id;
 
 -- name: backfill_selection
 -- The generations `archive-ctl backfill` queues: SUCCEEDED and never queued, started in
@@ -534,10 +759,35 @@ SELECT
 
 -- name: record_staged
 -- SET items for a row that gives its attempt back: a copy staged during the attempt
--- (:staged_key) replaces the row's; NULL keeps what the row has.
-archive_staged_key = COALESCE(CAST(:staged_key AS text), archive_staged_key),
+-- (:staged_key, with the SHA-256 and length captured) replaces the row's; NULL keeps what
+-- the row has, unless :forget_staged (the row's copy did not match what was captured).
+archive_staged_key = CASE WHEN CAST(:staged_key AS text) IS NOT NULL
+                               THEN CAST(:staged_key AS text)
+                          WHEN CAST(:forget_staged AS boolean) THEN NULL
+                          ELSE archive_staged_key END,
 archive_staged_at = CASE WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
-                         ELSE archive_staged_at END
+                         WHEN CAST(:forget_staged AS boolean) THEN NULL
+                         ELSE archive_staged_at END,
+archive_staged_sha256 = CASE WHEN CAST(:staged_key AS text) IS NOT NULL
+                                  THEN CAST(:staged_sha256 AS text)
+                             WHEN CAST(:forget_staged AS boolean) THEN NULL
+                             ELSE archive_staged_sha256 END,
+archive_staged_bytes = CASE WHEN CAST(:staged_key AS text) IS NOT NULL
+                                 THEN CAST(:staged_bytes AS bigint)
+                            WHEN CAST(:forget_staged AS boolean) THEN NULL
+                            ELSE archive_staged_bytes END
+
+-- name: record_sent
+-- SET item: what this attempt's upload sent, when Lsky may have kept it (:sent, JSON);
+-- NULL keeps what an earlier attempt recorded.
+archive_sent = COALESCE(CAST(:sent AS jsonb), archive_sent)
+
+-- name: forget_staged
+-- SET items for a row whose staged copy is published or dropped.
+archive_staged_key = NULL,
+archive_staged_at = NULL,
+archive_staged_sha256 = NULL,
+archive_staged_bytes = NULL
 
 -- name: staged_summary
 -- Staged copies waiting to be published (PENDING, RUNNING), how long the oldest has

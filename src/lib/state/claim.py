@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 from lib.state.lane import LaneState
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
@@ -14,6 +14,41 @@ from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 # and PostgreSQL); within this slack it is on time. Earlier than that it is a second
 # copy arriving during a backoff (or a Retry-After) and is held back until due.
 EARLY_SLACK_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class StagedCopy:
+    """An image captured to the staging bucket: its object, and what was captured."""
+
+    key: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SentImage:
+    """What an upload sent, for comparing an image found on Lsky with (archive_sent)."""
+
+    md5: str
+    sha1: str
+    dimensions: tuple[int, int] | None
+
+    def as_json(self) -> dict[str, Any]:
+        width, height = self.dimensions or (None, None)
+        return {"md5": self.md5, "sha1": self.sha1, "width": width, "height": height}
+
+    @classmethod
+    def from_json(cls, value: Any) -> SentImage | None:
+        """From the column; None for anything an older release (or a hand) left there."""
+        if not isinstance(value, dict):
+            return None
+        md5, sha1 = value.get("md5"), value.get("sha1")
+        if not isinstance(md5, str) or not isinstance(sha1, str):
+            return None
+        width, height = value.get("width"), value.get("height")
+        if isinstance(width, int) and isinstance(height, int):
+            return cls(md5, sha1, (width, height))
+        return cls(md5, sha1, None)
 
 
 @dataclass(frozen=True)
@@ -29,8 +64,17 @@ class Task:
     # The last attempt may have left an image on Lsky that the row does not point at:
     # look it up before uploading again (lib.archive.reconcile).
     may_be_hosted: bool = False
-    # Where an earlier attempt staged the image (lib.archive.staging): upload from there.
+    # Where an earlier attempt staged the image (lib.archive.staging): upload from there,
+    # once its bytes match what was captured (SHA-256, length).
     staged_key: str | None = None
+    staged_sha256: str | None = None
+    staged_bytes: int | None = None
+    # The first claim that could upload: an image stored before it is not this record's.
+    first_claimed_at: datetime | None = None
+    # The upload slot pacing booked for this record, if any.
+    booked_at: datetime | None = None
+    # What the last upload sent, when Lsky may have kept it (compared before adopting).
+    sent: SentImage | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +88,7 @@ class ClaimSnapshot:
     due_in_seconds: float = 0.0  # archive_next_run_at - now(); negative when past due
     exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
     lane: LaneState | None = None  # the upload lane when the claim ran
+    booked_at: datetime | None = None  # the record's booked upload slot, if any
 
 
 @dataclass(frozen=True)
@@ -53,16 +98,16 @@ class ClaimResult:
 
 
 def early_delay(snapshot: ClaimSnapshot) -> int | None:
-    """Seconds to hold a message that came for a PENDING row before its due time, or None.
+    """Seconds until a PENDING row that a message came for early is due, or None.
 
     The claim refuses such a row so that a duplicate cannot cut a backoff short; the
-    message is kept, not dropped, in case it is the row's only one.
+    message is kept (or the row parked), not dropped, in case it is the row's only one.
     """
     if snapshot.status != GENERATION_SUCCEEDED or snapshot.archive_status != ArchiveStatus.PENDING:
         return None
     if snapshot.due_in_seconds <= 0:
         return None
-    return min(math.ceil(snapshot.due_in_seconds), MAX_VISIBILITY_SECONDS)
+    return math.ceil(snapshot.due_in_seconds)
 
 
 def skip_reason(snapshot: ClaimSnapshot) -> str:

@@ -1,11 +1,11 @@
-"""The upload lane as PostgreSQL holds it: a shared pause and the recent upload times."""
+"""The upload lane as PostgreSQL holds it: a shared pause, booked slots, the drain rate."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 # The drain rate is the lane's uploads over this window (the sweeper, status, backfill).
@@ -18,18 +18,7 @@ class PauseReason(enum.StrEnum):
     RATE_LIMIT = "rate_limit"  # Lsky's upload-count window, or HTTP 429
     RETRY_AFTER = "retry_after"  # Lsky asked for a pause (Retry-After on an error)
     ACCOUNT = "account"  # token, API switch, quota, account state: until cleared or probed
-    PACING = "pacing"  # our own spacing (LSKY_RATE_LIMITS)
-
-
-def uploads_within(times: Iterable[datetime], now: datetime, seconds: float) -> int:
-    """How many of the lane's upload times fall in the last `seconds` before `now`."""
-    since = now - timedelta(seconds=seconds)
-    return sum(1 for moment in times if since < moment <= now)
-
-
-def drain_per_second(times: Iterable[datetime], now: datetime) -> float:
-    """Uploads per second over the last DRAIN_WINDOW_SECONDS."""
-    return uploads_within(times, now, DRAIN_WINDOW_SECONDS) / DRAIN_WINDOW_SECONDS
+    PACING = "pacing"  # our own spacing (LSKY_RATE_LIMITS): a booked slot, not a pause
 
 
 @dataclass(frozen=True)
@@ -38,30 +27,36 @@ class LaneState:
 
     now: datetime
     paused_for_seconds: float = 0.0  # > 0 while paused
-    reason: str | None = None  # rate_limit | retry_after | account | pacing
+    reason: str | None = None  # rate_limit | retry_after | account
     window: str | None = None  # minute, hour, day, week, month, unknown
-    upload_times: tuple[datetime, ...] = field(default=(), repr=False)
-    version: int = 0
     detail: str | None = None
     paused_since: datetime | None = None
+    queue_end: datetime | None = None  # the last slot pacing has booked, if any
+    booked: int = 0  # slots booked and not used yet (lane_state only)
+    drain_uploads: int = 0  # uploads in the last DRAIN_WINDOW_SECONDS (lane_state only)
 
     @property
     def paused(self) -> bool:
         return self.paused_for_seconds > 0
 
+    @property
+    def drain_per_second(self) -> float:
+        return self.drain_uploads / DRAIN_WINDOW_SECONDS
+
 
 def lane_state(row: Sequence[Any]) -> LaneState:
-    """From the columns (paused_for, reason, window, upload_times, version, now[, until,
-    since, detail]) that the claim and `lane_state` select."""
-    paused_for, reason, window, times, version, now = row[:6]
-    since, detail = (row[7], row[8]) if len(row) >= 9 else (None, None)
+    """From the columns (paused_for, reason, window, now, detail, since, queue_end[, until,
+    booked, drain_uploads]) that the claim and `lane_state` select."""
+    paused_for, reason, window, now, detail, since, queue_end = row[:7]
+    booked, drain = (row[8], row[9]) if len(row) >= 10 else (0, 0)
     return LaneState(
         now=now,
         paused_for_seconds=float(paused_for) if paused_for is not None else 0.0,
         reason=reason,
         window=window,
-        upload_times=tuple(times or ()),
-        version=int(version or 0),
         detail=detail,
         paused_since=since,
+        queue_end=queue_end,
+        booked=int(booked or 0),
+        drain_uploads=int(drain or 0),
     )

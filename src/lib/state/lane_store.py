@@ -1,16 +1,41 @@
-"""The upload lane's statements (image_archive_lane): its pause and its upload log."""
+"""The upload lane's statements: its pause (image_archive_lane) and its ledger of uploads
+and booked slots (image_archive_uploads, image_archive_upload_hours)."""
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from lib.state.lane import LaneState, lane_state
+from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, lane_state
 from lib.state.queries import Statements
+
+# Uploads older than the ledger's exact rows move to hourly counts this many at a time.
+ROLL_UP_ROWS = 10_000
+
+
+class SlotAnswer(enum.StrEnum):
+    GO = "go"  # the slot is taken: upload now
+    BOOKED = "booked"  # a later slot is kept for the record: come back then
+    WAIT = "wait"  # a later slot would be free, none was booked
+    PAUSED = "paused"  # the lane is paused: no slot at all
+
+
+@dataclass(frozen=True)
+class Slot:
+    answer: SlotAnswer
+    at: datetime  # when the upload may start (now for GO)
+    now: datetime  # the database's clock when it was decided
+
+    @property
+    def wait_seconds(self) -> float:
+        return max(0.0, (self.at - self.now).total_seconds())
 
 
 class LaneStore(Statements):
     def state(self) -> LaneState:
-        [row] = self._run("lane_state")
+        [row] = self._run("lane_state", drain_seconds=DRAIN_WINDOW_SECONDS)
         return lane_state(row)
 
     def pause(self, *, until: datetime | str, reason: str, window: str | None, detail: str) -> None:
@@ -21,15 +46,61 @@ class LaneStore(Statements):
         rows = self._run("clear_pause", reason=reason)
         return str(rows[0][0]) if rows else None
 
-    def reserve_upload(
-        self, *, version: int, upload_times: list[datetime], closed_until: datetime | None
-    ) -> bool:
-        """Write the lane's new upload log (and a pacing pause) if nobody changed it since
-        `version`; False: read it again and decide again."""
-        rows = self._run(
-            "reserve_upload",
-            version=version,
-            upload_times=upload_times,
-            closed_until=closed_until,
+    def unpark(self, *, spread_seconds: float, limit: int = 5_000) -> int:
+        """Rows parked by a pause become due within `spread_seconds`; returns how many
+        (call again until 0)."""
+        return len(self._run("unpark_paused", spread=spread_seconds, limit=limit))
+
+    # -- pacing: the ledger's slots -------------------------------------------------------
+
+    def take_slot(
+        self,
+        record_id: int,
+        *,
+        limits: Sequence[tuple[int, int]],
+        margin: float,
+        tolerance: float,
+        stale: float,
+        book_within: float,
+    ) -> Slot:
+        """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
+        the take_slot statement for the rules."""
+        [[paused, go, at, now, booked]] = self._run(
+            "take_slot",
+            record_id=record_id,
+            windows=[float(seconds) for seconds, _ in limits],
+            limits=[int(uploads) for _, uploads in limits],
+            margin=margin,
+            tolerance=tolerance,
+            stale=stale,
+            book_within=book_within,
         )
-        return bool(rows)
+        if paused:
+            answer = SlotAnswer.PAUSED
+        elif go:
+            answer = SlotAnswer.GO
+        else:
+            answer = SlotAnswer.BOOKED if booked else SlotAnswer.WAIT
+        return Slot(answer, at, now)
+
+    def settle_slot(self, record_id: int, *, counted: bool) -> None:
+        """After a failed upload: its slot counts as an upload (`counted`), or is given
+        back (a rate-limit refusal stored nothing)."""
+        self._run("settle_slot", record_id=record_id, counted=counted)
+
+    def cancel_booking(self, record_id: int) -> None:
+        self._run("cancel_booking", record_id=record_id)
+
+    def uploads_within(self, seconds: float) -> int:
+        [[count]] = self._run("uploads_within", seconds=seconds, record_id=None)
+        return int(count)
+
+    def window_frees_at(self, seconds: float, limit: int) -> datetime | None:
+        """When the ledger says a window Lsky named frees a slot; None: not known."""
+        [[at]] = self._run("window_frees_at", seconds=seconds, limit=limit, record_id=None)
+        return at if isinstance(at, datetime) else None
+
+    def roll_up(self, *, limit: int = ROLL_UP_ROWS) -> tuple[int, int]:
+        """Old uploads into hourly counts; returns (rolled up, missed bookings dropped)."""
+        [[rolled, missed]] = self._run("roll_up_ledger", limit=limit)
+        return int(rolled), int(missed)

@@ -9,12 +9,17 @@ import enum
 import json
 from typing import Any
 
-from lib.state.claim import EARLY_SLACK_SECONDS, ClaimResult, ClaimSnapshot, Task
+from lib.state.claim import (
+    EARLY_SLACK_SECONDS,
+    ClaimResult,
+    ClaimSnapshot,
+    SentImage,
+    StagedCopy,
+    Task,
+)
 from lib.state.lane import lane_state
 from lib.state.queries import Statements
-
-# How far back the lane's upload log reaches: the longest window pacing can enforce.
-UPLOAD_LOG_SECONDS = 31 * 86_400
+from lib.state.status import WaitReason
 
 
 class Recorded(enum.StrEnum):
@@ -53,8 +58,8 @@ class ArchiveRecords(Statements):
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
-        lane = lane_state(row[12:18])
-        staged_key = row[18]
+        lane = lane_state(row[12:19])
+        staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -63,6 +68,7 @@ class ArchiveRecords(Statements):
             due_in_seconds=float(due_in) if due_in is not None else 0.0,
             exhausted=bool(exhausted),
             lane=lane,
+            booked_at=booked_at,
         )
         if claimed_id is None:
             return ClaimResult(None, snapshot)
@@ -75,6 +81,11 @@ class ArchiveRecords(Statements):
             attempt=int(attempt),
             may_be_hosted=bool(may_be_hosted),
             staged_key=staged_key,
+            staged_sha256=staged_sha256,
+            staged_bytes=None if staged_bytes is None else int(staged_bytes),
+            first_claimed_at=first_claimed_at,
+            booked_at=booked_at,
+            sent=SentImage.from_json(sent),
         )
         return ClaimResult(task, snapshot)
 
@@ -101,7 +112,6 @@ class ArchiveRecords(Statements):
             mime_type=mime_type,
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
-            log_seconds=UPLOAD_LOG_SECONDS,
             altered=altered,
         )
         if not rows:
@@ -119,13 +129,14 @@ class ArchiveRecords(Statements):
         error: str,
         delay_seconds: int,
         may_be_hosted: bool = True,
-        staged_key: str | None = None,
+        staged: StagedCopy | None = None,
+        sent: SentImage | None = None,
     ) -> bool:
         """PENDING again after `delay_seconds`; False when the lock had passed on.
 
         may_be_hosted: whether this attempt may have left an image on Lsky (default: the
         safe answer for a caller that cannot tell; it costs the next attempt a look-up).
-        staged_key: a copy staged during this attempt, recorded with the row.
+        staged: a copy staged during this attempt, recorded with the row.
         """
         rows = self._run(
             "retry",
@@ -134,7 +145,8 @@ class ArchiveRecords(Statements):
             error=error,
             delay=delay_seconds,
             may_be_hosted=may_be_hosted,
-            staged_key=staged_key,
+            sent=_sent(sent),
+            **_staged_params(staged),
         )
         return bool(rows)
 
@@ -146,11 +158,14 @@ class ArchiveRecords(Statements):
         error: str,
         may_be_hosted: bool = True,
         keep_staged: bool = False,
-        staged_key: str | None = None,
+        staged: StagedCopy | None = None,
+        sent: SentImage | None = None,
     ) -> bool:
         """FAILED; False when the lock had passed on (may_be_hosted as in retry).
-        keep_staged: the row keeps (or records `staged_key` as) its staged copy, for a
+        keep_staged: the row keeps (or records `staged` as) its staged copy, for a
         replay; otherwise it forgets it."""
+        params = _staged_params(staged)
+        del params["forget_staged"]
         rows = self._run(
             "fail",
             record_id=task.record_id,
@@ -158,7 +173,8 @@ class ArchiveRecords(Statements):
             error=error,
             may_be_hosted=may_be_hosted,
             keep_staged=keep_staged,
-            staged_key=staged_key,
+            sent=_sent(sent),
+            **params,
         )
         return bool(rows)
 
@@ -168,16 +184,21 @@ class ArchiveRecords(Statements):
         *,
         owner: str,
         delay_seconds: int,
+        wait_reason: WaitReason,
         error: str | None = None,
         park: bool = False,
         may_be_hosted: bool | None = None,
-        staged_key: str | None = None,
+        staged: StagedCopy | None = None,
+        forget_staged: bool = False,
+        sent: SentImage | None = None,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
 
+        wait_reason: why it waits (archive-ctl status counts them).
         park: no message is left for it (the sweeper sends one once due).
         may_be_hosted: None puts back what the claim found (nothing was sent since).
-        staged_key: a copy staged during this attempt, recorded with the row.
+        staged: a copy staged during this attempt, recorded with the row;
+        forget_staged: the row's own copy is dropped (it did not match what was captured).
         """
         rows = self._run(
             "release",
@@ -186,12 +207,34 @@ class ArchiveRecords(Statements):
             delay=delay_seconds,
             error=error,
             park=park,
+            wait_reason=str(wait_reason),
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
-            staged_key=staged_key,
+            sent=_sent(sent),
+            **_staged_params(staged, forget=forget_staged),
         )
         return bool(rows)
 
-    def park(self, record_id: int, *, delay_seconds: int) -> bool:
+    def park(self, record_id: int, *, delay_seconds: int, wait_reason: WaitReason | None) -> bool:
         """A PENDING row left without a message until it is due in `delay_seconds` (the
-        sweeper sends it then)."""
-        return bool(self._run("park", record_id=record_id, delay=delay_seconds))
+        sweeper sends it then). wait_reason None keeps the row's."""
+        return bool(
+            self._run(
+                "park",
+                record_id=record_id,
+                delay=delay_seconds,
+                wait_reason=None if wait_reason is None else str(wait_reason),
+            )
+        )
+
+
+def _sent(sent: SentImage | None) -> str | None:
+    return None if sent is None else json.dumps(sent.as_json())
+
+
+def _staged_params(staged: StagedCopy | None, *, forget: bool = False) -> dict[str, Any]:
+    return {
+        "staged_key": None if staged is None else staged.key,
+        "staged_sha256": None if staged is None else staged.sha256,
+        "staged_bytes": None if staged is None else staged.size,
+        "forget_staged": forget,
+    }

@@ -7,6 +7,8 @@ it must be readable and free of secrets, URLs with credentials, and response bod
 from __future__ import annotations
 
 import enum
+import math
+import re
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -63,15 +65,26 @@ def fail(
     return ArchiveFailure(Failure(stage, kind, message, status=status, retry_after=retry_after))
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date."""
+# Retry-After is a peer's say-so: read at most this far (a day; callers cap it lower).
+RETRY_AFTER_READ_LIMIT_SECONDS = 86_400.0
+_DELAY_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def retry_after_seconds(value: str | None, *, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now, within [0, RETRY_AFTER_READ_LIMIT_SECONDS]: delay
+    seconds (fractions tolerated) or an HTTP date (a past one is 0). None when absent or
+    unreadable; never raises, however huge, negative or malformed the value."""
     if not value:
         return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    text = value.strip()[:64]
+    if _DELAY_SECONDS.fullmatch(text):
+        seconds = float(text)
+    else:
+        try:
+            when = parsedate_to_datetime(text)
+            seconds = when.timestamp() - (time.time() if now is None else now)
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return None
+    if not math.isfinite(seconds):
         return None
-    return max(0.0, when.timestamp() - time.time())
+    return min(max(seconds, 0.0), RETRY_AFTER_READ_LIMIT_SECONDS)

@@ -1,0 +1,74 @@
+"""What an archived copy leaves behind besides the success write: the response the row
+stores (Lsky's `data` and our note), and the warnings and counts it deserves."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from lib.archive.fidelity import note
+from lib.archive.outcome import Copied
+from lib.archive.reconcile import RESPONSE_KEY
+from lib.platform.observability import logger, metrics
+from lib.state.records import Recorded
+
+
+def stored_response(copied: Copied) -> dict[str, Any]:
+    """Lsky's `data`, with our note on how the row got it under a key of ours."""
+    fidelity = copied.fidelity
+    if copied.sent is None or fidelity is None:  # adopted: nothing was sent to compare
+        return {**copied.hosted.data, RESPONSE_KEY: {"adopted": True}}
+    ours = note(copied.sent, fidelity)
+    if copied.duplicate_possible:
+        # The look-up for an earlier attempt's upload could not be answered.
+        ours["duplicate_possible"] = True
+    return {**copied.hosted.data, RESPONSE_KEY: ours}
+
+
+def report_copy(copied: Copied) -> None:
+    """The warnings and counts a successful copy may deserve besides ARCHIVED's own."""
+    fidelity, sent, data = copied.fidelity, copied.sent, copied.hosted.data
+    if fidelity is not None and sent is not None and fidelity.altered:
+        # Re-encoded (group image quality below 100, a save format) or watermarked.
+        logger.warning(
+            "archived, but Lsky stored other bytes than the generated image",
+            differs=list(fidelity.differs),
+            sent_bytes=sent.size,
+            sent_md5=sent.md5,
+            hosted_md5=str(data.get("md5", "")),
+            hosted_size_kb=data.get("size"),
+        )
+        metrics.add_metric(name="ArchivedAltered", unit=MetricUnit.Count, value=1)
+    elif fidelity is not None and fidelity.altered is None:
+        logger.warning("Lsky's answer has no md5, sha1 or size: the bytes were not compared")
+    if copied.adopted:
+        logger.info(
+            "an earlier attempt had stored the image; adopted it instead of uploading",
+            hosted_key=str(data.get("key", "")),
+        )
+        metrics.add_metric(name="Reconciled", unit=MetricUnit.Count, value=1)
+    if copied.duplicate_possible:
+        metrics.add_metric(name="DuplicatePossible", unit=MetricUnit.Count, value=1)
+    if copied.duplicates:
+        # Stored before this look-up existed, or by hand: left for an operator.
+        logger.warning(
+            "the host holds more than one image for this record",
+            hosted_key=str(data.get("key", "")),
+            duplicate_keys=list(copied.duplicates[:10]),
+        )
+
+
+RECORDED_WARNINGS: Mapping[Recorded, Callable[[Copied], None]] = {
+    Recorded.ALREADY_OTHER: lambda _: logger.warning(
+        "archived, but another attempt had already archived the record"
+    ),
+    Recorded.AFTER_LOCK_PASSED: lambda _: logger.warning(
+        "archived after the lock had passed on; recorded anyway"
+    ),
+    Recorded.ROW_GONE: lambda copied: logger.warning(
+        "archived, but the record no longer exists", hosted_url=copied.hosted.url
+    ),
+    Recorded.ALREADY_THIS: lambda _: None,
+}
