@@ -377,6 +377,8 @@ class LskyStandIn(BackgroundServer):
         self._script: deque[Behaviour] = deque()
         self._uploads: list[UploadAttempt] = []
         self._listings: list[dict[str, str | None]] = []
+        # A fault for GET /api/v1/images: answer Laravel's production 500 instead.
+        self.listing_broken = False
         self._bodies = 0
         self._gallery = Gallery()
         self._last_uniqid = ""
@@ -553,6 +555,7 @@ class LskyStandIn(BackgroundServer):
             self._uploads.clear()
             self._listings.clear()
             self._bodies = 0
+            self.listing_broken = False
             self._gallery.clear()
             self.config = replace(self._defaults)
 
@@ -987,6 +990,9 @@ class _Handler(QuietHandler):
         query = trimmed_query(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
         self.owner._record_listing(query)
         if not self._api_gate(headers, head=head):
+            return
+        if self.owner.listing_broken:
+            self._send(500, php_json({"message": "Server Error"}), "application/json", head=head)
             return
         # The paginator's path is Request::url(): this request's host, no query.
         host = headers.get("host") or f"{self.owner.host}:{self.owner.port}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -27,7 +26,7 @@ __all__ = [
     "DEFAULT_QUEUE_ARN",
     "FakeLambdaContext",
     "QueueCounts",
-    "assert_aborted_upload_stored_nothing",
+    "assert_nothing_sent_to_lsky",
     "fetch_image",
     "fetch_record",
     "queue_attrs",
@@ -167,21 +166,11 @@ def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
     )
 
 
-def assert_aborted_upload_stored_nothing(lsky: Any, *, wait_seconds: float = 5.0) -> None:
-    """An upload streamed from a download that broke off: Lsky saw the request start,
-    got no complete body, and stored nothing.
-
-    The stand-in records an upload after it has read (or lost) the request body, which
-    can be a moment after the handler returned, so wait for that record first: checking
-    before it exists would also pass for a server that stores the truncated file later.
-    """
-    deadline = time.monotonic() + wait_seconds
-    while lsky.upload_count == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    uploads = lsky.uploads
-    assert uploads, "the streamed upload never reached the Lsky stand-in"
-    assert lsky.successful_uploads == 0
-    assert all(upload.pathname is None for upload in uploads), uploads
+def assert_nothing_sent_to_lsky(lsky: Any) -> None:
+    """A download that broke off: nothing reached Lsky, not even the start of a request
+    (an image is sent only once it is whole in hand, lib.transfer.held)."""
+    assert lsky.upload_count == 0
+    assert lsky.uploads == []
 
 
 def emf_metrics(capsys: Any) -> dict[str, float]:
@@ -200,18 +189,37 @@ def emf_metrics(capsys: Any) -> dict[str, float]:
 
 
 def reset_lane(conn: Any) -> None:
-    """Open the shared upload lane and empty its log (tests start from a quiet host)."""
+    """Open the shared upload lane and empty its ledger (tests start from a quiet host)."""
     conn.run(
         "UPDATE image_archive_lane SET paused_until = NULL, pause_reason = NULL,"
-        " pause_window = NULL, pause_detail = NULL, paused_since = NULL,"
-        " upload_times = '{}', version = 0"
+        " pause_window = NULL, pause_detail = NULL, paused_since = NULL, version = 0"
     )
+    conn.run("DELETE FROM image_archive_uploads")
+    conn.run("DELETE FROM image_archive_upload_hours")
 
 
 def lane_row(conn: Any) -> dict[str, Any]:
+    """The lane's pause, and what its ledger holds (uploads done or under way, bookings)."""
     [row] = conn.run(
-        "SELECT paused_until, pause_reason, pause_window, pause_detail, upload_times"
+        "SELECT paused_until, pause_reason, pause_window, pause_detail,"
+        " (SELECT count(*) FROM image_archive_uploads WHERE state <> 'booked'),"
+        " (SELECT count(*) FROM image_archive_uploads WHERE state = 'booked')"
         " FROM image_archive_lane WHERE lane = 'lsky'"
     )
-    names = ("paused_until", "reason", "window", "detail", "upload_times")
+    names = ("paused_until", "reason", "window", "detail", "uploads", "booked")
     return dict(zip(names, row, strict=True))
+
+
+def set_uploads(conn: Any, count: int, *, within_seconds: float = 800, ago: float = 0) -> None:
+    """The lane's ledger: `count` uploads spread over `within_seconds`, ending `ago`
+    seconds ago (other uploads are cleared)."""
+    conn.run("DELETE FROM image_archive_uploads")
+    conn.run(
+        "INSERT INTO image_archive_uploads (lane, at, state)"
+        " SELECT 'lsky', now() - make_interval(secs => CAST(:ago AS double precision)"
+        "   + CAST(:span AS double precision) * s / CAST(:n AS int)), 'done'"
+        " FROM generate_series(1, CAST(:n AS int)) AS s",
+        n=count,
+        span=within_seconds,
+        ago=ago,
+    )

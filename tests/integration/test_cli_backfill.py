@@ -21,7 +21,7 @@ from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, Context
 from lib.platform.sqs import Queue
 from tests.integration.test_cli import REPO_ROOT, URL, drain, record_ids
-from tests.support import fetch_record, queue_attrs, seed_record
+from tests.support import fetch_record, queue_attrs, seed_record, set_uploads
 
 DAY = 86400
 
@@ -89,18 +89,6 @@ def states(db: Any) -> dict[int, str | None]:
 
 def queued(db: Any) -> list[int]:
     return [i for i, state in states(db).items() if state is not None]
-
-
-def set_uploads(db: Any, count: int, *, within_seconds: int = 800) -> None:
-    """The lane's upload log: `count` uploads spread over the last `within_seconds`."""
-    db.run(
-        "UPDATE image_archive_lane SET upload_times = ARRAY("
-        " SELECT now() - make_interval(secs => CAST(:span AS double precision) * s"
-        "                                     / CAST(:n AS int))"
-        " FROM generate_series(1, CAST(:n AS int)) AS s ORDER BY 1)",
-        n=count,
-        span=within_seconds,
-    )
 
 
 def pause_lane(db: Any, *, seconds: float | None, reason: str, detail: str | None = None) -> None:

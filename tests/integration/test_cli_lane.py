@@ -10,8 +10,8 @@ import pytest
 
 from lib.cli.context import EXIT_OK
 from tests.integration.test_cli import URL, Ctl
-from tests.integration.test_cli_backfill import pause_lane, set_uploads
-from tests.support import seed_record
+from tests.integration.test_cli_backfill import pause_lane
+from tests.support import seed_record, set_uploads
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_status_shows_a_pause_until_cleared(ctl: Ctl, db: Any) -> None:
 
 def test_status_without_recent_uploads_has_no_eta(ctl: Ctl, db: Any) -> None:
     seed_backlog(db, pending=2)
-    db.run("UPDATE image_archive_lane SET upload_times = ARRAY[now() - interval '2 hours']")
+    set_uploads(db, 1, within_seconds=1, ago=7200)
     assert ctl("status") == EXIT_OK
     assert "  drain: 0 uploads in the last 15 min (0.0/min)" in ctl.out
     assert "ETA - (nothing uploaded in the last 15 min)" in ctl.out

@@ -18,10 +18,12 @@ from lib.archive.message import encode
 from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
+from lib.state.claim import SentImage, StagedCopy
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
+from lib.state.status import WaitReason
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
 from tests.support import FakeLambdaContext, fetch_record, seed_record
@@ -120,10 +122,15 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             response={"key": "k"},
         )
         assert records.retry(
-            tasks[2], owner="o", error="HTTP 500", delay_seconds=30, staged_key="staged/2/a.png"
+            tasks[2],
+            owner="o",
+            error="HTTP 500",
+            delay_seconds=30,
+            staged=StagedCopy("staged/2/a.png", "0" * 64, 3),
+            sent=SentImage("m", "s", (1, 1)),
         )
         assert records.fail(tasks[3], owner="o", error="HTTP 404")
-        assert records.release(tasks[4], owner="o", delay_seconds=5)
+        assert records.release(tasks[4], owner="o", delay_seconds=5, wait_reason=WaitReason.NO_TIME)
 
         assert [
             r.record_id
@@ -146,12 +153,24 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         ops.all_counts()
         assert sweeps.staged_summary().waiting == 1  # 2
         # The upload lane.
-        lane = lanes.state()
-        assert lanes.reserve_upload(
-            version=lane.version, upload_times=[lane.now], closed_until=None
-        )
+        lanes.state()
+
+        def take(record_id: int) -> str:
+            slot = lanes.take_slot(
+                record_id, limits=[(60, 2)], margin=0.1, tolerance=0.05, stale=120, book_within=900
+            )
+            return slot.answer
+
+        assert take(12) == "go"  # record 1 uploaded: the second of two a minute
+        lanes.settle_slot(12, counted=True)
+        assert take(13) == "booked"
+        lanes.cancel_booking(13)
+        assert lanes.uploads_within(60) == 2
+        assert lanes.window_frees_at(60, 1) is not None
+        lanes.roll_up()
+        assert lanes.unpark(spread_seconds=1) == 0
         lanes.pause(until="infinity", reason="account", window=None, detail="401")
-        assert records.park(9, delay_seconds=0)
+        assert records.park(9, delay_seconds=0, wait_reason=WaitReason.PAUSED)
         assert lanes.clear() == "account"
         ops.altered_counts()
         # Backfill: generations never queued.

@@ -17,7 +17,14 @@ from lib.archive import budget as timeguard
 from lib.archive import schedule, transfer
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness
-from tests.support import FakeLambdaContext, emf_metrics, fetch_record, reset_lane, seed_record
+from tests.support import (
+    FakeLambdaContext,
+    emf_metrics,
+    fetch_record,
+    lane_row,
+    reset_lane,
+    seed_record,
+)
 
 PNG = images.png(8, 8)
 STARTED = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
@@ -298,12 +305,14 @@ def test_another_extension_of_the_same_name_is_adopted(
 ) -> None:
     # A save format on the group (e.g. webp) renames the extension in origin_name.
     seed(db, upstream, 9, archive_may_be_hosted=True)
-    stored = lsky.add_image(origin_name=name(9, "webp"))
+    stored = lsky.add_image(PNG, origin_name=name(9, "webp"))
 
     assert archive.deliver(encode(9)) == {"batchItemFailures": []}
 
     assert lsky.upload_count == 0
-    assert upstream.hits("/gen/9.png") == 0
+    # What the lost upload sent is not on the row (a crash): the image is fetched once
+    # to compare it with the one found.
+    assert upstream.hits("/gen/9.png") == 1
     assert fetch_record(db, 9)["hosted_response"]["key"] == stored.key
 
 
@@ -311,8 +320,8 @@ def test_duplicates_stored_earlier_are_reported_and_the_oldest_adopted(
     archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
     seed(db, upstream, 10, archive_may_be_hosted=True)
-    older = lsky.add_image(origin_name=name(10), age=60)
-    newer = lsky.add_image(origin_name=name(10), age=5)
+    older = lsky.add_image(PNG, origin_name=name(10), age=60)
+    newer = lsky.add_image(PNG, origin_name=name(10), age=5)
 
     assert archive.deliver(encode(10)) == {"batchItemFailures": []}
 
@@ -321,30 +330,51 @@ def test_duplicates_stored_earlier_are_reported_and_the_oldest_adopted(
     assert warning["duplicate_keys"] == [newer.key]
 
 
-def test_a_failed_lookup_is_a_transient_failure_that_uploads_nothing(
+def test_a_look_up_refused_for_the_account_pauses_the_lane_and_spends_nothing(
     retry_at_once: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
     seed(db, upstream, 11, archive_may_be_hosted=True)
     lsky.account_state = AccountState.API_DISABLED  # 403 on every API route
 
-    assert len(archive.deliver(encode(11))["batchItemFailures"]) == 1
+    archive.deliver(encode(11))
 
     row = fetch_record(db, 11)
-    assert row["archive_status"] == "PENDING"
-    assert row["archive_error"].startswith("lookup failed (HTTP 403): ")
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert row["archive_error"].startswith("lane paused (account)")
     assert row["archive_may_be_hosted"] is True  # still unknown
-    assert (lsky.upload_count, upstream.hits("/gen/11.png")) == (0, 0)
-
-    # Even a 401 (a permanent answer to an upload) does not fail the record here.
-    lsky.account_state = AccountState.TOKEN_REFUSED
-    assert len(archive.deliver(encode(11))["batchItemFailures"]) == 1
-    assert fetch_record(db, 11)["archive_status"] == "PENDING"
+    assert lane_row(db)["reason"] == "account"
+    assert lsky.upload_count == 0
 
     lsky.account_state = AccountState.HEALTHY
-    stored = lsky.add_image(origin_name=name(11))
+    stored = lsky.add_image(PNG, origin_name=name(11))
+    reset_lane(db)  # the operator clears the lane (archive-ctl lane clear)
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 11")
     assert archive.deliver(encode(11)) == {"batchItemFailures": []}
     assert fetch_record(db, 11)["hosted_response"]["key"] == stored.key
     assert lsky.upload_count == 0
+
+
+def test_a_look_up_that_keeps_failing_never_fails_the_record(
+    retry_at_once: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 13, archive_may_be_hosted=True)
+    lsky.listing_broken = True  # GET /api/v1/images answers HTTP 500
+
+    for attempt in (1, 2):
+        assert len(archive.deliver(encode(13))["batchItemFailures"]) == 1
+        row = fetch_record(db, 13)
+        assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", attempt)
+        assert row["archive_error"].startswith("lookup failed (HTTP 500)")
+    # The last attempt: the image is not lost to a look-up that cannot answer.
+    assert archive.deliver(encode(13)) == {"batchItemFailures": []}
+
+    row = fetch_record(db, 13)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["hosted_response"]["_archive"]["duplicate_possible"] is True
+    assert archive.log_for(
+        "the look-up failed on the last attempt; uploading, a duplicate is possible"
+    )
+    assert lsky.upload_count == 1
 
 
 def test_a_lookup_that_finds_nothing_uploads_once(

@@ -19,7 +19,7 @@ import pytest
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
 from tests.integration.conftest import quick_invoke
-from tests.support import assert_aborted_upload_stored_nothing, fetch_record, seed_record
+from tests.support import assert_nothing_sent_to_lsky, fetch_record, seed_record
 
 PNG = images.png(8, 8)
 MAX_BYTES = 1_000_000
@@ -236,7 +236,7 @@ def test_bad_input(
     if not case.reaches_upstream:
         assert upstream.requests == []
     if case.aborts_upload:
-        assert_aborted_upload_stored_nothing(lsky)
+        assert_nothing_sent_to_lsky(lsky)
     elif "不支持" not in case.fragment:
         assert lsky.upload_count == 0
 

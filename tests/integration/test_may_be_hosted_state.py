@@ -12,6 +12,7 @@ from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords
+from lib.state.status import WaitReason
 from lib.state.sweeps import SweepRecords
 from tests.support import fetch_record, seed_record
 
@@ -79,8 +80,8 @@ def test_release_puts_back_what_the_claim_found(db: Any, records: ArchiveRecords
     seed_record(db, 2, image_url=URL)
     hosted, clean = claim(records, 1, "a"), claim(records, 2, "a")
 
-    assert records.release(hosted, owner="a", delay_seconds=0)
-    assert records.release(clean, owner="a", delay_seconds=0)
+    assert records.release(hosted, owner="a", delay_seconds=0, wait_reason=WaitReason.NO_TIME)
+    assert records.release(clean, owner="a", delay_seconds=0, wait_reason=WaitReason.NO_TIME)
 
     assert (flag(db, 1), flag(db, 2)) == (True, False)
 

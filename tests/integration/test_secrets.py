@@ -62,13 +62,18 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     db.run(f"GRANT SELECT, UPDATE ON image_generation_records TO {ROLE}")
     db.run(f"GRANT SELECT ON users TO {ROLE}")
     db.run(f"GRANT SELECT, UPDATE ON image_archive_lane TO {ROLE}")
+    db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_uploads TO {ROLE}")
+    db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_upload_hours TO {ROLE}")
     parts = urlsplit(pg_dsn)
     netloc = f"{ROLE}:{PASSWORD}@{parts.hostname}:{parts.port}"
     yield urlunsplit(parts._replace(netloc=netloc))
     db.run(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :role", role=ROLE
     )
-    db.run(f"REVOKE ALL ON image_generation_records, users, image_archive_lane FROM {ROLE}")
+    db.run(
+        "REVOKE ALL ON image_generation_records, users, image_archive_lane,"
+        f" image_archive_uploads, image_archive_upload_hours FROM {ROLE}"
+    )
     db.run(f"DROP ROLE IF EXISTS {ROLE}")
 
 

@@ -29,7 +29,7 @@ from lib.platform.sqs import Queue
 from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.logcapture import LogAssertions, capture_logs
-from tests.support import FakeLambdaContext, fetch_record, seed_record
+from tests.support import FakeLambdaContext, fetch_record, seed_record, set_uploads
 
 PNG = images.png(8, 8)
 URL = "https://upstream.invalid/gen.png"
@@ -851,11 +851,7 @@ def test_rows_waiting_in_a_draining_backlog_are_not_re_sent(sweep: SweepHarness,
         sweep.sqs.send_message(QueueUrl=sweep.queues.url, MessageBody=encode(record_id))
     seed_record(db, 99, image_url=URL, next_run_at=1200, enqueued_at=None)  # never sent
     # The lane uploaded 3 images in the last 15 minutes: 30 queued need ~75 minutes.
-    db.run(
-        "UPDATE image_archive_lane SET upload_times ="
-        " ARRAY[now() - interval '1 minute', now() - interval '5 minutes',"
-        " now() - interval '10 minutes']"
-    )
+    set_uploads(db, 3, within_seconds=540, ago=60)
 
     for _ in range(3):  # three sweeps: several grace periods of a real deployment
         summary = sweep.run()
@@ -866,6 +862,6 @@ def test_rows_waiting_in_a_draining_backlog_are_not_re_sent(sweep: SweepHarness,
     assert all(seconds_ago(db, rows[i]["archive_enqueued_at"]) >= 1200 for i in range(1, 31))
 
     # With the old rule (the plain interval), the same rows would all have been re-sent.
-    db.run("UPDATE image_archive_lane SET upload_times = '{}'")
+    set_uploads(db, 0)
     db.run("DELETE FROM image_generation_records WHERE id = 99")
     assert sweep.run()["requeued"] == 30  # the queue is empty now: nothing is waiting

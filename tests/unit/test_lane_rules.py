@@ -92,7 +92,9 @@ def test_an_account_pause_has_no_end_and_a_retry_after_its_own() -> None:
     account = HostCondition(PauseReason.ACCOUNT, "储存空间不足")
     assert pause_until(account, now=NOW, window_frees_at=None, max_retry_after_seconds=3600) is None
     asked = HostCondition(PauseReason.RETRY_AFTER, "503", seconds=42)
-    assert pause_until(asked, now=NOW, window_frees_at=None, max_retry_after_seconds=3600) == NOW + timedelta(seconds=42)
+    assert pause_until(
+        asked, now=NOW, window_frees_at=None, max_retry_after_seconds=3600
+    ) == NOW + timedelta(seconds=42)
 
 
 def test_a_window_pause_ends_when_the_ledger_says_the_window_frees() -> None:

@@ -75,8 +75,18 @@ class Copier:
             record_id=task.record_id,
             started_at=task.started_at,
         )
-        # The keyword ends at the dot, so only names with our stem and an extension match.
-        found = self.lsky.find(hosted_names(stem), keyword=f"{stem}.", deadline=deadline)
+        try:
+            # The keyword ends at the dot: only names with our stem and an extension match.
+            found = self.lsky.find(hosted_names(stem), keyword=f"{stem}.", deadline=deadline)
+        except ArchiveFailure as error:
+            failure = error.failure
+        else:
+            return self._judge(task, found, sent)
+        # Unanswered, the question stays open: the image may still be on the host.
+        raise ArchiveFailure(replace(failure, may_be_hosted=True))
+
+    def _judge(self, task: Task, found: list[HostedImage], sent: SentImage | None) -> LookUp:
+        """Which of the images found with the record's name can be ours."""
         ours: list[HostedImage] = []
         refused: list[tuple[str, str]] = []
         for image in found:

@@ -1,10 +1,6 @@
-"""The image's bytes in hand: the first download (or a staged copy read back) spooled once
-and kept until they are stored, with their length, digests and dimensions.
-
-Memory holds at most SPOOL_IN_MEMORY_BYTES; the rest is in /tmp. Every later step (the
-look-up's comparison, the upload, staging after a failure) reads the spool, never the
-source again. docs/transfer.md ("Bytes in hand") says why.
-"""
+"""The image's bytes in hand: the first download (or a staged copy read back), spooled
+once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, digests and
+dimensions, and read by every later step: never the source again (docs/transfer.md)."""
 
 from __future__ import annotations
 
