@@ -135,11 +135,11 @@ def test_the_migration_session_has_no_statement_or_socket_timeout_and_keeps_its_
 ) -> None:
     database = Database(DatabaseConfig(url=pg_dsn), session=MIGRATION_SESSION)
     try:
-        assert settings(database) == ("0", "5s")
+        assert settings(database) == ("0", "300ms")
         assert socket_timeout(database) is None
         terminate(pg_dsn, database)
 
-        assert settings(database) == ("0", "5s")  # a SET run once would be gone now
+        assert settings(database) == ("0", "300ms")  # a SET run once would be gone now
         assert socket_timeout(database) is None
         assert database.connections_opened == 2
     finally:

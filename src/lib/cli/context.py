@@ -16,6 +16,7 @@ from lib.cli import dlq
 from lib.platform import config
 from lib.platform.db import MIGRATION_SESSION, Database, describe
 from lib.platform.errors import DatabaseUnavailable, ServiceError
+from lib.platform.grants import describe_permission_denied
 from lib.state.records import ArchiveRecords
 
 if TYPE_CHECKING:
@@ -51,10 +52,12 @@ class Context:
         if self._db is None:
             settings = config.load_database_config()
             if migration_session:
+                # No silent reconnect: the migration's advisory lock lives in the session.
                 self._db = Database(
                     settings,
                     application_name=f"{PROG}-migrate",
                     session=MIGRATION_SESSION,
+                    reconnect=False,
                 )
             else:
                 self._db = Database(settings, application_name=PROG)
@@ -138,4 +141,6 @@ def _database_hint(error: BaseException) -> str:
         )
     if text.startswith("55P03"):
         return " (the table is busy; every statement is idempotent, so run it again later)"
+    if text.startswith("42501"):
+        return f" ({describe_permission_denied(error)})"
     return ""
