@@ -345,26 +345,23 @@ def legacy_scan_needed(declaration: Declaration, catalog: Catalog) -> bool:
 def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValue] = ()) -> Plan:
     """The steps from `catalog` to `declaration`, in the order they must run.
 
-    Tables, then columns (one ALTER per table), rows, indexes, and the constraints last: a
-    VALIDATE that fails (a value written since the check) then leaves everything else done.
+    The records' columns first (the step most likely to find the table busy: when it gives
+    up, nothing has changed), then the project's tables and their columns, rows, indexes,
+    and the constraints last: a VALIDATE that fails (a value written since the check, by a
+    release still running) then leaves everything else done.
     """
     unmappable = [v for v in legacy if v.target is None]
     if unmappable:
         return Plan(_repairs(declaration, catalog), refusal=legacy_refusal(legacy))
-    steps = [
+    steps = _add_columns(declaration, catalog, RECORDS)
+    steps += [
         Step(Action.CREATE_TABLE, t.name, t.name, t.sql)
         for t in declaration.tables
         if t.name not in catalog.tables
     ]
     for table in declaration.table_names:
-        missing = [
-            c for c in declaration.columns_of(table) if not catalog.has_column(table, c.name)
-        ]
-        if missing:
-            detail = ", ".join(c.name for c in missing)
-            steps.append(
-                Step(Action.ADD_COLUMNS, table, table, add_columns_sql(table, missing), detail)
-            )
+        if table != RECORDS:
+            steps += _add_columns(declaration, catalog, table)
     steps += [Step(Action.SEED, s.table, s.table, s.sql) for s in declaration.seeds]
     if _adds_may_be_hosted(declaration, catalog):
         steps.append(Step(Action.MARK_MAY_BE_HOSTED, RECORDS, RECORDS, detail=MAY_HAVE_UPLOADED))
@@ -403,6 +400,14 @@ def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValu
                 )
             )
     return Plan(tuple(steps))
+
+
+def _add_columns(declaration: Declaration, catalog: Catalog, table: str) -> list[Step]:
+    missing = [c for c in declaration.columns_of(table) if not catalog.has_column(table, c.name)]
+    if not missing:
+        return []
+    detail = ", ".join(c.name for c in missing)
+    return [Step(Action.ADD_COLUMNS, table, table, add_columns_sql(table, missing), detail)]
 
 
 def _adds_may_be_hosted(declaration: Declaration, catalog: Catalog) -> bool:
