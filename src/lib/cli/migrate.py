@@ -320,7 +320,7 @@ class Migration:
         if not rows:
             return "no lock holder left"
         return "held by " + ", ".join(
-            f"pid {pid} ({application or '?'}, {state or '?'}, {float(age or 0):.1f} s)"
+            f"pid {pid} ({application or '?'}, {state or '?'}, {max(float(age or 0), 0):.1f} s)"
             for pid, application, state, age in rows
         )
 
