@@ -132,3 +132,11 @@ def test_other_errors_are_described_as_usual() -> None:
     assert (
         describe_permission_denied(error) == "57014: canceling statement due to statement timeout"
     )
+
+
+def test_the_grants_table_in_database_md_lists_each_need() -> None:
+    text = (ROOT / "docs" / "database.md").read_text(encoding="utf-8").split("## Grants", 1)[1]
+    rows = re.findall(r"^\| `(\w+)` \| ([A-Z, ]+) \|", text, re.MULTILINE)
+    assert [
+        (table, tuple(p.strip() for p in privileges.split(","))) for table, privileges in rows
+    ] == [(need.table, need.privileges) for need in grants.NEEDS]
