@@ -165,3 +165,20 @@ def test_without_a_role_it_checks_the_one_it_connects_as(
 ) -> None:
     assert ctl("grants") == EXIT_OK  # the throwaway cluster's superuser
     assert "is a superuser" in ctl.out
+
+
+def test_migrate_as_a_role_that_does_not_own_the_table_says_whose_job_it_is(
+    ctl: Ctl, make_role: Any, database: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn, admin = database
+    role = make_role(*EVERYTHING)  # everything the functions need, but not the owner
+    admin.run("ALTER TABLE image_generation_records DROP COLUMN archive_staged_at CASCADE")
+    parts = urlsplit(dsn)
+    monkeypatch.setenv(
+        "DATABASE_URL", urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+    )
+
+    assert ctl("migrate") == EXIT_ERROR
+    assert "add columns image_generation_records: archive_staged_at" in ctl.err
+    assert "42501: only the owner of image_generation_records may change it" in ctl.err
+    assert "run `archive-ctl migrate` as the table's owner" in ctl.err

@@ -207,9 +207,11 @@ class Child:
 
     process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
+    _reader: threading.Thread | None = None
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -236,7 +238,8 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise
-        time.sleep(0.1)  # the reader thread drains the pipe
+        assert self._reader is not None
+        self._reader.join(timeout=10)  # the rest of its output
         return code
 
     @property

@@ -128,7 +128,8 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, DatabaseUnavailable):
         return f"database unreachable: {error}"
     if isinstance(error, pg8000.exceptions.Error):
-        return f"database error: {describe(error)}{_database_hint(error)}"
+        # A 42501 names the table (and column) and the command that lists the GRANTs.
+        return f"database error: {describe_permission_denied(error)}{_database_hint(error)}"
     return str(error) or type(error).__name__
 
 
@@ -141,6 +142,4 @@ def _database_hint(error: BaseException) -> str:
         )
     if text.startswith("55P03"):
         return " (the table is busy; every statement is idempotent, so run it again later)"
-    if text.startswith("42501"):
-        return f" ({describe_permission_denied(error)})"
     return ""

@@ -18,6 +18,7 @@ from lib.platform import migration_plan as mp
 from lib.platform import schema
 from lib.platform.db import MIGRATION_LOCK_TIMEOUT_MS, Database, describe, sqlstate
 from lib.platform.errors import DatabaseUnavailable
+from lib.platform.grants import describe_permission_denied
 from lib.state.queries import QUERIES
 
 T = TypeVar("T")
@@ -196,7 +197,9 @@ class Migration:
                 f" with it. {SAFE_AGAIN}"
             ) from None
         except pg8000.exceptions.DatabaseError as error:
-            raise CommandError(f"{step.summary}: {describe(error)}. {SAFE_AGAIN}") from None
+            raise CommandError(
+                f"{step.summary}: {describe_permission_denied(error)}. {SAFE_AGAIN}"
+            ) from None
         seconds = self.ctx.clock() - started
         out(f"  {step.summary}{detail} ({seconds:.2f} s)")
 

@@ -584,9 +584,6 @@ WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oi
 -- name: migration_lock_try
 SELECT pg_try_advisory_lock(CAST(:key AS bigint));
 
--- name: migration_unlock
-SELECT pg_advisory_unlock(CAST(:key AS bigint));
-
 -- name: migration_lock_holder
 -- The session holding the migration's lock (a bigint key: classid is its high half).
 SELECT a.pid, a.backend_start, a.application_name
