@@ -76,8 +76,10 @@ def test_one_more_column_or_project_table_is_one_more_statement() -> None:
         (mp.Action.CREATE_TABLE, "image_archive_audit"),
         (mp.Action.ADD_COLUMNS, "image_archive_audit"),
         (mp.Action.SEED, "image_archive_lane"),
-        (mp.Action.BUILD_INDEX, "image_archive_audit_at_idx"),
+        (mp.Action.BUILD_PLAIN_INDEX, "image_archive_audit_at_idx"),
     ]
+    # A plain build takes SHARE, which queues that table's writers while it waits.
+    assert plan.steps[-1].action.wait is mp.Wait.BRIEF
     assert plan.steps[0].sql == (
         "ALTER TABLE image_generation_records\n    ADD COLUMN IF NOT EXISTS archive_note TEXT"
     )

@@ -22,7 +22,7 @@ STATUS_COLUMN = "archive_status"
 # Added with DEFAULT false: rows an older release left mid-upload need it set (`plan`).
 MAY_BE_HOSTED_COLUMN = "archive_may_be_hosted"
 MAY_HAVE_UPLOADED = (
-    "rows an older release may have uploaded (RUNNING, or attempted and not SUCCEEDED)"
+    "rows an older release may have uploaded (RUNNING, or PENDING/FAILED after an attempt)"
 )
 
 # Waits for a lock that blocks the table's users while it is requested are retried after
@@ -254,7 +254,8 @@ class Action(enum.Enum):
     SEED = ("ensure rows", Wait.BRIEF)
     MARK_MAY_BE_HOSTED = ("set archive_may_be_hosted on", Wait.ROWS)
     DROP_INVALID_INDEX = ("drop the INVALID index", Wait.PATIENT)
-    BUILD_INDEX = ("build index", Wait.PATIENT)
+    BUILD_INDEX = ("build index", Wait.PATIENT)  # CONCURRENTLY
+    BUILD_PLAIN_INDEX = ("build index", Wait.BRIEF)  # SHARE: only on a project table
     MAP_LEGACY = ("map legacy archive_status values of", Wait.ROWS)
     ADD_CONSTRAINT = ("add constraint NOT VALID", Wait.BRIEF)
     VALIDATE_CONSTRAINT = ("validate constraint", Wait.PATIENT)
@@ -375,7 +376,8 @@ def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValu
                 )
             )
         if not valid:
-            steps.append(Step(Action.BUILD_INDEX, index.table, index.name, index.sql))
+            build = Action.BUILD_INDEX if index.concurrently else Action.BUILD_PLAIN_INDEX
+            steps.append(Step(build, index.table, index.name, index.sql))
     if legacy:
         detail = ", ".join(f"{v.label} -> {v.target}: {v.counted}" for v in legacy)
         steps.append(Step(Action.MAP_LEGACY, RECORDS, RECORDS, detail=detail))
