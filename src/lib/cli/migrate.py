@@ -182,7 +182,8 @@ class Migration:
         if not rows:
             return None
         pid, since, application = rows[0]
-        when = since.isoformat(timespec="seconds") if isinstance(since, datetime) else since
+        # pg_stat_activity hides another role's times from a role without pg_read_all_stats.
+        when = since.isoformat(timespec="seconds") if isinstance(since, datetime) else "?"
         return f"pid {pid} since {when}, {application or 'no application name'}"
 
     # -- the steps ------------------------------------------------------------------------
