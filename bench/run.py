@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import coldstart, lane, memory, overhead, sweep, transfer
+from bench import coldstart, lane, memory, migrate, overhead, sweep, transfer
 from bench.common import RESULTS, Row, as_dict, machine, write_results
 from bench.services import Services
 
@@ -26,6 +26,7 @@ NEEDS_SERVICES: dict[str, Callable[[Services], list[Row]]] = {
     "overhead": overhead.run,
     "sweep": sweep.run,
     "lane": lane.run,
+    "migrate": migrate.run,
 }
 ORDER = ("coldstart", *NEEDS_SERVICES)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.common import Row, peak_rss, reset_peak_rss, rss
+from bench.migrate import window
 from bench.run import render
 
 
@@ -28,3 +29,9 @@ def test_render_has_one_row_per_result_and_each_command_once() -> None:
     assert "| 3 | c | 5 ms | reported | info |" in table
     assert table.count("`cmd one`") == 1
     assert table.count("`cmd two`") == 1
+
+
+def test_the_migrate_bench_counts_every_statement_that_overlapped_the_run() -> None:
+    samples = [(0.0, 1.0), (4.0, 0.5), (9.0, 2.0), (10.5, 0.1), (12.0, 0.1)]
+    # Started before and still waiting; inside; started inside and ending after.
+    assert window(samples, start=0.5, end=10.0) == [1.0, 0.5, 2.0]

@@ -21,6 +21,7 @@ from lib.platform.db import (
     Database,
     Session,
 )
+from lib.platform.errors import DatabaseUnavailable
 from lib.state.records import ArchiveRecords
 from tests.support import fetch_record, seed_record
 
@@ -135,12 +136,25 @@ def test_the_migration_session_has_no_statement_or_socket_timeout_and_keeps_its_
 ) -> None:
     database = Database(DatabaseConfig(url=pg_dsn), session=MIGRATION_SESSION)
     try:
-        assert settings(database) == ("0", "5s")
+        assert settings(database) == ("0", "300ms")
         assert socket_timeout(database) is None
         terminate(pg_dsn, database)
 
-        assert settings(database) == ("0", "5s")  # a SET run once would be gone now
+        assert settings(database) == ("0", "300ms")  # a SET run once would be gone now
         assert socket_timeout(database) is None
         assert database.connections_opened == 2
+    finally:
+        database.close()
+
+
+def test_without_reconnect_a_lost_session_is_reported_not_replaced(pg_dsn: str) -> None:
+    """archive-ctl migrate's session: its advisory lock dies with the connection, so a
+    statement must not quietly run again on a new session that does not hold it."""
+    database = Database(DatabaseConfig(url=pg_dsn), session=MIGRATION_SESSION, reconnect=False)
+    try:
+        terminate(pg_dsn, database)
+        with pytest.raises(DatabaseUnavailable):
+            database.run("SELECT 1")
+        assert database.connections_opened == 1
     finally:
         database.close()

@@ -80,6 +80,7 @@ def test_every_command_is_registered_with_a_handler() -> None:
         ["lane", "clear"],
         ["redrive-dlq"],
         ["migrate"],
+        ["grants", "--role", "r"],
     ):
         assert callable(parser.parse_args(argv).handler)
 
@@ -102,7 +103,8 @@ def test_split_statements_keeps_a_do_block_whole() -> None:
 
 def test_the_migration_file_splits_into_its_statements() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=False))
-    assert statements[0].sql == "SET lock_timeout = '5s'"
+    assert statements[0].sql == "SET lock_timeout = '5s'"  # the psql path's own
+    assert statements[1].sql == "SELECT pg_advisory_lock(1634888552)"
     # 11 archive columns, may_be_hosted and altered (exactly-once), staged key and time.
     assert sum("ADD COLUMN" in s.sql for s in statements) == 19
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
@@ -119,7 +121,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     assert with_base[-len(statements) :] == statements
 
 
-def test_the_settings_run_before_the_invalid_index_drop() -> None:
+def test_the_settings_and_the_lock_run_before_the_invalid_index_drop() -> None:
     statements = migrate.load(migrate.schema_files(with_base_schema=True))
     ran: list[str] = []
 
@@ -130,20 +132,18 @@ def test_the_settings_run_before_the_invalid_index_drop() -> None:
         return []
 
     assert migrate.apply(run, statements) == ["image_generation_records_archive_failed_idx"]
-    assert ran[:3] == [
+    assert ran[:4] == [
         "SET lock_timeout = '5s'",  # before the base schema, and before the drop
+        "SELECT pg_advisory_lock(1634888552)",  # an INVALID index is nobody else's build
         migrate.INVALID_INDEXES_SQL,
         "DROP INDEX CONCURRENTLY IF EXISTS image_generation_records_archive_failed_idx",
     ]
-    assert sorted(ran[3:]) == sorted(s.sql for s in statements if not s.sql.startswith("SET"))
+    prelude = ("SET", "SELECT pg_advisory_lock")
+    assert sorted(ran[4:]) == sorted(s.sql for s in statements if not s.sql.startswith(prelude))
 
 
-def test_the_migration_session_holds_the_lock_timeout_the_file_sets() -> None:
-    [setting] = [
-        s.sql for s in migrate.load([migrate.ARCHIVE_MIGRATION]) if s.sql.startswith("SET")
-    ]
-    assert setting == "SET lock_timeout = '5s'"
-    assert MIGRATION_SESSION.lock_timeout_ms == 5_000
+def test_the_migration_session_waits_briefly_for_locks_and_never_times_out_a_statement() -> None:
+    assert MIGRATION_SESSION.lock_timeout_ms == 300
     assert MIGRATION_SESSION.statement_timeout_ms == 0
     assert MIGRATION_SESSION.socket_timeout is None
 

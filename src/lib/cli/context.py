@@ -16,6 +16,7 @@ from lib.cli import dlq
 from lib.platform import config
 from lib.platform.db import MIGRATION_SESSION, Database, describe
 from lib.platform.errors import DatabaseUnavailable, ServiceError
+from lib.platform.grants import describe_permission_denied
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.sweeps import SweepRecords
@@ -53,10 +54,12 @@ class Context:
         if self._db is None:
             settings = config.load_database_config()
             if migration_session:
+                # No silent reconnect: the migration's advisory lock lives in the session.
                 self._db = Database(
                     settings,
                     application_name=f"{PROG}-migrate",
                     session=MIGRATION_SESSION,
+                    reconnect=False,
                 )
             else:
                 self._db = Database(settings, application_name=PROG)
@@ -133,7 +136,8 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, DatabaseUnavailable):
         return f"database unreachable: {error}"
     if isinstance(error, pg8000.exceptions.Error):
-        return f"database error: {describe(error)}{_database_hint(error)}"
+        # A 42501 names the table (and column) and the command that lists the GRANTs.
+        return f"database error: {describe_permission_denied(error)}{_database_hint(error)}"
     return str(error) or type(error).__name__
 
 

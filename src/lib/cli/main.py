@@ -1,6 +1,6 @@
 """archive-ctl: parses the command line, hands it to the command's module (status,
-enqueue, backfill, lane, redrive, migrate) and maps what fails to an exit code and one
-line on stderr.
+enqueue, backfill, lane, redrive, migrate, grants) and maps what fails to an exit code and
+one line on stderr.
 
 Run it as `scripts/archive-ctl ...` or `python -m lib.cli ...` with src/ on the path.
 """
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli import backfill, enqueue, lane, migrate, redrive, status
+from lib.cli import backfill, enqueue, grants, lane, migrate, redrive, status
 from lib.cli.args import parse_since, positive, positive_at_most, positive_number
 from lib.cli.context import (
     EXIT_ERROR,
@@ -48,7 +48,9 @@ EXAMPLES = f"""examples:
   {PROG} backfill --since 30d                     queue them, paced by the upload lane
   {PROG} lane clear --reason account              reopen the lane after fixing the token
   {PROG} redrive-dlq --dry-run                    look into the DLQ before moving it
-  {PROG} migrate                                  add the archive columns and indexes
+  {PROG} migrate --dry-run                        what migrate would change, and legacy values
+  {PROG} migrate                                  add what is missing of the schema, live-safely
+  {PROG} grants --role image_archive              the GRANTs a role lacks for this release
 """
 
 
@@ -259,21 +261,69 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=positive, default=20, help=argparse.SUPPRESS)
     p.add_argument("--poll-seconds", type=float, default=5.0, help=argparse.SUPPRESS)
 
+    _schema_commands(command)
+    return parser
+
+
+def _schema_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`migrate` and `grants`: the database's side of a deploy."""
     p = command(
         "migrate",
         migrate.run,
-        "apply the archive columns and indexes (idempotent)",
-        "Applies src/lib/sql/archive_migration.sql one statement at a time in autocommit "
-        "(CREATE INDEX CONCURRENTLY cannot run in a transaction), without the functions' "
-        "statement timeout, with a 5 s lock timeout. Safe on the live table and safe to repeat.",
+        "add what is missing of the archive schema, live-safely (idempotent)",
+        "Brings the database to src/lib/sql/archive_migration.sql: under an advisory lock "
+        "(one migration at a time), reads the catalog and runs only what is missing. First it "
+        "looks for archive_status values the CHECK constraint would refuse: it maps the obvious "
+        "ones (pending, DONE, ERROR, ...) and stops, changing nothing, on any other. A statement "
+        "that needs the table's exclusive lock waits at most 300 ms at a time, so the "
+        "generation service is never queued behind it for longer, and is retried with backoff "
+        "for --retry-for seconds. Index builds and VALIDATE let reads and writes through while "
+        "they wait, up to --wait seconds. On an up-to-date schema it takes no lock on the table. "
+        "Safe on the live table, safe to repeat after any failure.",
     )
     p.add_argument(
         "--with-base-schema",
         action="store_true",
         help="first create the generation service's tables (local and test databases only)",
     )
-    p.add_argument("--dry-run", action="store_true", help="print the statements, apply nothing")
-    return parser
+    p.add_argument(
+        "--retry-for",
+        type=positive_number,
+        default=60.0,
+        metavar="SECONDS",
+        help="keep retrying a statement that needs the table's exclusive lock this long "
+        "(default 60)",
+    )
+    p.add_argument(
+        "--wait",
+        type=positive_number,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long to wait for another migration, and for the locks of index builds and "
+        "VALIDATE, which do not block the table (default 600)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show the checks and the plan (statements, legacy values and their mapping), "
+        "apply nothing",
+    )
+
+    p = command(
+        "grants",
+        grants.run,
+        "check a database role's privileges against what this release needs",
+        "Checks, in the live database, that ROLE has every privilege the functions and these "
+        "commands need (lib.platform.grants.NEEDS; docs/database.md lists them): SELECT and "
+        "UPDATE on the archive columns, SELECT on the generation's columns the claim reads and "
+        "on users, and what the project's own tables need. Prints the GRANT statements that "
+        "add what is missing and exits 1 when anything is; run them as the tables' owner.",
+    )
+    p.add_argument(
+        "--role",
+        metavar="NAME",
+        help="the role to check (default: the one archive-ctl connects as)",
+    )
 
 
 @contextmanager

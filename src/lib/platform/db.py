@@ -47,7 +47,8 @@ _STALE_STATEMENT = frozenset({"26000", "0A000"})
 MAX_PREPARED_STATEMENTS = 32
 
 
-def _sqlstate(error: BaseException) -> str | None:
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a server error (pg8000 keeps the fields in args[0]), else None."""
     detail = error.args[0] if error.args else None
     return str(detail.get("C")) if isinstance(detail, dict) and detail.get("C") else None
 
@@ -60,7 +61,7 @@ def is_connection_lost(error: BaseException) -> bool:
     """
     if isinstance(error, pg8000.exceptions.InterfaceError | OSError):
         return True
-    code = _sqlstate(error)
+    code = sqlstate(error)
     return code is not None and code.startswith(_CONNECTION_LOST_CLASSES)
 
 
@@ -125,10 +126,12 @@ class Session:
 # The functions' and archive-ctl's sessions.
 HANDLER_SESSION = Session()
 # archive-ctl migrate: no statement or socket timeout, because building an index
-# CONCURRENTLY on a large live table can take minutes; the lock_timeout that
-# archive_migration.sql sets for itself (5s), held across reconnects, so waiting for a
-# busy table fails fast instead of queueing the table's writers behind the migration.
-MIGRATION_SESSION = Session(statement_timeout_ms=0, lock_timeout_ms=5_000)
+# CONCURRENTLY on a large live table can take minutes. Its default lock_timeout is the
+# short one it uses for statements that need the table's ACCESS EXCLUSIVE lock: waiting
+# longer would queue the generation service's reads and writes behind the request
+# (lib.cli.migrate raises it only for steps that let them through).
+MIGRATION_LOCK_TIMEOUT_MS = 300
+MIGRATION_SESSION = Session(statement_timeout_ms=0, lock_timeout_ms=MIGRATION_LOCK_TIMEOUT_MS)
 
 
 class Connect(Protocol):
@@ -199,10 +202,15 @@ class Database:
         application_name: str = "image-archive",
         session: Session = HANDLER_SESSION,
         connect: Connect = open_connection,
+        reconnect: bool = True,
     ) -> None:
         self._config = config
         self._application_name = application_name
         self.session = session
+        # False for a session whose state must not be lost silently (migrate's advisory
+        # lock): a lost connection then raises DatabaseUnavailable instead of running the
+        # statement again on a new session.
+        self._reconnect = reconnect
         self._connect_fn = connect
         self._conn: pg8000.native.Connection | None = None
         self._prepared: dict[str, pg8000.native.PreparedStatement] = {}
@@ -222,7 +230,7 @@ class Database:
         try:
             conn = connect(database_params(self._config))
         except pg8000.exceptions.DatabaseError as error:
-            if _sqlstate(error) not in _AUTH_FAILED or not self._config.secret_arn:
+            if sqlstate(error) not in _AUTH_FAILED or not self._config.secret_arn:
                 raise
             # The password may have been rotated since the secret was cached.
             conn = connect(database_params(self._config, force=True))
@@ -242,7 +250,7 @@ class Database:
                     if not is_connection_lost(error):
                         raise
                     self._discard()
-                    if attempt == 2:
+                    if attempt == 2 or not self._reconnect:
                         raise DatabaseUnavailable(describe(error)) from None
                     logger.warning("database connection lost, reconnecting", error=describe(error))
                 else:
@@ -263,7 +271,7 @@ class Database:
         try:
             return statement.run(**params) or []
         except pg8000.exceptions.DatabaseError as error:
-            if _sqlstate(error) not in _STALE_STATEMENT:
+            if sqlstate(error) not in _STALE_STATEMENT:
                 raise
         self._prepared[sql] = statement = conn.prepare(sql)
         return statement.run(**params) or []

@@ -1,7 +1,7 @@
-"""Applying the schema SQL shipped in lib/sql: the one statement splitter and runner.
+"""The schema SQL shipped in lib/sql: the one statement splitter, and the plain runner.
 
 One statement at a time in autocommit (CREATE INDEX CONCURRENTLY refuses a transaction);
-`archive-ctl migrate` and devkit both come through here.
+devkit applies both files this way, `archive-ctl migrate` parses the migration instead.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ JOIN pg_class AS c ON c.oid = i.indexrelid
 WHERE NOT i.indisvalid AND c.relname = ANY(CAST(:names AS text[]))
 """
 
-_SET = re.compile(r"SET\s", re.IGNORECASE)
+# Run before anything else: the session's settings, and the migration's advisory lock.
+_PRELUDE = re.compile(r"SET\s|SELECT\s+pg_advisory_lock\(", re.IGNORECASE)
 
 # conn.run / Database.run: (sql, **params) -> rows
 Run = Callable[..., Any]
@@ -91,12 +92,13 @@ def apply(
     on_statement: Callable[[Statement], None] | None = None,
 ) -> list[str]:
     """Run each statement in order on an autocommit connection; returns the names of
-    invalid indexes that were dropped first (normally none).
+    invalid indexes that were dropped first (normally none). The plain path, as psql -f
+    runs the files (devkit's fresh databases); `archive-ctl migrate` plans instead.
 
-    The files' SET statements (lock_timeout) run before anything else, so that they
-    bound the drop of a leftover index as well as the statements written after them."""
-    settings = [s for s in statements if _SET.match(s.sql)]
-    rest = [s for s in statements if not _SET.match(s.sql)]
+    The files' SET statements (lock_timeout) and the advisory lock run before anything
+    else, so that they bound and guard the drop of a leftover index as well."""
+    settings = [s for s in statements if _PRELUDE.match(s.sql)]
+    rest = [s for s in statements if not _PRELUDE.match(s.sql)]
 
     def execute(statement: Statement) -> None:
         if on_statement is not None:

@@ -1,9 +1,19 @@
--- Archive columns and indexes on image_generation_records.
--- Idempotent and safe on a live table: every statement is IF NOT EXISTS, ADD COLUMN
--- with a constant default is metadata-only (PostgreSQL 11+), and indexes are built
--- CONCURRENTLY. Run each statement on its own, outside a transaction
--- (`archive-ctl migrate` does; psql does too when the file is fed with -f).
+-- Archive columns and indexes on image_generation_records, and the project's own tables.
+-- This file is the declaration: `archive-ctl migrate` reads it, compares each statement
+-- with the catalog and runs only what is missing, with a short lock_timeout and retries
+-- for what needs the table's exclusive lock (docs/database.md, "The migration"). Each
+-- statement must keep one of the shapes it knows: ALTER TABLE ... ADD COLUMN IF NOT
+-- EXISTS, CREATE [UNIQUE] INDEX [CONCURRENTLY] IF NOT EXISTS, CREATE TABLE IF NOT EXISTS,
+-- INSERT ... ON CONFLICT DO NOTHING, and the CHECK constraint's two DO blocks.
+-- `psql -v ON_ERROR_STOP=1 -f` also works and is idempotent, but it is the plain path:
+-- every ADD COLUMN asks for the exclusive lock on every run, it maps no legacy value and
+-- leaves INVALID indexes of interrupted builds in place. Run it on a quiet table only.
 SET lock_timeout = '5s';
+
+-- One migration at a time, archive-ctl's or psql's: a second run waits here, so it
+-- never takes the first one's index build, still INVALID while it runs, for an
+-- interrupted one. Held until the session ends. (1634888552 is 'arch' in ASCII.)
+SELECT pg_advisory_lock(1634888552);
 
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_status TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_attempts INT NOT NULL DEFAULT 0;
@@ -79,8 +89,8 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_staged_
     WHERE archive_staged_key IS NOT NULL;
 
 -- archive_status takes only the names of lib.state.status.ArchiveStatus (or NULL: never
--- queued). Added NOT VALID (a brief lock, no scan), then validated, which scans without
--- blocking writes; both are no-ops once done.
+-- queued). Added NOT VALID (a brief exclusive lock, no scan), then validated, which scans
+-- without blocking reads or writes; both are no-ops once done.
 DO $$
 BEGIN
     IF NOT EXISTS (
@@ -95,8 +105,18 @@ BEGIN
 END
 $$;
 
-ALTER TABLE image_generation_records
-    VALIDATE CONSTRAINT image_generation_records_archive_status_check;
+-- A NOT VALID constraint still refuses every UPDATE of a row holding another value, so
+-- one that cannot be validated is dropped again rather than left behind.
+DO $$
+BEGIN
+    ALTER TABLE image_generation_records
+        VALIDATE CONSTRAINT image_generation_records_archive_status_check;
+EXCEPTION WHEN check_violation THEN
+    ALTER TABLE image_generation_records
+        DROP CONSTRAINT image_generation_records_archive_status_check;
+    RAISE WARNING 'archive_status holds other values than the CHECK allows; constraint dropped again (archive-ctl migrate --dry-run lists them)';
+END
+$$;
 
 -- The upload lane to the image host, shared by every container: a pause for host-level
 -- conditions (rate limits, account problems) and the recent upload times that pacing and

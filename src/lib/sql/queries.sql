@@ -799,3 +799,157 @@ SELECT count(*) FILTER (WHERE archive_status IN ('PENDING', 'RUNNING')),
        count(*) FILTER (WHERE archive_status = 'FAILED')
 FROM image_generation_records
 WHERE archive_staged_key IS NOT NULL;
+
+-- ---------------------------------------------------------------------------------------
+-- `archive-ctl migrate` (lib.cli.migrate) and `archive-ctl grants` (lib.cli.grants): the
+-- catalog, the migration's advisory lock (its key is the one archive_migration.sql takes),
+-- and the migration's own row updates. docs/database.md says why each is shaped so.
+
+-- name: schema_catalog
+-- Which of the declared objects exist, as (kind, name, table, flag): flag says whether an
+-- index is valid (an interrupted CONCURRENTLY build leaves it INVALID) and whether a
+-- constraint is validated. Catalog reads only: no lock on the tables themselves.
+SELECT 'table', c.relname, c.relname, true
+FROM pg_class AS c
+WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
+  AND pg_table_is_visible(c.oid)
+UNION ALL
+SELECT 'column', a.attname, c.relname, true
+FROM pg_attribute AS a
+JOIN pg_class AS c ON c.oid = a.attrelid
+WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
+  AND pg_table_is_visible(c.oid) AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'index', c.relname, t.relname, i.indisvalid
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_class AS t ON t.oid = i.indrelid
+WHERE c.relname = ANY(CAST(:indexes AS text[])) AND pg_table_is_visible(c.oid)
+UNION ALL
+SELECT 'constraint', k.conname, t.relname, k.convalidated
+FROM pg_constraint AS k
+JOIN pg_class AS t ON t.oid = k.conrelid
+WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oid);
+
+-- name: migration_lock_try
+SELECT pg_try_advisory_lock(CAST(:key AS bigint));
+
+-- name: migration_lock_holder
+-- The session holding the migration's lock (a bigint key: classid is its high half).
+SELECT a.pid, a.backend_start, a.application_name
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND (CAST(l.classid AS bigint) << 32) + CAST(l.objid AS bigint) = CAST(:key AS bigint);
+
+-- name: table_lock_holders
+-- The sessions holding a lock on :table, longest-running first: what a brief exclusive
+-- request gave up waiting for. No query text: it may hold other people's values.
+SELECT a.pid, a.application_name, a.state,
+       EXTRACT(EPOCH FROM now() - COALESCE(a.xact_start, a.query_start))
+FROM pg_stat_activity AS a
+WHERE a.pid <> pg_backend_pid()
+  AND a.pid IN (SELECT l.pid FROM pg_locks AS l
+                WHERE l.locktype = 'relation' AND l.granted
+                  AND l.relation = to_regclass(CAST(:table AS text)))
+ORDER BY 4 DESC NULLS LAST
+LIMIT 3;
+
+-- name: legacy_statuses
+-- archive_status values the CHECK does not allow (:allowed), by value and by whether the
+-- row has a hosted URL. A full scan (ACCESS SHARE only), run only while the CHECK is
+-- missing or NOT VALID. hosted_image_url is read through to_jsonb because a table from
+-- before the archive columns may not have it yet (this run adds it later).
+SELECT r.archive_status, (to_jsonb(r) ->> 'hosted_image_url') IS NOT NULL, count(*)
+FROM image_generation_records AS r
+WHERE NOT (r.archive_status = ANY(CAST(:allowed AS text[])))
+GROUP BY 1, 2
+ORDER BY 3 DESC, 1, 2;
+
+-- name: may_have_uploaded
+-- A row an earlier attempt may have left on Lsky without recording it: RUNNING (the worker
+-- may have been killed after the upload), or PENDING/FAILED after an attempt (whose answer
+-- may have been lost; a FAILED row can be requeued). A hosted_image_url does not clear it:
+-- looking up first then adopts that very image. `s` is the row as it is, or will be.
+(s.archive_status = 'RUNNING'
+ OR (s.archive_status IN ('PENDING', 'FAILED') AND s.archive_attempts > 0))
+
+-- name: mark_may_be_hosted
+-- Run once, when migrate adds archive_may_be_hosted (DEFAULT false) to a table that has
+-- archive states: rows an older release may have uploaded get true, so their next attempt
+-- looks the image up instead of storing a second copy. A batch is the next :batch rows by
+-- primary key after :after, one short transaction; returns the last id looked at (NULL:
+-- done) and how many rows were marked.
+WITH span AS (
+    SELECT id FROM image_generation_records
+    WHERE id > :after ORDER BY id LIMIT :batch
+),
+marked AS (
+    UPDATE image_generation_records AS s
+    SET archive_may_be_hosted = true
+    FROM span
+    WHERE s.id = span.id AND NOT s.archive_may_be_hosted AND {{may_have_uploaded}}
+    RETURNING s.id
+)
+SELECT (SELECT max(id) FROM span), (SELECT count(*) FROM marked);
+
+-- name: count_may_have_uploaded
+-- `migrate --dry-run`: how many rows mark_may_be_hosted would mark.
+SELECT count(*) FROM image_generation_records AS s WHERE {{may_have_uploaded}};
+
+-- name: map_legacy_statuses
+-- Legacy archive_status values to states (lib.cli.legacy_status): :legacy, :hosted and
+-- :target are parallel arrays, one entry per (value, has a hosted URL). Batches as in
+-- mark_may_be_hosted. A mapped row that may have been uploaded gets archive_may_be_hosted.
+-- The UPDATE re-checks the old value, so a row a writer changed meanwhile keeps its write.
+WITH span AS (
+    SELECT id FROM image_generation_records
+    WHERE id > :after ORDER BY id LIMIT :batch
+),
+s AS (
+    SELECT r.id, r.archive_status AS legacy, m.target AS archive_status, r.archive_attempts
+    FROM image_generation_records AS r
+    JOIN span ON span.id = r.id
+    JOIN unnest(CAST(:legacy AS text[]), CAST(:hosted AS boolean[]), CAST(:target AS text[]))
+         AS m (legacy, hosted, target)
+      ON m.legacy = r.archive_status AND m.hosted = (r.hosted_image_url IS NOT NULL)
+),
+mapped AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = s.archive_status,
+        archive_may_be_hosted = r.archive_may_be_hosted OR {{may_have_uploaded}}
+    FROM s
+    WHERE r.id = s.id AND r.archive_status = s.legacy
+    RETURNING r.id
+)
+SELECT (SELECT max(id) FROM span), (SELECT count(*) FROM mapped);
+
+-- name: role_of
+-- The role `archive-ctl grants` checks (the connected one when :role is NULL), and whether
+-- it is a superuser, which has every privilege.
+SELECT r.rolname, r.rolsuper
+FROM pg_roles AS r
+WHERE r.rolname = COALESCE(CAST(:role AS text), CAST(current_user AS text));
+
+-- name: privileges_of
+-- For each needed (table, column or '' for the whole table, privilege), in order: whether
+-- the table and the column exist, whether :role has the privilege and USAGE on the table's
+-- schema (NULL where the object is missing), and the schema's name.
+SELECT n.tab, n.col, n.priv,
+       c.oid IS NOT NULL,
+       n.col = '' OR a.attnum IS NOT NULL,
+       CASE WHEN c.oid IS NULL THEN NULL
+            WHEN n.col = '' THEN has_table_privilege(CAST(:role AS name), c.oid, n.priv)
+            WHEN a.attnum IS NULL THEN NULL
+            ELSE has_column_privilege(CAST(:role AS name), c.oid, a.attnum, n.priv) END,
+       CASE WHEN c.oid IS NOT NULL
+            THEN has_schema_privilege(CAST(:role AS name), c.relnamespace, 'USAGE') END,
+       ns.nspname
+FROM unnest(CAST(:tables AS text[]), CAST(:columns AS text[]), CAST(:privileges AS text[]))
+     WITH ORDINALITY AS n (tab, col, priv, ord)
+LEFT JOIN pg_class AS c ON c.oid = to_regclass(n.tab)
+LEFT JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
+LEFT JOIN pg_attribute AS a
+       ON a.attrelid = c.oid AND a.attname = n.col AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY n.ord;

@@ -1,0 +1,467 @@
+"""What archive_migration.sql declares, what the catalog already holds, and the steps between.
+
+Pure: `archive-ctl migrate` reads the catalog, calls `plan`, then runs the steps. Each statement
+of the file must have one of the shapes parsed here, so each can be checked before it runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from lib.platform import schema
+
+T = TypeVar("T")
+
+RECORDS = "image_generation_records"
+STATUS_COLUMN = "archive_status"
+# Added with DEFAULT false: rows an older release left mid-upload need it set (`plan`).
+MAY_BE_HOSTED_COLUMN = "archive_may_be_hosted"
+MAY_HAVE_UPLOADED = (
+    "rows an older release may have uploaded (RUNNING, or PENDING/FAILED after an attempt)"
+)
+
+# Waits for a lock that blocks the table's users while it is requested are retried after
+# these pauses (attempt 1, 2, ...; the last repeats), each request bounded by the session's
+# short lock_timeout: the table is never queued behind us for longer than that at a time.
+BACKOFF_SECONDS = (0.25, 0.5, 1.0, 2.0, 3.0)
+
+_WORD = r"(\w+)"
+_SHAPES = {
+    "setting": re.compile(r"SET\s", re.I),
+    "lock": re.compile(r"SELECT\s+pg_advisory_lock\((\d+)\)$", re.I),
+    "column": re.compile(
+        rf"ALTER\s+TABLE\s+{_WORD}\s+ADD\s+COLUMN\s+IF\s+NOT\s+EXISTS\s+{_WORD}\s+(.+)$",
+        re.I | re.S,
+    ),
+    "index": re.compile(
+        rf"CREATE\s+(?:UNIQUE\s+)?INDEX\s+(CONCURRENTLY\s+)?IF\s+NOT\s+EXISTS\s+{_WORD}"
+        rf"\s+ON\s+{_WORD}",
+        re.I,
+    ),
+    "table": re.compile(rf"CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+{_WORD}", re.I),
+    "seed": re.compile(
+        rf"INSERT\s+INTO\s+{_WORD}\b.*\bON\s+CONFLICT\b.*\bDO\s+NOTHING$", re.I | re.S
+    ),
+}
+# The CHECK constraint's two DO blocks: add it NOT VALID if missing; validate it.
+_ADD_CHECK = re.compile(
+    rf"ALTER\s+TABLE\s+{_WORD}\s+ADD\s+CONSTRAINT\s+{_WORD}\s+CHECK\s*(\(.*\))\s*NOT\s+VALID",
+    re.I | re.S,
+)
+_VALIDATE = re.compile(rf"VALIDATE\s+CONSTRAINT\s+{_WORD}", re.I)
+
+
+@dataclass(frozen=True)
+class Column:
+    table: str
+    name: str
+    definition: str  # type, default, NOT NULL, as written in the file
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    table: str
+    sql: str
+    concurrently: bool
+
+
+@dataclass(frozen=True)
+class Constraint:
+    name: str
+    table: str
+    check: str  # the parenthesised CHECK expression
+
+    @property
+    def allowed_values(self) -> tuple[str, ...]:
+        """The quoted literals of the expression (an IN list's values)."""
+        return tuple(re.findall(r"'([^']*)'", self.check))
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class Seed:
+    table: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """The objects archive_migration.sql creates, in the file's order."""
+
+    lock_key: int
+    columns: tuple[Column, ...]
+    indexes: tuple[Index, ...]
+    constraints: tuple[Constraint, ...]
+    tables: tuple[Table, ...]
+    seeds: tuple[Seed, ...]
+
+    def columns_of(self, table: str) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.table == table)
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """Every table the catalog is read for: the records and the project's own."""
+        names = [RECORDS, *(t.name for t in self.tables), *(c.table for c in self.columns)]
+        return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class _LockKey:
+    key: int
+
+
+@dataclass(frozen=True)
+class _Validated:
+    constraint: str
+
+
+_Item = Column | Index | Table | Seed | Constraint | _LockKey | _Validated
+
+
+def _item(sql: str) -> _Item | None:
+    """What one statement of the file declares (None: a psql session setting); ValueError
+    for a shape migrate cannot check against the catalog before running it."""
+    upper = sql.upper()
+    if _SHAPES["setting"].match(sql):
+        return None  # the psql path's own; archive-ctl sets its lock_timeout per step
+    if m := _SHAPES["lock"].match(sql):
+        return _LockKey(int(m.group(1)))
+    if m := _SHAPES["column"].match(sql):
+        return Column(m.group(1), m.group(2), " ".join(m.group(3).split()))
+    if m := _SHAPES["index"].match(sql):
+        if m.group(3) == RECORDS and not m.group(1):
+            raise ValueError(f"index {m.group(2)} on the live table must be built CONCURRENTLY")
+        return Index(m.group(2), m.group(3), sql, concurrently=bool(m.group(1)))
+    if m := _SHAPES["table"].match(sql):
+        return Table(m.group(1), sql)
+    if m := _SHAPES["seed"].match(sql):
+        return Seed(m.group(1), sql)
+    if upper.startswith("DO") and "IF NOT EXISTS" in upper and (m := _ADD_CHECK.search(sql)):
+        return Constraint(m.group(2), m.group(1), " ".join(m.group(3).split()))
+    if upper.startswith(("DO", "ALTER")) and (m := _VALIDATE.search(sql)):
+        return _Validated(m.group(1))
+    raise ValueError(
+        f"archive-ctl migrate cannot check this statement against the catalog before running"
+        f" it: {sql.splitlines()[0][:80]!r} (docs/database.md lists the shapes it knows)"
+    )
+
+
+def parse_declaration(
+    statements: Iterable[str], source: str = "archive_migration.sql"
+) -> Declaration:
+    """The file's statements as a Declaration; ValueError names any statement of another shape."""
+    items: list[_Item] = []
+    for sql in statements:
+        try:
+            item = _item(sql)
+        except ValueError as error:
+            raise ValueError(f"{source}: {error}") from None
+        if item is not None:
+            items.append(item)
+
+    def of(kind: type[T]) -> tuple[T, ...]:
+        return tuple(i for i in items if isinstance(i, kind))
+
+    lock_keys = of(_LockKey)
+    if len(lock_keys) != 1:
+        raise ValueError(f"{source}: needs exactly one SELECT pg_advisory_lock(<key>)")
+    constraints = of(Constraint)
+    unvalidated = {c.name for c in constraints} - {v.constraint for v in of(_Validated)}
+    if unvalidated:
+        raise ValueError(f"{source}: no VALIDATE for {sorted(unvalidated)}")
+    return Declaration(lock_keys[0].key, of(Column), of(Index), constraints, of(Table), of(Seed))
+
+
+def load_declaration(path: Path = schema.ARCHIVE_MIGRATION) -> Declaration:
+    return parse_declaration((s.sql for s in schema.load([path])), source=path.name)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the database holds of the declared objects (the `schema_catalog` query's rows)."""
+
+    tables: frozenset[str] = frozenset()
+    columns: frozenset[tuple[str, str]] = frozenset()  # (table, column)
+    indexes: Mapping[str, bool] = field(default_factory=dict)  # name -> valid
+    constraints: Mapping[str, bool] = field(default_factory=dict)  # name -> validated
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Sequence[object]]) -> Catalog:
+        """Rows of (kind, name, table, flag): kind is table, column, index or constraint."""
+        tables: set[str] = set()
+        columns: set[tuple[str, str]] = set()
+        indexes: dict[str, bool] = {}
+        constraints: dict[str, bool] = {}
+        for kind, name, table, flag in rows:
+            if kind == "table":
+                tables.add(str(name))
+            elif kind == "column":
+                columns.add((str(table), str(name)))
+            elif kind == "index":
+                indexes[str(name)] = bool(flag)
+            elif kind == "constraint":
+                constraints[str(name)] = bool(flag)
+        return cls(frozenset(tables), frozenset(columns), indexes, constraints)
+
+    def has_column(self, table: str, column: str) -> bool:
+        return (table, column) in self.columns
+
+
+@dataclass(frozen=True)
+class LegacyValue:
+    """An archive_status value outside the CHECK's, with what it maps to (None: it cannot)."""
+
+    value: str
+    hosted: bool  # these rows have a hosted_image_url
+    rows: int
+    target: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.value!r} ({'with' if self.hosted else 'without'} a hosted_image_url)"
+
+    @property
+    def counted(self) -> str:
+        return f"{self.rows} row{'s' * (self.rows != 1)}"
+
+
+class Wait(enum.Enum):
+    """How a step may wait for its lock, by what the wait does to the table's other users."""
+
+    # Its lock request queues the table's readers and writers behind it (ACCESS EXCLUSIVE,
+    # or SHARE for a plain index build): the short lock_timeout, then retried.
+    BRIEF = "brief"
+    # SHARE UPDATE EXCLUSIVE: reads and writes go on while it waits (index builds, VALIDATE).
+    PATIENT = "patient"
+    # Row updates in batches of short transactions.
+    ROWS = "rows"
+
+
+class Action(enum.Enum):
+    CREATE_TABLE = ("create table", Wait.BRIEF)
+    ADD_COLUMNS = ("add columns", Wait.BRIEF)
+    SEED = ("ensure rows", Wait.BRIEF)
+    MARK_MAY_BE_HOSTED = ("set archive_may_be_hosted on", Wait.ROWS)
+    DROP_INVALID_INDEX = ("drop the INVALID index", Wait.PATIENT)
+    BUILD_INDEX = ("build index", Wait.PATIENT)  # CONCURRENTLY
+    BUILD_PLAIN_INDEX = ("build index", Wait.BRIEF)  # SHARE: only on a project table
+    MAP_LEGACY = ("map legacy archive_status values of", Wait.ROWS)
+    ADD_CONSTRAINT = ("add constraint NOT VALID", Wait.BRIEF)
+    VALIDATE_CONSTRAINT = ("validate constraint", Wait.PATIENT)
+    DROP_CONSTRAINT = ("drop constraint", Wait.BRIEF)
+
+    def __init__(self, words: str, wait: Wait) -> None:
+        self.words = words
+        self.wait = wait
+
+
+@dataclass(frozen=True)
+class Step:
+    action: Action
+    table: str  # the table whose lock it takes
+    name: str  # the table, index or constraint it is about
+    sql: str = ""  # the DDL; empty for the batched data steps (named queries)
+    detail: str = ""
+
+    @property
+    def summary(self) -> str:
+        extra = f": {self.detail}" if self.detail else ""
+        return f"{self.action.words} {self.name}{extra}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    steps: tuple[Step, ...]
+    # Why migrate stops before changing the schema; `steps` then only repair what an
+    # earlier run left behind that hurts the generation service.
+    refusal: str | None = None
+
+    @property
+    def changes(self) -> tuple[Step, ...]:
+        """The steps that change the schema or rows (seeds only ensure rows exist)."""
+        return tuple(s for s in self.steps if s.action is not Action.SEED)
+
+
+def add_columns_sql(table: str, columns: Sequence[Column]) -> str:
+    # One statement, so one lock request for every missing column; IF NOT EXISTS because a
+    # table created in the same run may already have some of them.
+    clauses = ",\n    ".join(f"ADD COLUMN IF NOT EXISTS {c.name} {c.definition}" for c in columns)
+    return f"ALTER TABLE {table}\n    {clauses}"
+
+
+def add_constraint_sql(constraint: Constraint) -> str:
+    return (
+        f"ALTER TABLE {constraint.table} ADD CONSTRAINT {constraint.name}"
+        f" CHECK {constraint.check} NOT VALID"
+    )
+
+
+def validate_constraint_sql(constraint: Constraint) -> str:
+    return f"ALTER TABLE {constraint.table} VALIDATE CONSTRAINT {constraint.name}"
+
+
+def drop_constraint_sql(constraint: Constraint) -> str:
+    return f"ALTER TABLE {constraint.table} DROP CONSTRAINT IF EXISTS {constraint.name}"
+
+
+def drop_index_sql(index: Index) -> str:
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {index.name}"
+
+
+def status_constraints(declaration: Declaration) -> tuple[Constraint, ...]:
+    """The CHECK constraints on archive_status, which the legacy values would break."""
+    return tuple(
+        c for c in declaration.constraints if c.table == RECORDS and STATUS_COLUMN in c.check
+    )
+
+
+def status_values(declaration: Declaration) -> tuple[str, ...]:
+    """The archive_status values every CHECK on it allows."""
+    constraints = status_constraints(declaration)
+    if not constraints:
+        return ()
+    first, *others = constraints
+    return tuple(v for v in first.allowed_values if all(v in c.allowed_values for c in others))
+
+
+def legacy_scan_needed(declaration: Declaration, catalog: Catalog) -> bool:
+    """archive_status exists and a CHECK on it is missing or NOT VALID: its values may break it.
+    A validated constraint proves there are none, so an up-to-date table is not scanned."""
+    return catalog.has_column(RECORDS, STATUS_COLUMN) and any(
+        not catalog.constraints.get(c.name, False) for c in status_constraints(declaration)
+    )
+
+
+def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValue] = ()) -> Plan:
+    """The steps from `catalog` to `declaration`, in the order they must run.
+
+    The records' columns first (the step most likely to find the table busy: when it gives
+    up, nothing has changed), then the project's tables and their columns, rows, indexes,
+    and the constraints last: a VALIDATE that fails (a value written since the check, by a
+    release still running) then leaves everything else done.
+    """
+    unmappable = [v for v in legacy if v.target is None]
+    if unmappable:
+        return Plan(_repairs(declaration, catalog), refusal=legacy_refusal(legacy))
+    steps = _add_columns(declaration, catalog, RECORDS)
+    steps += [
+        Step(Action.CREATE_TABLE, t.name, t.name, t.sql)
+        for t in declaration.tables
+        if t.name not in catalog.tables
+    ]
+    for table in declaration.table_names:
+        if table != RECORDS:
+            steps += _add_columns(declaration, catalog, table)
+    steps += [Step(Action.SEED, s.table, s.table, s.sql) for s in declaration.seeds]
+    if _adds_may_be_hosted(declaration, catalog):
+        steps.append(Step(Action.MARK_MAY_BE_HOSTED, RECORDS, RECORDS, detail=MAY_HAVE_UPLOADED))
+    for index in declaration.indexes:
+        valid = catalog.indexes.get(index.name)
+        if valid is False:
+            left = "left by an interrupted build; built again next"
+            steps.append(
+                Step(
+                    Action.DROP_INVALID_INDEX, index.table, index.name, drop_index_sql(index), left
+                )
+            )
+        if not valid:
+            build = Action.BUILD_INDEX if index.concurrently else Action.BUILD_PLAIN_INDEX
+            steps.append(Step(build, index.table, index.name, index.sql))
+    if legacy:
+        detail = ", ".join(f"{v.label} -> {v.target}: {v.counted}" for v in legacy)
+        steps.append(Step(Action.MAP_LEGACY, RECORDS, RECORDS, detail=detail))
+    for constraint in declaration.constraints:
+        validated = catalog.constraints.get(constraint.name)
+        if validated is None:
+            steps.append(
+                Step(
+                    Action.ADD_CONSTRAINT,
+                    constraint.table,
+                    constraint.name,
+                    add_constraint_sql(constraint),
+                )
+            )
+        if not validated:
+            steps.append(
+                Step(
+                    Action.VALIDATE_CONSTRAINT,
+                    constraint.table,
+                    constraint.name,
+                    validate_constraint_sql(constraint),
+                )
+            )
+    return Plan(tuple(steps))
+
+
+def _add_columns(declaration: Declaration, catalog: Catalog, table: str) -> list[Step]:
+    missing = [c for c in declaration.columns_of(table) if not catalog.has_column(table, c.name)]
+    if not missing:
+        return []
+    detail = ", ".join(c.name for c in missing)
+    return [Step(Action.ADD_COLUMNS, table, table, add_columns_sql(table, missing), detail)]
+
+
+def _adds_may_be_hosted(declaration: Declaration, catalog: Catalog) -> bool:
+    """The column is added by this run to a table that already has archive states: rows an
+    older release left RUNNING or mid-retry must not get the default (false) and be uploaded
+    a second time. When the column exists it carries the truth already; when archive_status
+    is added too, no row has a state yet."""
+    declared = any(c.name == MAY_BE_HOSTED_COLUMN for c in declaration.columns_of(RECORDS))
+    return (
+        declared
+        and RECORDS in catalog.tables
+        and not catalog.has_column(RECORDS, MAY_BE_HOSTED_COLUMN)
+        and catalog.has_column(RECORDS, STATUS_COLUMN)
+    )
+
+
+def _repairs(declaration: Declaration, catalog: Catalog) -> tuple[Step, ...]:
+    """A NOT VALID constraint an earlier run left refuses every UPDATE of the rows holding a
+    value it does not allow (the generation service's own updates of them included)."""
+    return tuple(
+        Step(
+            Action.DROP_CONSTRAINT,
+            c.table,
+            c.name,
+            drop_constraint_sql(c),
+            "NOT VALID, left by an earlier run",
+        )
+        for c in status_constraints(declaration)
+        if catalog.constraints.get(c.name) is False
+    )
+
+
+def legacy_refusal(legacy: Sequence[LegacyValue]) -> str:
+    """What an operator reads when values cannot be mapped: each with its count, and what to do."""
+    lines = [
+        "archive_status holds values the CHECK constraint does not allow and migrate cannot map:"
+    ]
+    lines += [f"  {v.label}: {v.counted}" for v in legacy if v.target is None]
+    lines.append(
+        "The schema was left as it was. Set those rows to NULL (never queued), PENDING (archive"
+        " again), SUCCEEDED (only with a hosted_image_url) or FAILED, then run migrate again"
+        " (docs/operations.md, 'Legacy archive_status values')."
+    )
+    mappable = [v for v in legacy if v.target is not None]
+    if mappable:
+        lines.append(
+            "It maps these by itself: "
+            + ", ".join(f"{v.label} -> {v.target} ({v.counted})" for v in mappable)
+        )
+    return "\n".join(lines)
+
+
+def backoff_seconds(attempt: int) -> float:
+    """The pause after failed attempt number `attempt` (1-based) to get a brief lock."""
+    return BACKOFF_SECONDS[min(attempt, len(BACKOFF_SECONDS)) - 1]
