@@ -1251,15 +1251,85 @@ def test_own_faults_raise_an_alarm() -> None:
     assert alarm["Threshold"] == 0
 
 
+def dashboard_json() -> dict[str, Any]:
+    """The dashboard body with its substitutions filled in (numbers for the thresholds,
+    nothing for the staging alarms, which exist only with StagingEnabled)."""
+    body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
+    body = body.replace("${StagingAlarms}", "")
+    body = re.sub(r"\$\{(PendingAgeAlarmSeconds|LanePausedAlarmSeconds)\}", "0", body)
+    return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))  # type: ignore[no-any-return]
+
+
+def alarm_names() -> list[str]:
+    return [
+        name
+        for name, body in template()["Resources"].items()
+        if body["Type"] == "AWS::CloudWatch::Alarm"
+    ]
+
+
+def test_the_dashboard_shows_every_alarm() -> None:
+    body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
+    [widget] = [w for w in dashboard_json()["widgets"] if w["type"] == "alarm"]
+    shown = set(re.findall(r"\$\{(\w+)\.Arn\}", body))
+    # The staging alarms come in through a variable, present exactly when they exist.
+    condition, staging, otherwise = variables["StagingAlarms"]["Fn::If"]
+    assert (condition, otherwise) == ("StagingOn", "")
+    conditional = {
+        part["Fn::GetAtt"][0] for part in staging["Fn::Join"][1] if isinstance(part, dict)
+    }
+    for name in conditional:
+        assert resource(name).get("Condition") == "StagingOn", name
+    assert shown | conditional == set(alarm_names())
+    assert len(widget["properties"]["alarms"]) == len(shown)
+
+
+def test_every_way_a_row_can_wait_raises_an_alarm() -> None:
+    # Issue 19: rows parked outside the queue, and pauses for any reason, were silent.
+    pending = props("ArchivePendingAgeAlarm")
+    assert (pending["Namespace"], pending["MetricName"]) == (
+        "ImageArchive",
+        "OldestPendingAgeSeconds",
+    )
+    assert ref_of(pending["Threshold"]) == "PendingAgeAlarmSeconds"
+    paused = props("ArchiveLanePausedTooLongAlarm")
+    assert (paused["Namespace"], paused["MetricName"]) == ("ImageArchive", "LanePausedSeconds")
+    assert ref_of(paused["Threshold"]) == "LanePausedAlarmSeconds"
+    for alarm in (pending, paused):
+        assert alarm["Statistic"] == "Maximum"
+        assert alarm["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+        # LanePausedSeconds is sent only while the lane is paused: no data is no alarm.
+        assert alarm["TreatMissingData"] == "notBreaching"
+    # The default sits above the longest healthy wait of a due row (a lost message is
+    # re-sent within the requeue interval plus one schedule; a full backlog drains in 15
+    # min) and below the provider URL's life of about an hour.
+    healthy = int(parameter("RequeueIntervalSeconds")["Default"]) + 300 + 900
+    assert healthy < parameter("PendingAgeAlarmSeconds")["Default"] < 3600
+    assert parameter("LanePausedAlarmSeconds")["Default"] < 3600
+    unconcluded = props("ArchiveUnconcludedAlarm")
+    stats = {m["Id"]: m["MetricStat"] for m in unconcluded["Metrics"] if "MetricStat" in m}
+    assert {stat["Metric"]["MetricName"] for stat in stats.values()} == {
+        "Unconcluded",
+        "InternalError",
+    }
+    assert {stat["Period"] for stat in stats.values()} == {900}  # sum over 15 minutes
+    [expression] = [m["Expression"] for m in unconcluded["Metrics"] if "Expression" in m]
+    assert all(f"FILL({name}, 0)" in expression for name in stats)
+    assert (unconcluded["Threshold"], unconcluded["ComparisonOperator"]) == (
+        0,
+        "GreaterThanThreshold",
+    )
+
+
 def test_dashboard_shows_queues_outcomes_and_durations() -> None:
     body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
     assert set(re.findall(r"\$\{([^}!]+)\}", body)) <= (
         set(variables)
         | set(template()["Resources"])
-        | {"AWS::Region", "ServiceName"}
+        | {"AWS::Region", "ServiceName", "PendingAgeAlarmSeconds", "LanePausedAlarmSeconds"}
         | {f"{name}.Arn" for name in template()["Resources"]}
     )
-    dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    dashboard = dashboard_json()
     metrics = [
         metric
         for widget in dashboard["widgets"]
