@@ -93,3 +93,96 @@ def test_deploy_doc_counts_the_iam_roles_the_stack_creates() -> None:
     assert [NUMBERS.get(word) for word in claims] == [len(roles)] * len(claims), roles
     for name in roles:
         assert f"`{name}`" in text, f"docs/deploy.md does not name the role {name}"
+
+
+# ---------------------------------------------------------------- what deploy.md and README say
+
+
+def read(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def table_rows(text: str, section: str) -> dict[str, list[str]]:
+    """The first table under `## section`, by the backquoted name in its first cell."""
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in body.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        name = re.match(r"`(\w+)`", cells[0]) if line.startswith("|") else None
+        if name:
+            rows[name.group(1)] = cells
+    return rows
+
+
+def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
+    from tests.test_template import alarm_names
+
+    alarms = alarm_names()
+    deploy, readme, operations = (
+        read("docs/deploy.md"),
+        read("README.md"),
+        read("docs/operations.md"),
+    )
+    documented = table_rows(deploy, "Alarms")
+    assert set(documented) == set(alarms), "docs/deploy.md's alarm table"
+    headings = {
+        heading_anchor(line.lstrip("#")): line
+        for line in operations.splitlines()
+        if line.startswith("### ")
+    }
+    for name in alarms:
+        assert f"`{name}`" in readme, f"README.md does not name {name}"
+        [link] = re.findall(r"\(operations\.md#([\w-]+)\)", documented[name][-1])
+        assert link in headings, f"{name}: runbook link #{link} is not a heading of operations.md"
+        assert f"`{name}`" in headings[link], f"the runbook step for {name} does not name it"
+
+
+def test_deploy_doc_states_no_stale_count_of_alarms() -> None:
+    text = " ".join(read("docs/deploy.md").split())
+    counted = re.findall(r"\b(\w+) alarms\b", text)
+    numbers = set(NUMBERS) | {"six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+    assert not [word for word in counted if word in numbers or word.isdigit()], counted
+
+
+def test_deploy_doc_names_every_output() -> None:
+    from tests.test_template import template
+
+    text = read("docs/deploy.md")
+    outputs = text.split("\nOutputs: ", 1)[1].split("\n\n", 1)[0]
+    for name in template()["Outputs"]:
+        assert f"`{name}`" in outputs, f"docs/deploy.md's outputs omit {name}"
+
+
+def test_deploy_doc_says_what_reserved_concurrency_needs() -> None:
+    text = " ".join(read("docs/deploy.md").split())
+    assert "100 unreserved concurrent executions" in text
+
+
+def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
+    from tests.test_template import template
+
+    rows = table_rows(read("docs/deploy.md"), "Parameters")
+    parameters = template()["Parameters"]
+    assert set(rows) == set(parameters), "docs/deploy.md's parameter table"
+    required = {"DbSecretArn", "LskyTokenSecretArn", "LskyBaseUrl"}  # rules or no default
+    for name, param in parameters.items():
+        default = rows[name][1]
+        if name in required:
+            assert default == "(required)", name
+        elif param.get("Default", "") == "":
+            assert default == "empty", name
+        else:
+            assert default == f"`{param['Default']}`", (name, default, param["Default"])
+        assert all(cell for cell in rows[name][2:]), f"{name}: an empty cell"
+        for bound in ("MinValue", "MaxValue"):
+            if bound in param:
+                assert str(param[bound]) in rows[name][2], (name, bound)
+    # A parameter no production operator should turn says so, here and in the template.
+    guard = rows["ArchiveAllowPrivateNetworks"][4]
+    assert "never set it in production" in guard
+    assert "LOCAL TESTING ONLY" in parameters["ArchiveAllowPrivateNetworks"]["Description"]
