@@ -137,6 +137,10 @@ class Behaviour:
     store: bool = False  # keep the file although the answer is a failure
     partial: bool = True  # DROP: half a response first (else none at all)
     throttle_headers: bool = True  # RATE_LIMITED: send Retry-After and X-RateLimit-*
+    # Append the request's Authorization header ("header") or its token's secret half
+    # ("secret") to `message`, as a misconfigured server or a debug error page may (a
+    # client must redact it before keeping the message). Empty: no echo.
+    echo_authorization: str = ""
 
     @classmethod
     def success(cls) -> Behaviour:
@@ -194,6 +198,14 @@ class Behaviour:
         or not the client is still connected: a client killed during the wait
         still leaves a stored image (see `wait_for_bodies`, `wait_for_uploads`)."""
         return replace(then or cls.success(), delay=seconds)
+
+    def echoing_authorization(self, part: str = "header") -> Behaviour:
+        """This behaviour with the request's Authorization header (part="header") or the
+        secret half of its token (part="secret") appended to its message (for
+        status_false, unauthorized, forbidden, rate_limited)."""
+        if part not in ("header", "secret"):
+            raise ValueError(f"part must be 'header' or 'secret', not {part!r}")
+        return replace(self, echo_authorization=part)
 
     @classmethod
     def drop(cls, *, partial: bool = True, store: bool = True) -> Behaviour:
@@ -1096,6 +1108,11 @@ class _Handler(QuietHandler):
         if behaviour.store and request.error is None:
             result = self._store(request, checked=False)
             stored = result if isinstance(result, ImageRecord) else None
+        if behaviour.echo_authorization:
+            echoed = request.headers.get("authorization", "")
+            if behaviour.echo_authorization == "secret":
+                echoed = _bearer(echoed).partition("|")[2]
+            behaviour = replace(behaviour, message=behaviour.message + echoed)
         status, message = _FAILURES[behaviour.kind](self, request.headers, behaviour)
         return status, behaviour.kind.value, message, stored
 

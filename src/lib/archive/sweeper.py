@@ -20,6 +20,7 @@ from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
+from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
 from lib.state.lane import PauseReason, drain_per_second
 from lib.state.records import ArchiveRecords, StagedSummary, SweptRow
@@ -336,7 +337,7 @@ class Sweeper:
                 "could not send to the archive queue; stopping this run",
                 step=str(step),
                 error=type(report.error).__name__,
-                detail=str(report.error)[:200],
+                detail=outside_text(report.error, 200),
             )
             stop = StopReason.SQS_ERROR
         elif report.out_of_time:

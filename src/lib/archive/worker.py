@@ -34,6 +34,7 @@ from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable
 from lib.platform.observability import log_unexpected, logger, metrics
+from lib.platform.redact import outside_text
 from lib.platform.s3 import StagedCopyMissing, StagingError
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS, Queue
 from lib.state.claim import ClaimSnapshot, Task, blocked_by_lane, early_delay, skip_reason
@@ -55,6 +56,8 @@ HOLD_LIMIT_RECEIVES = 3
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
 # that a fix applies within minutes, slow enough not to spin.
 OWN_FAULT_RETRY_SECONDS = 300
+# Text from outside in a log line (a host's answer, a message body), once redacted.
+LOGGED_DETAIL_LIMIT = 200
 
 
 class ArchiveWorker:
@@ -164,7 +167,7 @@ class ArchiveWorker:
                     until=until or "infinity",
                     reason=condition.reason,
                     window=condition.window,
-                    detail=condition.detail[:200],
+                    detail=condition.detail,  # redacted and bounded on its way in
                 )
                 return self._lane_paused(
                     message,
@@ -342,7 +345,7 @@ class ArchiveWorker:
             "upload lane paused; attempt given back",
             reason=str(condition.reason),
             window=condition.window,
-            detail=condition.detail[:200],
+            detail=outside_text(condition.detail, LOGGED_DETAIL_LIMIT),
             paused_until=until.isoformat() if until is not None else "until cleared",
         )
         return self._hold_or_park(message, task.record_id, seconds, park=park)
@@ -575,7 +578,8 @@ class ArchiveWorker:
         return Result(Outcome.UNCONCLUDED, record_id, error)
 
     def _malformed(self, message: Message, reason: str) -> Result:
-        preview = message.body[:120] if message.body else ""
+        # The producer's body: anything at all, so redacted before it is cut.
+        preview = outside_text(message.body, LOGGED_DETAIL_LIMIT) if message.body else ""
         logger.error(
             "malformed message",
             outcome=Outcome.MALFORMED,

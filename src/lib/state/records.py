@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from lib.platform.db import Database
+from lib.platform.redact import outside_text
 from lib.state.claim import EARLY_SLACK_SECONDS, ClaimResult, ClaimSnapshot, Task
 from lib.state.lane import LaneState, lane_state
 from lib.state.queries import QUERIES
@@ -22,6 +23,10 @@ from lib.state.status import ArchiveStatus
 BEGINNING = "-infinity"
 # How far back the lane's upload log reaches: the longest window pacing can enforce.
 UPLOAD_LOG_SECONDS = 31 * 86_400
+# archive_error and the lane's pause_detail hold text from outside (a host's answer): it
+# is redacted, then bounded, on its way in (lib.platform.redact).
+ERROR_LIMIT = 500
+PAUSE_DETAIL_LIMIT = 200
 
 
 class Recorded(enum.StrEnum):
@@ -225,7 +230,7 @@ class ArchiveRecords:
             "retry",
             record_id=task.record_id,
             owner=owner,
-            error=error,
+            error=outside_text(error, ERROR_LIMIT),
             delay=delay_seconds,
             may_be_hosted=may_be_hosted,
             staged_key=staged_key,
@@ -249,7 +254,7 @@ class ArchiveRecords:
             "fail",
             record_id=task.record_id,
             owner=owner,
-            error=error,
+            error=outside_text(error, ERROR_LIMIT),
             may_be_hosted=may_be_hosted,
             keep_staged=keep_staged,
             staged_key=staged_key,
@@ -278,7 +283,7 @@ class ArchiveRecords:
             record_id=task.record_id,
             owner=owner,
             delay=delay_seconds,
-            error=error,
+            error=None if error is None else outside_text(error, ERROR_LIMIT),
             park=park,
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
             staged_key=staged_key,
@@ -298,7 +303,13 @@ class ArchiveRecords:
     def pause_lane(
         self, *, until: datetime | str, reason: str, window: str | None, detail: str
     ) -> None:
-        self._run("pause_lane", until=until, reason=reason, window=window, detail=detail)
+        self._run(
+            "pause_lane",
+            until=until,
+            reason=reason,
+            window=window,
+            detail=outside_text(detail, PAUSE_DETAIL_LIMIT),
+        )
 
     def clear_pause(self, *, reason: str | None = None) -> str | None:
         """Open the lane; returns the reason of the pause cleared, None if it was open."""

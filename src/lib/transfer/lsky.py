@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
+from lib.platform.redact import outside_text, token_parts
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky_envelope import read_envelope
@@ -30,6 +31,8 @@ LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's 
 # The keyword names one record, so its images fit on the first page; more pages than
 # this means the list cannot say whether the image is there (docs/transfer.md).
 MAX_LOOKUP_PAGES = 3
+# A failure's whole message as kept (Lsky's own part is already shorter: MESSAGE_LIMIT).
+FAILURE_MESSAGE_LIMIT = 300
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
 Body = MultipartBody | StreamedMultipartBody
@@ -225,6 +228,7 @@ class LskyClient:
                 raw if len(raw) <= MAX_RESPONSE_BYTES else b"",
                 location=response.headers.get("Location"),
                 retry_after=response.headers.get("Retry-After"),
+                secrets=token_parts([token]),
             )
         except ArchiveFailure as error:
             return error
@@ -307,6 +311,7 @@ class LskyClient:
             raw[:MAX_RESPONSE_BYTES] if len(raw) <= MAX_RESPONSE_BYTES else b"",
             location=response.headers.get("Location"),
             retry_after=response.headers.get("Retry-After"),
+            secrets=token_parts([token]),
         )
 
 
@@ -329,19 +334,15 @@ def _until(deadline: float, chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
-    """The failure with the tokens (and their secret halves) cut out of the message: Lsky's
-    message is stored and logged, and a misconfigured server may echo request headers."""
+    """The failure as it may leave the client: every token this call used (a refreshed one
+    too) redacted from its message, which is stored and logged. Each answer's own token
+    was already redacted when it was read, before Lsky's message was shortened."""
     failure = error.failure
-    message = failure.message
-    for token in tokens:
-        for secret in (token, token.partition("|")[2]):
-            if len(secret) >= 4:
-                message = message.replace(secret, "[redacted]")
     return ArchiveFailure(
         Failure(
             failure.stage,
             failure.kind,
-            message,
+            outside_text(failure.message, FAILURE_MESSAGE_LIMIT, secrets=token_parts(tokens)),
             status=failure.status,
             retry_after=failure.retry_after,
         )
@@ -349,11 +350,23 @@ def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
 
 
 def parse_upload_response(
-    status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
+    status: int,
+    raw: bytes,
+    *,
+    location: str | None = None,
+    retry_after: str | None = None,
+    secrets: Iterable[str] = (),
 ) -> HostedImage:
-    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested)."""
+    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested);
+    `secrets` (the request's token) are redacted from Lsky's message."""
     envelope = read_envelope(
-        Stage.UPLOAD, "Lsky", status, raw, location=location, retry_after=retry_after
+        Stage.UPLOAD,
+        "Lsky",
+        status,
+        raw,
+        location=location,
+        retry_after=retry_after,
+        secrets=secrets,
     )
     payload, message = envelope.payload, envelope.message
     if payload.get("status") is not True:
