@@ -37,6 +37,10 @@ PAGE_SIZE = 100
 SEND_RESERVE_MS = 15_000
 # A page also needs its claim statement; after that the page is sent batch by batch.
 PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
+# The account probe's whole exchange with Lsky, at most; it always leaves the run this
+# much for its statements and a first page.
+PROBE_SECONDS = 10.0
+PROBE_RESERVE_MS = PAGE_RESERVE_MS + 5_000
 
 
 class Step(enum.StrEnum):
@@ -75,6 +79,13 @@ def next_page(
     if remaining_ms < PAGE_RESERVE_MS:
         return StopReason.TIME
     return min(page_size, budget_left)
+
+
+def probe_deadline(remaining_ms: int) -> float:
+    """When the account probe must have its answer: PROBE_SECONDS from now at most, and
+    early enough to leave the run PROBE_RESERVE_MS."""
+    seconds = min(PROBE_SECONDS, (remaining_ms - PROBE_RESERVE_MS) / 1000)
+    return time.monotonic() + max(seconds, 0.0)
 
 
 def can_send_batch(remaining_ms: int) -> bool:
@@ -159,9 +170,10 @@ class Sweeper:
         records: ArchiveRecords,
         queue: Queue,
         page_size: int = PAGE_SIZE,
-        probe: Callable[[], bool] | None = None,
+        probe: Callable[[float], bool] | None = None,
     ) -> None:
-        """probe: whether the host account is healthy again (Lsky's profile endpoint)."""
+        """probe: whether the host account is healthy again (Lsky's profile endpoint),
+        known by the deadline it is given (time.monotonic())."""
         self.settings = settings
         self.records = records
         self.queue = queue
@@ -176,7 +188,7 @@ class Sweeper:
         summary = SweepSummary()
         try:
             summary.dated = self.records.date_undated(limit=self.settings.max_rows)
-            self._read_lane(summary)
+            self._read_lane(summary, remaining_ms)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
                 if stop is not None:
@@ -196,7 +208,7 @@ class Sweeper:
         log("sweep finished", **summary.as_dict())
         return summary
 
-    def _read_lane(self, summary: SweepSummary) -> None:
+    def _read_lane(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
         """The lane decides what this run sends: nothing lost or parked while it is paused
         (the probe may open it), and a requeue interval that grows with the backlog."""
         lane = self.records.lane()
@@ -204,7 +216,7 @@ class Sweeper:
             lane.paused
             and lane.reason == PauseReason.ACCOUNT
             and probe_can_clear(lane.detail)
-            and self._probe()
+            and self._probe(probe_deadline(remaining_ms()))
         ):
             self.records.clear_pause(reason="account")
             summary.lane_resumed = True
@@ -229,13 +241,17 @@ class Sweeper:
         )
         summary.requeue_interval_seconds = self._requeue_interval
 
-    def _probe(self) -> bool:
+    def _probe(self, deadline: float) -> bool:
         if self.probe is None:
             return False
         try:
-            return self.probe()
+            return self.probe(deadline)
         except Exception as error:  # noqa: BLE001 - a failed probe leaves the pause as it is
-            logger.warning("account probe failed", error=type(error).__name__)
+            logger.warning(
+                "account probe failed",
+                error=type(error).__name__,
+                detail=outside_text(error, 200),
+            )
             return False
 
     def _queued(self) -> int | None:
