@@ -254,3 +254,19 @@ def test_db_ssl_root_cert_without_verify_full_is_warned_about(
     [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
     assert f"DB_SSL_ROOT_CERT={str(bundle)!r}" in warning
     assert f"DB_SSLMODE={sslmode or 'unset'}" in warning
+
+
+def test_the_longest_retry_after_is_read_by_both_functions(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    sweeper_env = {**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q"}
+    assert load_settings(BASE).max_retry_after_seconds == 3600
+    assert load_sweeper_settings(sweeper_env).max_retry_after_seconds == 3600
+    env = {"ARCHIVE_MAX_RETRY_AFTER_SECONDS": "900"}
+    assert load_settings({**BASE, **env}).max_retry_after_seconds == 900
+    assert load_sweeper_settings({**sweeper_env, **env}).max_retry_after_seconds == 900
+    # More than SQS can hold a message for: the default, and a warning naming it.
+    too_long = {"ARCHIVE_MAX_RETRY_AFTER_SECONDS": "43201"}
+    assert load_settings({**BASE, **too_long}).max_retry_after_seconds == 3600
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert warning.startswith("invalid ARCHIVE_MAX_RETRY_AFTER_SECONDS='43201', using default")
