@@ -32,6 +32,7 @@ Behaviour follows the open-source server's code paths:
 Failures are scripted: `script(Behaviour.rate_limited(), Behaviour.drop())`
 queues behaviours that the next authenticated upload requests consume one each;
 after that uploads succeed again. Every upload request is recorded in `uploads`.
+`trickle(path)` sends every answer of a route a byte at a time (a stalled proxy).
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ class Behaviour:
     store: bool = False  # keep the file although the answer is a failure
     partial: bool = True  # DROP: half a response first (else none at all)
     throttle_headers: bool = True  # RATE_LIMITED: send Retry-After and X-RateLimit-*
+    # Append the request's Authorization header ("header") or its token's secret half
+    # ("secret") to `message`, as a misconfigured server or a debug error page may (a
+    # client must redact it before keeping the message). Empty: no echo.
+    echo_authorization: str = ""
 
     @classmethod
     def success(cls) -> Behaviour:
@@ -194,6 +199,14 @@ class Behaviour:
         or not the client is still connected: a client killed during the wait
         still leaves a stored image (see `wait_for_bodies`, `wait_for_uploads`)."""
         return replace(then or cls.success(), delay=seconds)
+
+    def echoing_authorization(self, part: str = "header") -> Behaviour:
+        """This behaviour with the request's Authorization header (part="header") or the
+        secret half of its token (part="secret") appended to its message (for
+        status_false, unauthorized, forbidden, rate_limited)."""
+        if part not in ("header", "secret"):
+            raise ValueError(f"part must be 'header' or 'secret', not {part!r}")
+        return replace(self, echo_authorization=part)
 
     @classmethod
     def drop(cls, *, partial: bool = True, store: bool = True) -> Behaviour:
@@ -285,6 +298,8 @@ class _Config:
     capacity_kb: float | None = None  # None: no quota check
     default_album_id: int | None = None  # applied only if the user owns that album
     default_permission: int = PRIVATE
+    # Routes (paths) whose answers trickle in; see LskyStandIn.trickle.
+    trickles: Mapping[str, Trickle] = field(default_factory=dict)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Validate (and freeze) the window settings when they are set, so a typo
@@ -301,6 +316,15 @@ class _Config:
     def windows(self) -> Mapping[str, float]:
         """Seconds per window after `window_scale`."""
         return normalise_windows(self.window_scale)
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """How a route's answers are sent: one byte every `interval` seconds, from the status
+    line on, or (from_body=True) after the status line and headers went out at once."""
+
+    interval: float = 1.0
+    from_body: bool = False
 
 
 class _Refusal(NamedTuple):
@@ -403,6 +427,17 @@ class LskyStandIn(BackgroundServer):
     @account_state.setter
     def account_state(self, state: AccountState) -> None:
         self.config.account_state = state
+
+    def trickle(self, path: str, *, interval: float = 1.0, from_body: bool = False) -> None:
+        """Send every answer of `path` (e.g. /api/v1/upload, /api/v1/images,
+        /api/v1/profile) one byte every `interval` seconds until `reset()`. The request
+        is handled as usual (an upload is stored); only the answer is slow. The trickle
+        stops when the client goes away."""
+        with self._lock:
+            self.config.trickles = {
+                **self.config.trickles,
+                path: Trickle(interval=interval, from_body=from_body),
+            }
 
     def script(self, *behaviours: Behaviour) -> None:
         """Queue behaviours for the next authenticated upload requests."""
@@ -921,6 +956,10 @@ class _Handler(QuietHandler):
         close: bool = False,
         head: bool = False,
     ) -> None:
+        trickle = self.owner.config.trickles.get(urlsplit(self.path).path)
+        if trickle is not None:
+            self._send_trickled(trickle, status, body, content_type, headers or {})
+            return
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -932,6 +971,34 @@ class _Handler(QuietHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+    def _send_trickled(
+        self,
+        trickle: Trickle,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: dict[str, str],
+    ) -> None:
+        """The whole answer, a byte at a time, straight to the socket (no buffer)."""
+        self.close_connection = True
+        lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}"]
+        lines += [f"Server: {self.server_version}", f"Content-Type: {content_type}"]
+        lines += [f"Content-Length: {len(body)}", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        self.wfile.flush()
+        try:
+            if trickle.from_body:
+                self.connection.sendall(head)
+                slow = body
+            else:
+                slow = head + body
+            for index in range(len(slow)):
+                self.connection.sendall(slow[index : index + 1])
+                time.sleep(trickle.interval)
+        except OSError:
+            return  # the client gave up: what a trickle is for
 
     def _unauthenticated(self, headers: dict[str, str], message: str, *, head: bool = False) -> int:
         if _wants_json(headers):
@@ -1102,6 +1169,11 @@ class _Handler(QuietHandler):
         if behaviour.store and request.error is None:
             result = self._store(request, checked=False)
             stored = result if isinstance(result, ImageRecord) else None
+        if behaviour.echo_authorization:
+            echoed = request.headers.get("authorization", "")
+            if behaviour.echo_authorization == "secret":
+                echoed = _bearer(echoed).partition("|")[2]
+            behaviour = replace(behaviour, message=behaviour.message + echoed)
         status, message = _FAILURES[behaviour.kind](self, request.headers, behaviour)
         return status, behaviour.kind.value, message, stored
 

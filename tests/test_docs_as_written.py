@@ -1,13 +1,22 @@
 """The docs' instructions work as written: the make targets they name set up what they use,
-and what docs/deploy.md says the stack creates is what the template creates."""
+what docs/deploy.md says the stack creates is what the template creates, and every
+example a reader would copy runs: Python and SQL blocks against the test services,
+archive-ctl lines through the real parser, parameter values through the template."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +102,298 @@ def test_deploy_doc_counts_the_iam_roles_the_stack_creates() -> None:
     assert [NUMBERS.get(word) for word in claims] == [len(roles)] * len(claims), roles
     for name in roles:
         assert f"`{name}`" in text, f"docs/deploy.md does not name the role {name}"
+
+
+# ---------------------------------------------------------------- what deploy.md and README say
+
+
+def read(name: str) -> str:
+    return (ROOT / name).read_text(encoding="utf-8")
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def table_rows(text: str, section: str) -> dict[str, list[str]]:
+    """The first table under `## section`, by the backquoted name in its first cell."""
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in body.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        name = re.match(r"`(\w+)`", cells[0]) if line.startswith("|") else None
+        if name:
+            rows[name.group(1)] = cells
+    return rows
+
+
+def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
+    from tests.test_template import alarm_names
+
+    alarms = alarm_names()
+    deploy, readme, operations = (
+        read("docs/deploy.md"),
+        read("README.md"),
+        read("docs/operations.md"),
+    )
+    documented = table_rows(deploy, "Alarms")
+    assert set(documented) == set(alarms), "docs/deploy.md's alarm table"
+    headings = {
+        heading_anchor(line.lstrip("#")): line
+        for line in operations.splitlines()
+        if line.startswith("### ")
+    }
+    for name in alarms:
+        assert f"`{name}`" in readme, f"README.md does not name {name}"
+        [link] = re.findall(r"\(operations\.md#([\w-]+)\)", documented[name][-1])
+        assert link in headings, f"{name}: runbook link #{link} is not a heading of operations.md"
+        assert f"`{name}`" in headings[link], f"the runbook step for {name} does not name it"
+
+
+def test_deploy_doc_states_no_stale_count_of_alarms() -> None:
+    text = " ".join(read("docs/deploy.md").split())
+    counted = re.findall(r"\b(\w+) alarms\b", text)
+    numbers = set(NUMBERS) | {"six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+    assert not [word for word in counted if word in numbers or word.isdigit()], counted
+
+
+def test_deploy_doc_names_every_output() -> None:
+    from tests.test_template import template
+
+    text = read("docs/deploy.md")
+    outputs = text.split("\nOutputs: ", 1)[1].split("\n\n", 1)[0]
+    for name in template()["Outputs"]:
+        assert f"`{name}`" in outputs, f"docs/deploy.md's outputs omit {name}"
+
+
+def test_deploy_doc_says_what_reserved_concurrency_needs() -> None:
+    text = " ".join(read("docs/deploy.md").split())
+    assert "100 unreserved concurrent executions" in text
+
+
+def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
+    from tests.test_template import template
+
+    rows = table_rows(read("docs/deploy.md"), "Parameters")
+    parameters = template()["Parameters"]
+    assert set(rows) == set(parameters), "docs/deploy.md's parameter table"
+    required = {"DbSecretArn", "LskyTokenSecretArn", "LskyBaseUrl"}  # rules or no default
+    for name, param in parameters.items():
+        default = rows[name][1]
+        if name in required:
+            assert default == "(required)", name
+        elif param.get("Default", "") == "":
+            assert default == "empty", name
+        else:
+            assert default == f"`{param['Default']}`", (name, default, param["Default"])
+        assert all(cell for cell in rows[name][2:]), f"{name}: an empty cell"
+        for bound in ("MinValue", "MaxValue"):
+            if bound in param:
+                assert str(param[bound]) in rows[name][2], (name, bound)
+    # A parameter no production operator should turn says so, here and in the template.
+    guard = rows["ArchiveAllowPrivateNetworks"][4]
+    assert "never set it in production" in guard
+    assert "LOCAL TESTING ONLY" in parameters["ArchiveAllowPrivateNetworks"]["Description"]
+
+
+# ---------------------------------------------------------------- examples run as written
+
+DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every fenced code block, indented ones (in lists) too; a shell
+    line continued with a backslash is joined to the next."""
+    blocks = re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", text, re.S | re.M)
+    return [(m.group(2), re.sub(r"\\\n\s*", " ", textwrap.dedent(m.group(3)))) for m in blocks]
+
+
+def inline_spans(text: str) -> list[str]:
+    """Inline code spans, a span broken over lines joined again."""
+    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", outside)]
+
+
+def every_doc() -> dict[str, str]:
+    return {name: read(name) for name in DOCS}
+
+
+def test_python_examples_run_as_written(
+    pg_dsn: str, db: Any, queues: Any, sqs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ```python block, executed against the test database and queue; a line
+    `expr  # <a Python literal>` must evaluate to that literal."""
+    from tests.support import seed_record
+
+    monkeypatch.setenv("DATABASE_URL", pg_dsn)
+    monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
+    blocks = [
+        (name, body)
+        for name, text in every_doc().items()
+        for lang, body in fenced_blocks(text)
+        if lang == "python"
+    ]
+    assert blocks, "no Python example found"
+    for name, body in blocks:
+        for record_id in (123, 124):  # the ids the examples use
+            db.run("DELETE FROM image_generation_records WHERE id = :id", id=record_id)
+            seed_record(
+                db, record_id, image_url="https://cdn.example.com/a.png", archive_status=None
+            )
+        namespace: dict[str, Any] = {}
+        exec(compile(body, f"{name} (python block)", "exec"), namespace)  # noqa: S102
+        for line in body.splitlines():
+            expression, _, comment = line.partition("  # ")
+            try:
+                expected = ast.literal_eval(comment.strip())
+            except (ValueError, SyntaxError):
+                continue
+            assert eval(expression, namespace) == expected, (name, line)  # noqa: S307
+    sent = sqs.receive_message(QueueUrl=queues.url, MaxNumberOfMessages=10)["Messages"]
+    assert sorted(json.loads(m["Body"])["recordId"] for m in sent) == ["123", "124"]
+
+
+def test_sql_examples_run_as_written(db: Any) -> None:
+    """Each ```sql block but the grants (tests/integration/test_database_grants.py runs
+    those as the role they create)."""
+    blocks = [
+        body
+        for text in every_doc().values()
+        for lang, body in fenced_blocks(text)
+        if lang == "sql" and "GRANT" not in body
+    ]
+    assert blocks, "no SQL example found"
+    for body in blocks:
+        for statement in filter(None, (s.strip() for s in body.split(";"))):
+            db.run(statement)
+
+
+# Placeholders the docs write where a value goes.
+PLACEHOLDERS = {"ID": "123", "RECORD_ID": "123", "WHEN": "24h", "N": "10", "HANDLE": "h"}
+SHELL_OPERATORS = {"|", "||", "&&", ";", ">", "2>", "2>&1"}
+
+
+def archive_ctl_argv(command: str) -> list[str] | None:
+    """The arguments after `archive-ctl` in a shell line, or None when it runs no
+    archive-ctl (the name only in a comment, or a path)."""
+    words = shlex.split(command.split(" # ", 1)[0].removeprefix("$ "), comments=False)
+    starts = [i for i, word in enumerate(words) if word.rsplit("/", 1)[-1] == "archive-ctl"]
+    if not starts or (starts[0] > 0 and words[starts[0] - 1] not in SHELL_OPERATORS):
+        return None
+    argv: list[str] = []
+    for word in words[starts[0] + 1 :]:
+        if word in SHELL_OPERATORS:
+            break
+        argv.append(PLACEHOLDERS.get(word, word))
+    return argv
+
+
+def archive_ctl_examples() -> list[tuple[str, str, list[str]]]:
+    """(doc, line, argv) of every archive-ctl command a reader could copy: lines of shell
+    blocks, `$ ` lines of output blocks, and inline spans that are not synopses."""
+    found = []
+    for name, text in every_doc().items():
+        lines = [
+            line.strip()
+            for lang, body in fenced_blocks(text)
+            for line in body.splitlines()
+            if lang == "sh" or line.lstrip().startswith("$ ")
+        ]
+        lines += [span for span in inline_spans(text) if "archive-ctl" in span]
+        for line in lines:
+            if "[" in line or "..." in line or "…" in line.split("|")[-1]:
+                continue  # a synopsis (`requeue --failed [--since WHEN]`), not a command
+            argv = archive_ctl_argv(line)
+            if argv is not None:
+                found.append((name, line, argv))
+    return found
+
+
+def test_archive_ctl_examples_parse_with_the_real_parser() -> None:
+    from lib.cli.main import build_parser
+
+    examples = archive_ctl_examples()
+    assert len(examples) > 20, examples
+    refused = []
+    for name, line, argv in examples:
+        parser = build_parser()
+        try:
+            with contextlib.redirect_stderr(io.StringIO()) as errors:
+                parser.parse_args(argv)
+        except SystemExit:
+            # Prose may name the tool, or a command that takes arguments (`archive-ctl
+            # enqueue`): words only, and refused only for what is missing.
+            named = all(re.fullmatch(r"[a-z-]+", word) for word in argv)
+            if not (named and "required" in errors.getvalue()):
+                refused.append((name, line, errors.getvalue().strip().splitlines()[-1:]))
+    assert not refused, refused
+
+
+def test_template_values_in_the_docs_pass_the_template_and_the_code() -> None:
+    """`Parameter=value` in shell lines (sam deploy --parameter-overrides) and
+    `VARIABLE=value` in inline code go through the template's own checks, and a variable's
+    value through the code's (tests/test_template.py's table)."""
+    from tests.test_template import SETTINGS, config_verdict, template, template_accepts
+
+    parameters = template()["Parameters"]
+    by_variable = {setting.variable: setting for setting in SETTINGS}
+    checked = []
+    for name, text in every_doc().items():
+        shell = " ".join(body for lang, body in fenced_blocks(text) if lang == "sh")
+        for key, value in re.findall(r"\b([A-Z][A-Za-z0-9]+)=(\S+)", shell):
+            if key in parameters:
+                checked.append((name, key, value, template_accepts(key, value)))
+        for span in inline_spans(text):
+            match = re.fullmatch(r"([A-Z][A-Z0-9_]+)=(.+)", span)
+            if match and match.group(1) in by_variable:
+                setting = by_variable[match.group(1)]
+                value = match.group(2)
+                ok = template_accepts(setting.parameter, value)
+                checked.append((name, setting.variable, value, ok))
+                checked.append((name, "code", value, config_verdict(setting, value) == "ok"))
+    # The parameter table's examples ("e.g. `20/minute,100/hour` or `10/30 seconds`").
+    for parameter, cells in table_rows(read("docs/deploy.md"), "Parameters").items():
+        examples = re.findall(r"e\.g\. `([^`]+)`(?: or `([^`]+)`)?", cells[4])
+        for value in (v for pair in examples for v in pair if v):
+            checked.append(("docs/deploy.md", parameter, value, template_accepts(parameter, value)))
+    assert {"LskyRateLimits", "DbSslMode", "LSKY_RATE_LIMITS"} <= {c[1] for c in checked}
+    assert [c for c in checked if not c[3]] == []
+
+
+def ignored(path: str) -> bool:
+    """Git ignores it: made by running something (bench/results/, src/certs/)."""
+    check = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+    return check.returncode == 0
+
+
+def anchors(text: str) -> set[str]:
+    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
+    return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", outside, re.M)}
+
+
+def test_docs_point_only_at_what_the_repository_has() -> None:
+    """Links (and their anchors) and backquoted paths name files that exist; no doc
+    refers to a design document the repository does not ship."""
+    missing = []
+    for name, text in every_doc().items():
+        here = (ROOT / name).parent
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, anchor = target.partition("#")
+            document = (here / path).resolve() if path else ROOT / name
+            known = document.exists() and (
+                not anchor or anchor in anchors(document.read_text(encoding="utf-8"))
+            )
+            if not known:
+                missing.append((name, target))
+        for span in inline_spans(text):
+            is_path = re.fullmatch(
+                r"(src|tests|docs|devkit|bench|scripts|mk|events)/[\w./-]+", span
+            )
+            if is_path and not (ROOT / span.rstrip("/")).exists() and not ignored(span):
+                missing.append((name, span))
+        if "DESIGN.md" in text:
+            missing.append((name, "DESIGN.md (not in the repository)"))
+    assert missing == []

@@ -615,3 +615,29 @@ def test_429_with_and_without_throttle_headers(http: Any, lsky: LskyStandIn) -> 
     assert body(bare)["message"] == "Too Many Attempts."
     assert "Retry-After" not in bare.headers
     assert not any(name.lower().startswith("x-ratelimit") for name in bare.headers)
+
+
+@pytest.mark.parametrize("from_body", [False, True])
+def test_a_trickled_route_sends_its_answer_a_byte_at_a_time(
+    lsky: LskyStandIn, from_body: bool
+) -> None:
+    lsky.trickle("/api/v1/profile", interval=0.001, from_body=from_body)
+    with socket.create_connection((lsky.host, lsky.port), timeout=10) as conn:
+        conn.sendall(
+            b"GET /api/v1/profile HTTP/1.1\r\nHost: lsky\r\nAccept: application/json\r\n"
+            + f"Authorization: Bearer {lsky.token}\r\n\r\n".encode()
+        )
+        pieces: list[bytes] = []
+        while piece := conn.recv(65536):
+            pieces.append(piece)
+    answer = b"".join(pieces)
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(payload)["status"] is True
+    # A byte at a time: far more pieces than one answer normally takes (a trickle from
+    # the body on sends its head at once, so at least the body's bytes come apart).
+    assert len(pieces) > len(payload) // 4
+    if not from_body:
+        assert len(pieces[0]) < len(head)
+    lsky.reset()
+    assert lsky.config.trickles == {}

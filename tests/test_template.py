@@ -20,6 +20,8 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,9 @@ from typing import Any
 import pytest
 import yaml
 
-from lib.platform.config import FINISH_RESERVE_MS
+from lib.platform.config import FINISH_RESERVE_MS, load_settings, load_sweeper_settings
+from lib.platform.errors import ConfigError
+from tests.logcapture import capture_logs, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "template.yaml"
@@ -179,6 +183,26 @@ def declared_env(function: str) -> dict[str, Any]:
     merged = dict(globals_function().get("Environment", {}).get("Variables", {}))
     merged.update(props(function).get("Environment", {}).get("Variables", {}))
     return merged
+
+
+def template_accepts(name: str, value: str) -> bool:
+    """Whether CloudFormation takes `value` for parameter `name`: its type, AllowedValues,
+    AllowedPattern (a whole-string match) and MinValue/MaxValue. The patterns keep to the
+    syntax Java's regex (CloudFormation) and Python's `re` read alike."""
+    param = parameter(name)
+    if "AllowedValues" in param and value not in [str(v) for v in param["AllowedValues"]]:
+        return False
+    if param["Type"] == "Number":
+        try:
+            number_value = float(value)
+        except ValueError:
+            return False
+        low, high = param.get("MinValue"), param.get("MaxValue")
+        return (low is None or number_value >= float(low)) and (
+            high is None or number_value <= float(high)
+        )
+    pattern = param.get("AllowedPattern")
+    return pattern is None or re.fullmatch(pattern, value) is not None
 
 
 def number(value: Any) -> int:
@@ -338,7 +362,8 @@ def test_max_receive_count_exceeds_max_attempts_for_every_allowed_value() -> Non
     receive, attempts = parameter("MaxReceiveCount"), parameter("ArchiveMaxAttempts")
     assert int(receive["Default"]) > int(attempts["Default"])
     # CloudFormation cannot compare two parameters, so the ranges keep it true.
-    assert int(receive["MinValue"]) > int(attempts["MaxValue"]), (
+    most_attempts = max(n for n in range(1, 1001) if template_accepts("ArchiveMaxAttempts", str(n)))
+    assert int(receive["MinValue"]) > most_attempts, (
         "some allowed ArchiveMaxAttempts is not below some allowed MaxReceiveCount"
     )
     assert int(receive["MinValue"]) >= 5, "AWS advises maxReceiveCount >= 5 for Lambda"
@@ -570,6 +595,294 @@ def test_sweeper_defaults() -> None:
     assert number(env["ARCHIVE_SWEEP_MAX_ROWS"]) == 5000
     assert env["ARCHIVE_QUEUE_URL"] == {"Ref": "ArchiveQueue"}
     assert declared_env("ArchiveFunction")["ARCHIVE_DLQ_URL"] == {"Ref": "ArchiveDLQ"}
+
+
+# ---------------------------------------------------------------- settings, checked where set
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A template parameter, the variable it sets, and values with their verdict: True
+    when both the template and lib.platform.config accept the value as it is."""
+
+    parameter: str
+    variable: str
+    load: Callable[[dict[str, str]], object]
+    values: dict[str, bool]
+    # Accepted by the pattern, which cannot spell the whole rule, but stopped at cold start
+    # by a ConfigError naming the variable: loud, never a fallback.
+    loud: tuple[str, ...] = ()
+    # Refused by the template only, with the reason the code cannot see.
+    template_only: tuple[str, ...] = ()
+    why_template_only: str = ""
+
+
+# Empty is "unset" to the code (its default); the template wants the number written out.
+EMPTY_IS_THE_DEFAULT = "empty means the default to the code; the template wants it written"
+SETTINGS = (
+    Setting(
+        "LskyBaseUrl",
+        "LSKY_BASE_URL",
+        load_settings,
+        {
+            "https://img.example.com": True,
+            "http://127.0.0.1:8080": True,
+            "https://img.example.com/lsky/": True,
+            "img.example.com": False,
+            "https://": False,
+            "ftp://img.example.com": False,
+            "https://img example.com": False,
+            "": False,  # required
+        },
+    ),
+    Setting(
+        "LskyStrategyId",
+        "LSKY_STRATEGY_ID",
+        load_settings,
+        {
+            "": True,
+            "1": True,
+            "999999999999999999": True,
+            "0": False,
+            "-1": False,
+            "007": False,
+            "1.5": False,
+            "two": False,
+            "9999999999999999999": False,  # 19 digits: past a BIGINT
+        },
+    ),
+    Setting(
+        "LskyAlbumId",
+        "LSKY_ALBUM_ID",
+        load_settings,
+        {"": True, "7": True, "0": False, "+7": False, "\u0663": False},
+    ),
+    Setting(
+        "LskyRateLimits",
+        "LSKY_RATE_LIMITS",
+        load_settings,
+        {
+            "": True,
+            "20/minute,100/hour": True,
+            "20/minute, 100/hour": True,  # README's spelling
+            "10/30 seconds": True,  # README's spelling
+            "5/seconds": True,
+            "999999/day": True,
+            "1/month": True,
+            "10/31 days": True,
+            "10/4 weeks": True,
+            "10/744 hours": True,
+            "10/44640 minutes": True,
+            "10/2678400 seconds": True,
+            "20/fortnight": False,
+            "0/minute": False,
+            "020/minute": False,
+            "20/0 seconds": False,
+            "20/minute,": False,
+            ",": False,
+            "20 per minute": False,
+            "20/Minute": False,
+            "10/32 days": False,  # windows over 31 days
+            "10/5 weeks": False,
+            "10/2 months": False,
+            "10/745 hours": False,
+            "10/44641 minutes": False,
+            "10/2678401 seconds": False,
+            "1000000/hour": False,  # an absurd count
+        },
+    ),
+    Setting(
+        "DbSslMode",
+        "DB_SSLMODE",
+        load_settings,
+        {"require": True, "verify-full": True, "disable": True, "REQUIRE": False, "on": False},
+    ),
+    Setting(
+        "ArchiveMaxAttempts",
+        "ARCHIVE_MAX_ATTEMPTS",
+        load_sweeper_settings,
+        {
+            "1": True,
+            "4": True,
+            "0": False,
+            "-1": False,
+            "three": False,
+            "1.5": False,
+            "03": False,
+        },
+        template_only=("5", "40", ""),
+        why_template_only="MaxReceiveCount (at least 5) must stay above it; "
+        + EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "ArchiveRetryDelays",
+        "ARCHIVE_RETRY_DELAYS",
+        load_settings,
+        {
+            "30,120,600": True,
+            "10, 20,40": True,
+            "1": True,
+            "43200": True,
+            "1,43200": True,
+            "0": False,
+            "43201": False,
+            "99999": False,  # issue 19: the template took it, the code fell back
+            "30,,60": False,
+            "30,abc": False,
+            "30,0": False,
+            "-30": False,
+            "30.5": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "ArchiveMaxRetryAfterSeconds",
+        "ARCHIVE_MAX_RETRY_AFTER_SECONDS",
+        load_settings,
+        {"1": True, "3600": True, "43200": True, "0": False, "43201": False, "1h": False},
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "ArchiveMaxImageBytes",
+        "ARCHIVE_MAX_IMAGE_BYTES",
+        load_settings,
+        {
+            "1": True,
+            "52428800": True,
+            "500000000": True,
+            "0": False,
+            "500000001": False,
+            "10000000000": False,
+            "50MB": False,
+            "1e6": False,  # a Number parameter would have taken these two
+            "1.5": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "ArchiveAllowPrivateNetworks",
+        "ARCHIVE_ALLOW_PRIVATE_NETWORKS",
+        load_settings,
+        {
+            "": True,
+            "127.0.0.0/8": True,
+            "127.0.0.0/8,10.0.0.0/8": True,
+            "127.0.0.0/8, ::1/128": True,
+            "10.1.2.3": True,
+            "fd00::/8": True,
+            "10.0.0.300/8": False,
+            "10.0.0.0/33": False,
+            "10.0.0.0/08": False,
+            "localhost": False,
+            "127.0.0.0/8,": False,
+            "::g/64": False,
+            "fe80::/129": False,
+        },
+        loud=(":::/64", "1:2:3:4:5:6:7:8:9/64"),
+    ),
+    Setting(
+        "SweepGraceSeconds",
+        "ARCHIVE_SWEEP_GRACE_SECONDS",
+        load_sweeper_settings,
+        {"1": True, "300": True, "86400": True, "0": False, "86401": False, "5m": False},
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "RequeueIntervalSeconds",
+        "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
+        load_sweeper_settings,
+        {"1": True, "900": True, "86400": True, "0": False, "999999": False, "-900": False},
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "SweepMaxRows",
+        "ARCHIVE_SWEEP_MAX_ROWS",
+        load_sweeper_settings,
+        {"1": True, "5000": True, "1000000": True, "0": False, "1000001": False, "1e6": False},
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+)
+# Parameters whose variable the code takes as given: the template's check is the only one.
+PASSED_THROUGH = {
+    "DbSecretArn": "a Secrets Manager id; a wrong one fails the first fetch, naming it",
+    "LskyTokenSecretArn": "likewise",
+    "DbSslRootCert": "a file in the package: a missing one is a ConfigError at start",
+    "ServiceName": "Powertools' service name",
+    "LogLevel": "Powertools' log level",
+}
+# Valid for both loaders, so that each verdict is about the one variable under test.
+SETTINGS_BASE = {
+    "DATABASE_URL": "postgresql://u@127.0.0.1:5432/db",
+    "LSKY_BASE_URL": "https://img.example.com",
+    "LSKY_TOKEN": "1|abc",
+    "ARCHIVE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+}
+
+
+def config_verdict(setting: Setting, value: str) -> str:
+    """ "ok", "fallback" (a warning naming the variable) or "error" (a ConfigError naming
+    it): what the function does at cold start with the variable set to `value`."""
+    refused: ConfigError | None = None
+    with capture_logs() as raw:
+        try:
+            setting.load({**SETTINGS_BASE, setting.variable: value})
+        except ConfigError as error:
+            refused = error
+    if refused is not None:
+        assert setting.variable in str(refused), refused
+        return "error"
+    warned = [
+        line
+        for line in parse(raw)
+        if line["level"] == "WARNING" and setting.variable in str(line["message"])
+    ]
+    return "fallback" if warned else "ok"
+
+
+def test_every_setting_is_refused_by_the_template_exactly_when_the_code_refuses_it() -> None:
+    """Issue 19: a value the code refuses (or falls back on) must not deploy, and a value
+    the template lets through must work as written. Values are compared as CloudFormation
+    passes them; the code also trims surrounding whitespace, which the template refuses."""
+    setting_env = {
+        ref_of(value): name
+        for function in FUNCTIONS
+        for name, value in declared_env(function).items()
+        if isinstance(value, dict)
+        and set(value) == {"Ref"}
+        and value["Ref"] in template()["Parameters"]
+    }
+    covered = {setting.parameter for setting in SETTINGS}
+    assert covered | set(PASSED_THROUGH) == set(setting_env), "a parameter without a row"
+    disagreements = []
+    for setting in SETTINGS:
+        assert setting_env[setting.parameter] == setting.variable
+        assert any(setting.values.values()), setting.parameter
+        assert not all(setting.values.values()), setting.parameter
+        for value, accepted in setting.values.items():
+            template_ok = template_accepts(setting.parameter, value)
+            code = config_verdict(setting, value)
+            if template_ok != accepted or (code == "ok") != accepted:
+                disagreements.append((setting.parameter, value, accepted, template_ok, code))
+        for value in setting.loud:
+            template_ok = template_accepts(setting.parameter, value)
+            code = config_verdict(setting, value)
+            if not template_ok or code != "error":
+                disagreements.append((setting.parameter, value, "loud", template_ok, code))
+        for value in setting.template_only:
+            assert setting.why_template_only
+            template_ok = template_accepts(setting.parameter, value)
+            code = config_verdict(setting, value)
+            if template_ok or code != "ok":
+                disagreements.append((setting.parameter, value, "template only", template_ok, code))
+    assert not disagreements, "(parameter, value, expected, template accepts, code):\n" + "\n".join(
+        map(repr, disagreements)
+    )
 
 
 # ---------------------------------------------------------------- local files
@@ -938,15 +1251,85 @@ def test_own_faults_raise_an_alarm() -> None:
     assert alarm["Threshold"] == 0
 
 
+def dashboard_json() -> dict[str, Any]:
+    """The dashboard body with its substitutions filled in (numbers for the thresholds,
+    nothing for the staging alarms, which exist only with StagingEnabled)."""
+    body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
+    body = body.replace("${StagingAlarms}", "")
+    body = re.sub(r"\$\{(PendingAgeAlarmSeconds|LanePausedAlarmSeconds)\}", "0", body)
+    return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))  # type: ignore[no-any-return]
+
+
+def alarm_names() -> list[str]:
+    return [
+        name
+        for name, body in template()["Resources"].items()
+        if body["Type"] == "AWS::CloudWatch::Alarm"
+    ]
+
+
+def test_the_dashboard_shows_every_alarm() -> None:
+    body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
+    [widget] = [w for w in dashboard_json()["widgets"] if w["type"] == "alarm"]
+    shown = set(re.findall(r"\$\{(\w+)\.Arn\}", body))
+    # The staging alarms come in through a variable, present exactly when they exist.
+    condition, staging, otherwise = variables["StagingAlarms"]["Fn::If"]
+    assert (condition, otherwise) == ("StagingOn", "")
+    conditional = {
+        part["Fn::GetAtt"][0] for part in staging["Fn::Join"][1] if isinstance(part, dict)
+    }
+    for name in conditional:
+        assert resource(name).get("Condition") == "StagingOn", name
+    assert shown | conditional == set(alarm_names())
+    assert len(widget["properties"]["alarms"]) == len(shown)
+
+
+def test_every_way_a_row_can_wait_raises_an_alarm() -> None:
+    # Issue 19: rows parked outside the queue, and pauses for any reason, were silent.
+    pending = props("ArchivePendingAgeAlarm")
+    assert (pending["Namespace"], pending["MetricName"]) == (
+        "ImageArchive",
+        "OldestPendingAgeSeconds",
+    )
+    assert ref_of(pending["Threshold"]) == "PendingAgeAlarmSeconds"
+    paused = props("ArchiveLanePausedTooLongAlarm")
+    assert (paused["Namespace"], paused["MetricName"]) == ("ImageArchive", "LanePausedSeconds")
+    assert ref_of(paused["Threshold"]) == "LanePausedAlarmSeconds"
+    for alarm in (pending, paused):
+        assert alarm["Statistic"] == "Maximum"
+        assert alarm["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+        # LanePausedSeconds is sent only while the lane is paused: no data is no alarm.
+        assert alarm["TreatMissingData"] == "notBreaching"
+    # The default sits above the longest healthy wait of a due row (a lost message is
+    # re-sent within the requeue interval plus one schedule; a full backlog drains in 15
+    # min) and below the provider URL's life of about an hour.
+    healthy = int(parameter("RequeueIntervalSeconds")["Default"]) + 300 + 900
+    assert healthy < parameter("PendingAgeAlarmSeconds")["Default"] < 3600
+    assert parameter("LanePausedAlarmSeconds")["Default"] < 3600
+    unconcluded = props("ArchiveUnconcludedAlarm")
+    stats = {m["Id"]: m["MetricStat"] for m in unconcluded["Metrics"] if "MetricStat" in m}
+    assert {stat["Metric"]["MetricName"] for stat in stats.values()} == {
+        "Unconcluded",
+        "InternalError",
+    }
+    assert {stat["Period"] for stat in stats.values()} == {900}  # sum over 15 minutes
+    [expression] = [m["Expression"] for m in unconcluded["Metrics"] if "Expression" in m]
+    assert all(f"FILL({name}, 0)" in expression for name in stats)
+    assert (unconcluded["Threshold"], unconcluded["ComparisonOperator"]) == (
+        0,
+        "GreaterThanThreshold",
+    )
+
+
 def test_dashboard_shows_queues_outcomes_and_durations() -> None:
     body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
     assert set(re.findall(r"\$\{([^}!]+)\}", body)) <= (
         set(variables)
         | set(template()["Resources"])
-        | {"AWS::Region", "ServiceName"}
+        | {"AWS::Region", "ServiceName", "PendingAgeAlarmSeconds", "LanePausedAlarmSeconds"}
         | {f"{name}.Arn" for name in template()["Resources"]}
     )
-    dashboard = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    dashboard = dashboard_json()
     metrics = [
         metric
         for widget in dashboard["widgets"]

@@ -96,14 +96,22 @@ def test_invalid_numbers_fall_back_to_defaults(
         assert warnings == []
 
 
-def test_an_invalid_network_is_named_with_its_variable(
-    logs: Callable[[], list[dict[str, object]]],
-) -> None:
-    settings = load_settings({**BASE, "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8,10.0.0.300"})
-    assert settings.allow_private_networks == (ipaddress.ip_network("127.0.0.0/8"),)
-    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
-    assert "ARCHIVE_ALLOW_PRIVATE_NETWORKS" in warning
-    assert "'10.0.0.300'" in warning
+@pytest.mark.parametrize(
+    "value", ["127.0.0.0/8,10.0.0.300", "10.0.0.0/33", "127.0.0.0/8,", "10.0.0.0/08", "::g/64"]
+)
+def test_an_invalid_network_stops_the_start_naming_its_variable(value: str) -> None:
+    # Skipping the part would run the guard with a list the operator did not write.
+    with pytest.raises(ConfigError, match="ARCHIVE_ALLOW_PRIVATE_NETWORKS: part ") as raised:
+        load_settings({**BASE, "ARCHIVE_ALLOW_PRIVATE_NETWORKS": value})
+    assert value not in str(raised.value)  # a ConfigError names, never quotes
+
+
+def test_networks_may_be_spaced_and_written_without_a_prefix() -> None:
+    settings = load_settings({**BASE, "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8, 10.0.0.1"})
+    assert settings.allow_private_networks == (
+        ipaddress.ip_network("127.0.0.0/8"),
+        ipaddress.ip_network("10.0.0.1/32"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -246,3 +254,19 @@ def test_db_ssl_root_cert_without_verify_full_is_warned_about(
     [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
     assert f"DB_SSL_ROOT_CERT={str(bundle)!r}" in warning
     assert f"DB_SSLMODE={sslmode or 'unset'}" in warning
+
+
+def test_the_longest_retry_after_is_read_by_both_functions(
+    logs: Callable[[], list[dict[str, object]]],
+) -> None:
+    sweeper_env = {**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q"}
+    assert load_settings(BASE).max_retry_after_seconds == 3600
+    assert load_sweeper_settings(sweeper_env).max_retry_after_seconds == 3600
+    env = {"ARCHIVE_MAX_RETRY_AFTER_SECONDS": "900"}
+    assert load_settings({**BASE, **env}).max_retry_after_seconds == 900
+    assert load_sweeper_settings({**sweeper_env, **env}).max_retry_after_seconds == 900
+    # More than SQS can hold a message for: the default, and a warning naming it.
+    too_long = {"ARCHIVE_MAX_RETRY_AFTER_SECONDS": "43201"}
+    assert load_settings({**BASE, **too_long}).max_retry_after_seconds == 3600
+    [warning] = [str(line["message"]) for line in logs() if line["level"] == "WARNING"]
+    assert warning.startswith("invalid ARCHIVE_MAX_RETRY_AFTER_SECONDS='43201', using default")

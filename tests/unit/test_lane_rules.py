@@ -15,6 +15,7 @@ from lib.archive.lane import (
     probe_can_clear,
 )
 from lib.platform.config import rate_limits
+from lib.platform.errors import ConfigError
 from lib.state.lane import LaneState, PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
@@ -147,8 +148,27 @@ def test_rate_limit_settings() -> None:
     assert rate_limits({"LSKY_RATE_LIMITS": "20/minute,100/hour"}) == ((60, 20), (3_600, 100))
     assert rate_limits({"LSKY_RATE_LIMITS": "5/seconds, 2/days"}) == ((1, 5), (86_400, 2))
     assert rate_limits({"LSKY_RATE_LIMITS": "10/30 seconds"}) == ((30, 10),)
-    assert rate_limits({"LSKY_RATE_LIMITS": "20/fortnight,0/hour,x/minute"}) == ()
+    assert rate_limits({"LSKY_RATE_LIMITS": "20/minute, 100/hour"}) == ((60, 20), (3_600, 100))
     assert rate_limits({}) == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "part"),
+    [
+        ("20/fortnight", 1),
+        ("20/minute,0/hour", 2),
+        ("20/minute,x/minute", 2),
+        ("20/minute,", 2),
+        ("10/32 days", 1),  # a window over 31 days
+        ("10/2 months", 1),
+        ("1000000/hour", 1),  # an absurd count
+        ("20/Minute", 1),
+    ],
+)
+def test_a_rate_limit_that_is_not_one_stops_the_start(value: str, part: int) -> None:
+    # Pacing on the other parts alone would be looser than the operator asked.
+    with pytest.raises(ConfigError, match=f"LSKY_RATE_LIMITS: part {part} is not a limit"):
+        rate_limits({"LSKY_RATE_LIMITS": value})
 
 
 def test_the_requeue_interval_grows_with_the_backlog() -> None:

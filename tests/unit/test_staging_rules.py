@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -16,6 +15,7 @@ from lib.archive.staging import (
     worth_staging,
 )
 from lib.platform.config import load_settings
+from lib.platform.errors import ConfigError
 from lib.platform.s3 import PartReader, StagingError
 from lib.transfer.failures import Failure, Kind, Stage
 from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP
@@ -91,16 +91,36 @@ def test_staging_time_is_estimated_and_capped_like_the_transfers() -> None:
     assert stage_needs(10**12) == MAX_ESTIMATE_SECONDS
 
 
-def test_the_staging_bucket_setting(logs: Callable[[], list[dict[str, object]]]) -> None:
-    base = {"DATABASE_URL": "postgresql://u@h/d", "LSKY_BASE_URL": "https://x", "LSKY_TOKEN": "t"}
-    assert load_settings(base).staging_bucket is None
-    assert load_settings({**base, "ARCHIVE_STAGING_BUCKET": " "}).staging_bucket is None
-    named = {**base, "ARCHIVE_STAGING_BUCKET": "image-archive-stagingbucket-1a2b3c"}
+BASE = {"DATABASE_URL": "postgresql://u@h/d", "LSKY_BASE_URL": "https://x", "LSKY_TOKEN": "t"}
+
+
+def test_the_staging_bucket_setting() -> None:
+    assert load_settings(BASE).staging_bucket is None
+    assert load_settings({**BASE, "ARCHIVE_STAGING_BUCKET": " "}).staging_bucket is None
+    named = {**BASE, "ARCHIVE_STAGING_BUCKET": "image-archive-stagingbucket-1a2b3c"}
     assert load_settings(named).staging_bucket == "image-archive-stagingbucket-1a2b3c"
-    # An ARN is not a bucket name: staging is off, archiving goes on, and the log says so.
-    arn = {**base, "ARCHIVE_STAGING_BUCKET": "arn:aws:s3:::bucket"}
-    assert load_settings(arn).staging_bucket is None
-    assert any("ARCHIVE_STAGING_BUCKET" in str(line["message"]) for line in logs())
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "arn:aws:s3:::bucket",
+        "s3://bucket",
+        "https://bucket.s3.amazonaws.com",
+        "Bucket",
+        "ab",
+        "a" * 64,
+        "my..bucket",
+        "192.168.1.1",
+        "xn--bucket",
+        "bucket-s3alias",
+        "-bucket",
+    ],
+)
+def test_a_staging_bucket_that_cannot_be_one_stops_the_start(value: str) -> None:
+    # Turning staging off instead would lose images the operator believes are protected.
+    with pytest.raises(ConfigError, match="ARCHIVE_STAGING_BUCKET must be an S3 bucket name"):
+        load_settings({**BASE, "ARCHIVE_STAGING_BUCKET": value})
 
 
 def test_the_part_reader_fills_whole_parts_until_the_end() -> None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 from lib.archive.message import encode
+from lib.platform.redact import outside_text
 from lib.platform.sqs import MAX_BATCH_ENTRIES
 from lib.state.operations import FailedRecord, OperatorRecords
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
@@ -114,7 +115,7 @@ def _send(
     report.sent += sent.sent
     unsent: dict[int, str] = dict(sent.failed)
     if sent.error is not None:
-        reason = f"{type(sent.error).__name__}: {str(sent.error)[:200]}"
+        reason = f"{type(sent.error).__name__}: {outside_text(sent.error, 200)}"
         unsent.update(dict.fromkeys(sent.not_tried, reason))
     if unsent and stamp is not None:
         records.unstamp(list(unsent), stamp=stamp)

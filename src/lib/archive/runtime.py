@@ -89,7 +89,7 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     )
 
 
-def _probe(settings: SweeperSettings) -> Callable[[], bool] | None:
+def _probe(settings: SweeperSettings) -> Callable[[float], bool] | None:
     """Lsky's profile check for an account-paused lane, when the sweeper knows Lsky.
     urllib3 is imported only then: the sweeper's cold start stays light otherwise."""
     base_url = settings.lsky_base_url

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from lib.archive.lane import HostCondition, jitter
 from lib.archive.outcome import Message, Outcome, Verdict
+from lib.platform.redact import outside_text
 from lib.platform.sqs import MAX_VISIBILITY_SECONDS
 from lib.state.claim import (
     ClaimSnapshot,
@@ -35,6 +36,8 @@ HOLD_LIMIT_RECEIVES = 3
 # SQS refuses a visibility that ends more than 12 h after the message was received; the
 # receive was a little before the invocation began, so keep this much in hand.
 RECEIVE_SAFETY_SECONDS = 60
+# Text from outside (a host's answer) kept in a row or a log line: redacted, then bounded.
+DETAIL_LIMIT = 300
 # How soon a message comes back after our own fault (configuration, a bug): soon enough
 # that a fix applies within minutes, slow enough not to spin.
 OWN_FAULT_RETRY_SECONDS = 300
@@ -127,7 +130,7 @@ def wait_for_lane(
     else:
         delay = min(math.ceil(seconds + jitter(seconds)), HOLD_LIMIT_SECONDS)
     detail = (
-        f"lane paused ({condition.reason}): {condition.detail}"[:300]
+        outside_text(f"lane paused ({condition.reason}): {condition.detail}", DETAIL_LIMIT)
         if condition is not None
         else "lane paused"
     )
@@ -136,7 +139,7 @@ def wait_for_lane(
         fields |= {
             "reason": str(condition.reason),
             "window": condition.window,
-            "detail": condition.detail[:200],
+            "detail": outside_text(condition.detail, DETAIL_LIMIT),
         }
     return Verdict(
         Outcome.PARKED if park else Outcome.PAUSED,

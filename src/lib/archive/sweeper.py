@@ -20,6 +20,7 @@ from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
+from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
@@ -39,6 +40,10 @@ PAGE_SIZE = 100
 SEND_RESERVE_MS = 15_000
 # A page also needs its claim statement; after that the page is sent batch by batch.
 PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
+# The account probe's whole exchange with Lsky, at most; it always leaves the run this
+# much for its statements and a first page.
+PROBE_SECONDS = 10.0
+PROBE_RESERVE_MS = PAGE_RESERVE_MS + 5_000
 
 
 class Step(enum.StrEnum):
@@ -77,6 +82,13 @@ def next_page(
     if remaining_ms < PAGE_RESERVE_MS:
         return StopReason.TIME
     return min(page_size, budget_left)
+
+
+def probe_deadline(remaining_ms: int) -> float:
+    """When the account probe must have its answer: PROBE_SECONDS from now at most, and
+    early enough to leave the run PROBE_RESERVE_MS."""
+    seconds = min(PROBE_SECONDS, (remaining_ms - PROBE_RESERVE_MS) / 1000)
+    return time.monotonic() + max(seconds, 0.0)
 
 
 def can_send_batch(remaining_ms: int) -> bool:
@@ -165,9 +177,10 @@ class Sweeper:
         lanes: LaneStore,
         queue: Queue,
         page_size: int = PAGE_SIZE,
-        probe: Callable[[], bool] | None = None,
+        probe: Callable[[float], bool] | None = None,
     ) -> None:
-        """probe: whether the host account is healthy again (Lsky's profile endpoint)."""
+        """probe: whether the host account is healthy again (Lsky's profile endpoint),
+        known by the deadline it is given (time.monotonic())."""
         self.settings = settings
         self.records = records
         self.lanes = lanes
@@ -184,7 +197,7 @@ class Sweeper:
         try:
             summary.dated = self.records.date_undated(limit=self.settings.max_rows)
             summary.ledger_rolled_up, _ = self.lanes.roll_up()
-            self._read_lane(summary)
+            self._read_lane(summary, remaining_ms)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
                 if stop is not None:
@@ -204,7 +217,7 @@ class Sweeper:
         log("sweep finished", **summary.as_dict())
         return summary
 
-    def _read_lane(self, summary: SweepSummary) -> None:
+    def _read_lane(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
         """The lane decides what this run sends: nothing lost or parked while it is paused
         (the probe may open it), and a requeue interval that grows with the backlog."""
         lane = self.lanes.state()
@@ -212,7 +225,7 @@ class Sweeper:
             lane.paused
             and lane.reason == PauseReason.ACCOUNT
             and probe_can_clear(lane.detail)
-            and self._probe()
+            and self._probe(probe_deadline(remaining_ms()))
         ):
             self.lanes.clear(reason="account")
             summary.unparked = self.lanes.unpark(
@@ -240,13 +253,17 @@ class Sweeper:
         )
         summary.requeue_interval_seconds = self._requeue_interval
 
-    def _probe(self) -> bool:
+    def _probe(self, deadline: float) -> bool:
         if self.probe is None:
             return False
         try:
-            return self.probe()
+            return self.probe(deadline)
         except Exception as error:  # noqa: BLE001 - a failed probe leaves the pause as it is
-            logger.warning("account probe failed", error=type(error).__name__)
+            logger.warning(
+                "account probe failed",
+                error=type(error).__name__,
+                detail=outside_text(error, 200),
+            )
             return False
 
     def _queued(self) -> int | None:
@@ -348,7 +365,7 @@ class Sweeper:
                 "could not send to the archive queue; stopping this run",
                 step=str(step),
                 error=type(report.error).__name__,
-                detail=str(report.error)[:200],
+                detail=outside_text(report.error, 200),
             )
             stop = StopReason.SQS_ERROR
         elif report.out_of_time:

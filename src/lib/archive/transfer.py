@@ -17,6 +17,7 @@ from lib.archive.outcome import Copied, Message, Outcome, Verdict
 from lib.archive.staging import StagedCopyMismatch, Staging, keeps_copy, worth_staging
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
+from lib.platform.redact import outside_text
 from lib.platform.s3 import StagedCopyMissing
 from lib.state.claim import SentImage, StagedCopy, Task
 from lib.state.lane import LaneState, PauseReason
@@ -226,13 +227,13 @@ class Transfer:
             until=until or "infinity",
             reason=condition.reason,
             window=condition.window,
-            detail=condition.detail[:200],
+            detail=condition.detail,  # redacted and bounded on its way in
         )
         logger.warning(
             "upload lane paused; attempt given back",
             reason=str(condition.reason),
             window=condition.window,
-            detail=condition.detail[:200],
+            detail=outside_text(condition.detail, schedule.DETAIL_LIMIT),
             paused_until=until.isoformat() if until is not None else "until cleared",
         )
         verdict = schedule.wait_for_lane(

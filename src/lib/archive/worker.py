@@ -20,6 +20,7 @@ from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.transfer import Transfer
 from lib.platform.config import Settings
 from lib.platform.observability import log_unexpected, logger, metrics
+from lib.platform.redact import outside_text
 from lib.state.lane import LaneState
 from lib.state.records import ArchiveRecords
 
@@ -130,6 +131,7 @@ def _malformed(message: Message, reason: str) -> Verdict:
         fields={
             "reason": reason,
             "message_id": message.message_id,
-            "body_preview": message.body[:120] if message.body else "",
+            # The producer's body: anything at all, so redacted before it is cut.
+            "body_preview": outside_text(message.body, 200) if message.body else "",
         },
     )

@@ -17,6 +17,7 @@ from lib.platform import config
 from lib.platform.db import MIGRATION_SESSION, Database, describe
 from lib.platform.errors import DatabaseUnavailable, ServiceError
 from lib.platform.grants import describe_permission_denied
+from lib.platform.redact import outside_text
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.sweeps import SweepRecords
@@ -132,7 +133,9 @@ def describe_error(error: BaseException) -> str:
         message = str(detail.get("Message", "")).strip()
         if message.startswith("<"):
             message = "(an HTML error page)"
-        return f"SQS {error.operation_name}: {detail.get('Code', '?')}: {message[:300]}"
+        return (
+            f"SQS {error.operation_name}: {detail.get('Code', '?')}: {outside_text(message, 300)}"
+        )
     if isinstance(error, DatabaseUnavailable):
         return f"database unreachable: {error}"
     if isinstance(error, pg8000.exceptions.Error):

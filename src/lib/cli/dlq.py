@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lib.platform.redact import outside_text
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import (
@@ -214,7 +216,7 @@ def peek(client: SQSClient, dlq_url: str, limit: int) -> list[DeadLetter]:
                 sent_at=datetime.fromtimestamp(int(sent_ms) / 1000, UTC) if sent_ms else None,
                 receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
                 reason=reason,
-                body_preview=m["Body"][:PREVIEW_CHARS],
+                body_preview=outside_text(m["Body"], PREVIEW_CHARS),
             )
         )
     return letters

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from lib.archive import enqueue as enqueueing
 from lib.cli.args import record_id
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, CommandError, Context, out
+from lib.platform.redact import outside_text
+from lib.state.records import ERROR_LIMIT
 
 
 def _read_ids(values: Sequence[str]) -> list[int]:
@@ -62,7 +64,8 @@ def run_requeue(ctx: Context) -> int:
         out(f"{total} FAILED records{since} (generation SUCCEEDED); --limit {args.limit}")
         for row in rows:
             started = row.started_at.isoformat(timespec="seconds") if row.started_at else "-"
-            out(f"  {row.record_id:>12}  {started}  attempts {row.attempts}  {row.error or ''}")
+            error = outside_text(row.error or "", ERROR_LIMIT)
+            out(f"  {row.record_id:>12}  {started}  attempts {row.attempts}  {error}")
         if total > len(rows):
             out(f"  ... and {total - len(rows)} more")
         out("dry run: nothing changed")

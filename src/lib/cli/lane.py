@@ -9,7 +9,9 @@ from datetime import datetime, timedelta
 
 from lib.cli.context import EXIT_OK, Context, out
 from lib.cli.progress import duration
+from lib.platform.redact import outside_text
 from lib.state.lane import LaneState, PauseReason
+from lib.state.lane_store import PAUSE_DETAIL_LIMIT as DETAIL_LIMIT
 
 LANE = "lsky"
 UNTIL_CLEARED = "infinity"  # how JSON reports a pause with no end
@@ -44,7 +46,8 @@ def pause_of(lane: LaneState) -> Pause | None:
         reason=lane.reason,
         window=lane.window,
         since=_iso(lane.paused_since),
-        detail=lane.detail,
+        # Stored redacted; redacted again here for rows an older version wrote.
+        detail=None if lane.detail is None else outside_text(lane.detail, DETAIL_LIMIT),
         remaining_seconds=remaining,
     )
 

@@ -1,8 +1,8 @@
 """Settings read from the environment (the contract in DESIGN.md).
 
-Numbers follow the seed worker: an invalid value (zero, negative, not a number)
-falls back to its default with a warning, so a typo in a console never stops
-archiving. A missing *required* value is one clear ConfigError naming it.
+Numbers follow the seed worker: an invalid one (zero, negative, not a number, over
+its bound) falls back to its default with a warning; template.yaml refuses each of
+them. Any other unusable value, or a missing required one, is a ConfigError naming it.
 """
 
 from __future__ import annotations
@@ -40,9 +40,19 @@ DEFAULT_SWEEP_GRACE_SECONDS = 300
 # ...and not more often than this per row, so a slow consumer is not flooded.
 DEFAULT_REQUEUE_INTERVAL_SECONDS = 900
 DEFAULT_SWEEP_MAX_ROWS = 5000
-# A Retry-After from Lsky or a proxy in front of it pauses every upload: at most an hour
-# unless the operator says otherwise (1 .. 43200).
+# The longest pause a Retry-After header may impose (lane or row): a host asking for
+# a day must not stop archiving for a day without an operator seeing it first.
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
+
+# Upper bounds of the numbers (template.yaml's patterns spell the same ranges;
+# tests/test_template.py checks that the two agree value by value).
+# An image spooled without a Content-Length goes to /tmp (512 MB on Lambda by default).
+MAX_IMAGE_BYTES_BOUND = 500_000_000
+# SQS holds a message's visibility for 12 hours at most.
+MAX_DELAY_SECONDS = MAX_VISIBILITY_SECONDS
+MAX_SWEEP_SECONDS = 86_400  # grace and requeue interval: beyond a day nothing is "lost"
+MAX_SWEEP_ROWS = 1_000_000
+MAX_ID = 10**18 - 1  # Lsky's ids are BIGINT: 18 digits at most
 DEFAULT_LSKY_TIMEZONE = "Asia/Shanghai"  # Lsky Pro's config/app.php: 'timezone' => 'PRC'
 
 
@@ -98,6 +108,8 @@ class SweeperSettings:
     lsky_base_url: str | None = None
     lsky_token: str | None = field(default=None, repr=False)
     lsky_token_secret_arn: str | None = None
+    # Shared with the archive function, like max_attempts.
+    max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
 
 
 def _warn(message: str, *args: object) -> None:
@@ -127,27 +139,22 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
-def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+# A whole number as the template's patterns spell one: ASCII digits, no sign, no
+# leading zero (int() would also take "+5", "1_000" and other scripts' digits).
+_WHOLE = re.compile(r"[1-9][0-9]*")
+
+
+def positive_int(
+    env: Mapping[str, str], name: str, default: int, maximum: int | None = None
+) -> int:
     raw = _text(env, name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value > 0:
-        return value
-    _warn("invalid %s=%r, using default %s", name, raw, default)
+    if _WHOLE.fullmatch(raw) and (maximum is None or int(raw) <= maximum):
+        return int(raw)
+    bound = f" (a whole number from 1 to {maximum})" if maximum is not None else ""
+    _warn("invalid %s=%r, using default %s%s", name, raw, default, bound)
     return default
-
-
-def bounded_int(env: Mapping[str, str], name: str, default: int, *, maximum: int) -> int:
-    """A positive int (the contract's fallback for zero, negative or not a number); one
-    above `maximum` is refused at start-up, naming the variable."""
-    value = positive_int(env, name, default)
-    if value > maximum:
-        raise ConfigError(f"{name} must be at most {maximum}")
-    return value
 
 
 def time_zone(env: Mapping[str, str], name: str) -> str:
@@ -164,7 +171,7 @@ def optional_id(env: Mapping[str, str], name: str) -> int | None:
     raw = _text(env, name)
     if raw is None:
         return None
-    if raw.isdigit() and int(raw) > 0:
+    if _WHOLE.fullmatch(raw) and int(raw) <= MAX_ID:
         return int(raw)
     _warn("invalid %s=%r, ignoring it", name, raw)
     return None
@@ -174,27 +181,47 @@ def retry_delays(env: Mapping[str, str], name: str = "ARCHIVE_RETRY_DELAYS") -> 
     raw = _text(env, name)
     if raw is None:
         return DEFAULT_RETRY_DELAYS
-    try:
-        delays = tuple(int(part) for part in raw.split(","))
-    except ValueError:
-        delays = ()
-    # SQS caps a visibility timeout at 12 hours.
-    if delays and all(0 < delay <= MAX_VISIBILITY_SECONDS for delay in delays):
-        return delays
-    _warn("invalid %s=%r, using default %s", name, raw, DEFAULT_RETRY_DELAYS)
+    parts = [part.strip(" ") for part in raw.split(",")]
+    if all(_WHOLE.fullmatch(part) and int(part) <= MAX_DELAY_SECONDS for part in parts):
+        return tuple(int(part) for part in parts)
+    _warn(
+        "invalid %s=%r, using default %s (each delay a whole number from 1 to %s)",
+        name,
+        raw,
+        DEFAULT_RETRY_DELAYS,
+        MAX_DELAY_SECONDS,
+    )
     return DEFAULT_RETRY_DELAYS
 
 
+# An IPv4 or IPv6 address with an optional prefix length, before ipaddress checks it.
+_NETWORK = re.compile(r"[0-9A-Fa-f:.]+(/(0|[1-9][0-9]{0,2}))?")
+
+
+def _network(text: str) -> IPNetwork | None:
+    if not _NETWORK.fullmatch(text):
+        return None
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+
+
 def networks(env: Mapping[str, str], name: str) -> tuple[IPNetwork, ...]:
+    """Comma-separated networks; one that is not a network is a ConfigError: the guard
+    would otherwise run with a list the operator did not write."""
     raw = _text(env, name)
     if raw is None:
         return ()
     parsed: list[IPNetwork] = []
-    for part in raw.split(","):
-        try:
-            parsed.append(ipaddress.ip_network(part.strip(), strict=False))
-        except ValueError:
-            _warn("invalid network %r in %s, ignoring it", part.strip(), name)
+    for position, part in enumerate(raw.split(","), start=1):
+        network = _network(part.strip(" "))
+        if network is None:
+            # The position, not the value (a ConfigError never quotes one).
+            raise ConfigError(
+                f"{name}: part {position} is not a network (comma-separated CIDRs, e.g. 10.0.0.0/8)"
+            )
+        parsed.append(network)
     return tuple(parsed)
 
 
@@ -220,6 +247,19 @@ def require_one_of(env: Mapping[str, str], *names: str) -> None:
         raise ConfigError(f"missing required setting: set {' or '.join(names)}")
 
 
+# What the Lsky client needs: a scheme, a host, and an optional path (no spaces).
+_BASE_URL = re.compile(r"https?://[^\s/]+(/\S*)?")
+
+
+def lsky_base_url(env: Mapping[str, str], name: str = "LSKY_BASE_URL") -> str | None:
+    raw = _text(env, name)
+    if raw is None:
+        return None
+    if not _BASE_URL.fullmatch(raw):
+        raise ConfigError(f"{name} must be an http:// or https:// URL with a host")
+    return raw.rstrip("/")
+
+
 RATE_WINDOWS = {
     "second": 1,
     "minute": 60,
@@ -228,44 +268,59 @@ RATE_WINDOWS = {
     "week": 604_800,
     "month": 2_592_000,
 }
+# Lsky's longest window is a month (30 days here): pacing over a longer one is a typo.
+MAX_RATE_WINDOW_SECONDS = 31 * 86_400
+MAX_RATE_COUNT = 999_999
+_RATE = re.compile(
+    r" *([1-9][0-9]*) */ *(?:([1-9][0-9]*) *)?(second|minute|hour|day|week|month)s? *"
+)
 
 
 def rate_limits(
     env: Mapping[str, str], name: str = "LSKY_RATE_LIMITS"
 ) -> tuple[tuple[int, int], ...]:
     """ "20/minute,100/hour" -> ((60, 20), (3600, 100)); "10/30 seconds" is 10 per 30 s.
-    A bad part is skipped with a warning naming it."""
+    A part that is not one (or a window over 31 days, a count over 999999) is a
+    ConfigError: pacing on the other parts alone would be looser than asked."""
     raw = _text(env, name)
     if raw is None:
         return ()
     limits: list[tuple[int, int]] = []
-    for part in raw.split(","):
-        match = _RATE.fullmatch(part.strip().lower())
-        if match and int(match.group(1)) > 0 and int(match.group(2) or 1) > 0:
-            seconds = int(match.group(2) or 1) * RATE_WINDOWS[match.group(3)]
-            limits.append((seconds, int(match.group(1))))
-        else:
-            _warn("invalid part %r of %s=%r, ignoring it", part.strip(), name, raw)
+    for position, part in enumerate(raw.split(","), start=1):
+        match = _RATE.fullmatch(part)
+        count = int(match.group(1)) if match else 0
+        seconds = int(match.group(2) or 1) * RATE_WINDOWS[match.group(3)] if match else 0
+        if not match or count > MAX_RATE_COUNT or seconds > MAX_RATE_WINDOW_SECONDS:
+            raise ConfigError(
+                f"{name}: part {position} is not a limit (N/unit or N/M units, unit second "
+                f"to month, N at most {MAX_RATE_COUNT}, a window of at most 31 days)"
+            )
+        limits.append((seconds, count))
     return tuple(sorted(limits))
 
 
-_RATE = re.compile(r"(\d+)\s*/\s*(\d+)?\s*(second|minute|hour|day|week|month)s?")
-
-
 # S3's rules for a bucket name (the plain name, not an ARN or a URL).
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IP_ADDRESS = re.compile(r"[0-9]+(\.[0-9]+){3}")
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 
 
 def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET") -> str | None:
-    """The staging bucket's name; a value that cannot be one turns staging off with a
-    warning (archiving goes on as without staging) rather than stopping every archive."""
+    """The staging bucket's name; a value that cannot be one is a ConfigError: the
+    operator believes images are protected, so staging must not quietly turn off."""
     raw = _text(env, name)
     if raw is None:
         return None
-    if _BUCKET_NAME.match(raw):
-        return raw
-    _warn("invalid %s=%r (a bucket name, not an ARN or URL): staging is off", name, raw)
-    return None
+    if (
+        not _BUCKET_NAME.fullmatch(raw)
+        or ".." in raw
+        or _IP_ADDRESS.fullmatch(raw)
+        or raw.startswith(_BUCKET_PREFIXES)
+        or raw.endswith(_BUCKET_SUFFIXES)
+    ):
+        raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
+    return raw
 
 
 SSL_MODES = ("disable", "prefer", "require", "verify-full")
@@ -299,22 +354,22 @@ def load_database_config(env: Mapping[str, str] | None = None) -> DatabaseConfig
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Settings for the archive function; raises ConfigError naming what is missing."""
     env = os.environ if env is None else env
-    base_url = _text(env, "LSKY_BASE_URL")
+    base_url = lsky_base_url(env)
     if base_url is None:
         raise ConfigError("missing required setting: LSKY_BASE_URL")
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError("LSKY_BASE_URL must start with http:// or https://")
     database = load_database_config(env)
     require_one_of(env, "LSKY_TOKEN", "LSKY_TOKEN_SECRET_ARN")
     lock_ttl = lock_ttl_seconds(env)
     check_lock_ttl(env, lock_ttl)
     return Settings(
-        lsky_base_url=base_url.rstrip("/"),
+        lsky_base_url=base_url,
         database=database,
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
         retry_delays=retry_delays(env),
         lock_ttl_seconds=lock_ttl,
-        max_image_bytes=positive_int(env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES),
+        max_image_bytes=positive_int(
+            env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES, MAX_IMAGE_BYTES_BOUND
+        ),
         allow_private_networks=networks(env, "ARCHIVE_ALLOW_PRIVATE_NETWORKS"),
         lsky_strategy_id=optional_id(env, "LSKY_STRATEGY_ID"),
         lsky_album_id=optional_id(env, "LSKY_ALBUM_ID"),
@@ -323,12 +378,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
         rate_limits=rate_limits(env),
         staging_bucket=staging_bucket(env),
-        max_retry_after_seconds=bounded_int(
-            env,
-            "ARCHIVE_MAX_RETRY_AFTER_SECONDS",
-            DEFAULT_MAX_RETRY_AFTER_SECONDS,
-            maximum=MAX_VISIBILITY_SECONDS,
-        ),
+        max_retry_after_seconds=max_retry_after_seconds(env),
         lsky_timezone=time_zone(env, "LSKY_TIMEZONE"),
     )
 
@@ -346,16 +396,25 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
     return SweeperSettings(
         database=load_database_config(env),
         queue_url=queue_url,
-        grace_seconds=positive_int(env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS),
-        requeue_interval_seconds=positive_int(
-            env, "ARCHIVE_REQUEUE_INTERVAL_SECONDS", DEFAULT_REQUEUE_INTERVAL_SECONDS
+        grace_seconds=positive_int(
+            env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS, MAX_SWEEP_SECONDS
         ),
-        max_rows=positive_int(env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS),
+        requeue_interval_seconds=positive_int(
+            env,
+            "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
+            DEFAULT_REQUEUE_INTERVAL_SECONDS,
+            MAX_SWEEP_SECONDS,
+        ),
+        max_rows=positive_int(
+            env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS, MAX_SWEEP_ROWS
+        ),
         max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
         lock_ttl_seconds=lock_ttl,
-        lsky_base_url=(_text(env, "LSKY_BASE_URL") or "").rstrip("/") or None,
+        # Optional here (only the account probe uses it), but checked like the archive's.
+        lsky_base_url=lsky_base_url(env),
         lsky_token=_text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=_text(env, "LSKY_TOKEN_SECRET_ARN"),
+        max_retry_after_seconds=max_retry_after_seconds(env),
     )
 
 
@@ -371,6 +430,15 @@ def queue_urls(env: Mapping[str, str] | None = None) -> QueueUrls:
     """ARCHIVE_QUEUE_URL and ARCHIVE_DLQ_URL, neither required (archive-ctl's defaults)."""
     env = os.environ if env is None else env
     return QueueUrls(queue=_text(env, "ARCHIVE_QUEUE_URL"), dlq=_text(env, "ARCHIVE_DLQ_URL"))
+
+
+def max_retry_after_seconds(env: Mapping[str, str]) -> int:
+    return positive_int(
+        env,
+        "ARCHIVE_MAX_RETRY_AFTER_SECONDS",
+        DEFAULT_MAX_RETRY_AFTER_SECONDS,
+        MAX_DELAY_SECONDS,
+    )
 
 
 def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:

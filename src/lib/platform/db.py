@@ -19,6 +19,7 @@ import pg8000.native
 from lib.platform.config import DatabaseConfig
 from lib.platform.errors import DatabaseUnavailable
 from lib.platform.observability import logger
+from lib.platform.redact import outside_text
 from lib.platform.secrets import DatabaseParams, database_params
 
 # Three separate limits. Connecting (TCP, TLS, authentication) must be quick: a reconnect
@@ -69,8 +70,8 @@ def describe(error: BaseException) -> str:
     """A one-line, secret-free description of a database error (no DSN, no parameters)."""
     detail = error.args[0] if error.args else None
     if isinstance(detail, dict):
-        return f"{detail.get('C', '?')}: {detail.get('M', 'database error')}"
-    return f"{type(error).__name__}: {str(error)[:200]}"
+        return f"{detail.get('C', '?')}: {outside_text(detail.get('M', 'database error'), 200)}"
+    return f"{type(error).__name__}: {outside_text(error, 200)}"
 
 
 def ssl_option(sslmode: str, root_cert: str | None = None) -> ssl.SSLContext | bool | None:

@@ -1,7 +1,8 @@
 """The staging bucket: put a stream, read it back as a stream, delete (lib.archive.staging).
 
 boto3 is imported on first use, as in lib.platform.sqs: an archive that never stages
-never loads it. Memory stays bounded by one multipart part, whatever the image size.
+never loads it. Memory stays bounded by one multipart part, whatever the image size, and
+every call ends by the attempt's deadline (lib.platform.watchdog holds S3's sockets too).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from typing import Any, Protocol
 
 from lib.platform import aws
 from lib.platform.errors import ServiceError
+from lib.platform.watchdog import Watchdog, active, watched, watched_pool
 
 # S3's smallest multipart part, and the only image bytes held in memory while staging:
 # one buffer, filled from the source, sent, then filled again.
 PART_BYTES = 5 * 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
+# A delete asked for without the attempt's deadline (after the record concluded) and the
+# abort of a failed multipart upload get this long of their own.
+CLEANUP_SECONDS = 5.0
 
 
 class StagingError(ServiceError):
@@ -72,12 +77,14 @@ class PartReader:
 
 @dataclass
 class StagedObject:
-    """A staged image being read: iterate `chunks()` once; `size` is its length."""
+    """A staged image being read: iterate `chunks()` once; `size` is its length. The
+    watchdog of the GET holds its body to the deadline; close() stops it."""
 
     key: str
     size: int
     _body: Any
     _deadline: float
+    _watchdog: Watchdog
 
     def chunks(self) -> Iterator[bytes]:
         while chunk := self._read():
@@ -87,13 +94,19 @@ class StagedObject:
 
     def _read(self) -> bytes:
         try:
-            return bytes(self._body.read(READ_CHUNK_BYTES))
+            chunk = bytes(self._body.read(READ_CHUNK_BYTES))
         except Exception as error:  # noqa: BLE001 - botocore's errors (some subclass urllib3's)
             # Converted here, inside the iterator: raised into the Lsky upload's urllib3
             # call, a botocore ReadTimeoutError would pass for Lsky's own timeout.
+            if self._watchdog.fired:
+                raise StagingError("reading the staged copy ran past the deadline") from None
             raise StagingError(f"reading the staged copy failed ({type(error).__name__})") from None
+        if not chunk and self._watchdog.fired:  # the shutdown can look like the end
+            raise StagingError("reading the staged copy ran past the deadline")
+        return chunk
 
     def close(self) -> None:
+        self._watchdog.cancel()
         self._body.close()
 
 
@@ -123,6 +136,7 @@ class StagingBucket:
             # already guards the bytes in transit.
             request_checksum_calculation="when_required",
         )
+        _hold_to_deadlines(s3)
         return s3
 
     def put(self, key: str, chunks: Iterable[bytes], *, content_type: str, deadline: float) -> int:
@@ -132,19 +146,21 @@ class StagingBucket:
         object (a multipart upload is aborted; the lifecycle rule is the backstop)."""
         reader = PartReader(chunks, deadline)
         buffer = bytearray(PART_BYTES)
-        try:
-            filled = reader.fill(buffer)
-            if filled < PART_BYTES:
-                del buffer[filled:]
-                self.client.put_object(
-                    Bucket=self.name, Key=key, Body=buffer, ContentType=content_type
-                )
-            else:
-                self._put_parts(key, reader, buffer, content_type=content_type)
-        except ServiceError:
-            raise
-        except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-            raise StagingError(f"staging {key} failed ({_describe(error)})") from None
+        client = self.client
+        with watched(deadline) as watchdog:
+            try:
+                filled = reader.fill(buffer)
+                if filled < PART_BYTES:
+                    del buffer[filled:]
+                    client.put_object(
+                        Bucket=self.name, Key=key, Body=buffer, ContentType=content_type
+                    )
+                else:
+                    self._put_parts(key, reader, buffer, content_type=content_type)
+            except ServiceError:
+                raise
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                raise _failed(f"staging {key}", error, watchdog) from None
         return reader.size
 
     def _put_parts(
@@ -173,26 +189,70 @@ class StagingBucket:
                 Bucket=self.name, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}
             )
         except BaseException:
-            with contextlib.suppress(Exception):
+            # Its own short deadline: the attempt's may be what just ran out.
+            with contextlib.suppress(Exception), watched(time.monotonic() + CLEANUP_SECONDS):
                 self.client.abort_multipart_upload(Bucket=self.name, Key=key, UploadId=upload)
             raise
 
     def open(self, key: str, *, deadline: float) -> StagedObject:
         """Start reading `key`; raises StagedCopyMissing when it is gone, StagingError."""
-        try:
-            response = self.client.get_object(Bucket=self.name, Key=key)
-        except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-            if aws.error_code(error) in ("NoSuchKey", "404"):
-                raise StagedCopyMissing(f"staged copy {key} is gone") from None
-            raise StagingError(f"reading staged copy {key} failed ({_describe(error)})") from None
-        return StagedObject(key, int(response["ContentLength"]), response["Body"], deadline)
+        client = self.client
+        # Kept running after the GET: the body is read on the same connection.
+        with watched(deadline, keep=True) as watchdog:
+            try:
+                response = client.get_object(Bucket=self.name, Key=key)
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                watchdog.cancel()
+                if aws.error_code(error) in ("NoSuchKey", "404"):
+                    raise StagedCopyMissing(f"staged copy {key} is gone") from None
+                raise _failed(f"reading staged copy {key}", error, watchdog) from None
+        size = int(response["ContentLength"])
+        return StagedObject(key, size, response["Body"], deadline, watchdog)
 
-    def delete(self, key: str) -> None:
-        """Delete `key` (a missing key is no error); raises StagingError."""
-        try:
-            self.client.delete_object(Bucket=self.name, Key=key)
-        except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-            raise StagingError(f"deleting staged copy {key} failed ({_describe(error)})") from None
+    def delete(self, key: str, *, deadline: float | None = None) -> None:
+        """Delete `key` (a missing key is no error) by `deadline` (default: CLEANUP_SECONDS
+        from now); raises StagingError."""
+        client = self.client
+        with watched(deadline or time.monotonic() + CLEANUP_SECONDS) as watchdog:
+            try:
+                client.delete_object(Bucket=self.name, Key=key)
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                raise _failed(f"deleting staged copy {key}", error, watchdog) from None
+
+
+def _failed(what: str, error: Exception, watchdog: Watchdog) -> StagingError:
+    if watchdog.fired:
+        return StagingError(f"{what} ran past the attempt's deadline")
+    return StagingError(f"{what} failed ({_describe(error)})")
+
+
+def _hold_to_deadlines(client: Any) -> None:
+    """Make the client's connections report to lib.platform.watchdog, and stop botocore's
+    retries once a deadline has fired (a retry would wait out its backoff for nothing).
+
+    botocore offers no public way to choose its connection classes: the session's pool
+    classes are set where botocore itself sets them (tests/integration/test_deadlines.py
+    fails if a botocore upgrade moves them)."""
+    from botocore.awsrequest import (  # noqa: PLC0415 - boto3 is loaded on first use
+        AWSHTTPConnectionPool,
+        AWSHTTPSConnectionPool,
+    )
+
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    pools = getattr(session, "_pool_classes_by_scheme", None)
+    if not isinstance(pools, dict):
+        raise TypeError("botocore's HTTP session has no pool classes to watch")
+    # The same dict the session's pool managers were given: updated in place for them.
+    pools.update(
+        http=watched_pool(AWSHTTPConnectionPool), https=watched_pool(AWSHTTPSConnectionPool)
+    )
+    client.meta.events.register_first("needs-retry.s3", _no_retry_past_deadline)
+
+
+def _no_retry_past_deadline(**_: Any) -> None:
+    watchdog = active()
+    if watchdog is not None and watchdog.fired:
+        raise StagingError("an S3 call ran past the attempt's deadline")
 
 
 def _describe(error: Exception) -> str:

@@ -8,9 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from lib.platform.redact import outside_text
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, lane_state
 from lib.state.queries import Statements
 
+# The lane's pause_detail holds a host's answer: redacted, then bounded (lib.platform.redact).
+PAUSE_DETAIL_LIMIT = 200
 # Uploads older than the ledger's exact rows move to hourly counts this many at a time.
 ROLL_UP_ROWS = 10_000
 
@@ -39,7 +42,13 @@ class LaneStore(Statements):
         return lane_state(row)
 
     def pause(self, *, until: datetime | str, reason: str, window: str | None, detail: str) -> None:
-        self._run("pause_lane", until=until, reason=reason, window=window, detail=detail)
+        self._run(
+            "pause_lane",
+            until=until,
+            reason=reason,
+            window=window,
+            detail=outside_text(detail, PAUSE_DETAIL_LIMIT),
+        )
 
     def clear(self, *, reason: str | None = None) -> str | None:
         """Open the lane; returns the reason of the pause cleared, None if it was open."""

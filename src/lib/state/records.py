@@ -9,6 +9,7 @@ import enum
 import json
 from typing import Any
 
+from lib.platform.redact import outside_text
 from lib.state.claim import (
     EARLY_SLACK_SECONDS,
     ClaimResult,
@@ -20,6 +21,10 @@ from lib.state.claim import (
 from lib.state.lane import lane_state
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
+
+# archive_error holds text from outside (a host's answer): redacted, then bounded, on its
+# way in (lib.platform.redact).
+ERROR_LIMIT = 500
 
 
 class Recorded(enum.StrEnum):
@@ -142,7 +147,7 @@ class ArchiveRecords(Statements):
             "retry",
             record_id=task.record_id,
             owner=owner,
-            error=error,
+            error=outside_text(error, ERROR_LIMIT),
             delay=delay_seconds,
             may_be_hosted=may_be_hosted,
             sent=_sent(sent),
@@ -170,7 +175,7 @@ class ArchiveRecords(Statements):
             "fail",
             record_id=task.record_id,
             owner=owner,
-            error=error,
+            error=outside_text(error, ERROR_LIMIT),
             may_be_hosted=may_be_hosted,
             keep_staged=keep_staged,
             sent=_sent(sent),
@@ -205,7 +210,7 @@ class ArchiveRecords(Statements):
             record_id=task.record_id,
             owner=owner,
             delay=delay_seconds,
-            error=error,
+            error=None if error is None else outside_text(error, ERROR_LIMIT),
             park=park,
             wait_reason=str(wait_reason),
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,

@@ -7,10 +7,8 @@ total deadline (a watchdog). docs/transfer.md has the rationale.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
@@ -27,6 +25,7 @@ from urllib3.exceptions import (
 from urllib3.response import HTTPResponse
 from urllib3.util import parse_url
 
+from lib.platform.watchdog import Watchdog
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
 from lib.transfer.imagetype import SNIFF_BYTES, DownloadedImage, ImageType, sniff
 from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
@@ -57,44 +56,6 @@ def safe_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{path}"
 
 
-class _Watchdog:
-    """Shuts a connection's socket when the deadline passes, whatever it is blocked on
-    (connect, TLS handshake, headers, body)."""
-
-    def __init__(self, conn: HTTPConnection, deadline: float) -> None:
-        self._conn = conn
-        # The socket, once connected: http.client drops conn.sock as soon as it has read
-        # the headers of a "Connection: close" response, while the body still flows on it.
-        self.sock: socket.socket | None = None
-        self.fired = False
-        self._timer: threading.Timer | None = None
-        self.rearm(deadline)
-
-    def rearm(self, deadline: float) -> None:
-        self.cancel()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def attach(self, sock: socket.socket | None) -> None:
-        self.sock = sock
-
-    def _fire(self) -> None:
-        self.fired = True
-        sock = self.sock or self._conn.sock  # before attach: mid-connect or TLS handshake
-        if sock is not None:
-            # The plain socket's shutdown, also for an SSLSocket: it wakes the blocked
-            # reader without touching the TLS object that thread is using. OSError: the
-            # socket is already closed, nothing left to interrupt.
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-
 class ImageStream:
     """An upstream image body being read: iterate for its chunks (the sniffed head first).
 
@@ -108,7 +69,7 @@ class ImageStream:
         url: str,
         conn: HTTPConnection,
         response: HTTPResponse,
-        watchdog: _Watchdog,
+        watchdog: Watchdog,
         deadline: float,
         max_bytes: int,
         declared_length: int | None,
@@ -261,7 +222,7 @@ class Downloader:
 
     def _request(
         self, target: Target, url: str, deadline: float
-    ) -> tuple[HTTPConnection, HTTPResponse, _Watchdog]:
+    ) -> tuple[HTTPConnection, HTTPResponse, Watchdog]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, "no time left to download")
@@ -274,7 +235,7 @@ class Downloader:
             timeout=min(CONNECT_TIMEOUT_SECONDS, remaining),
             **self._tls,
         )
-        watchdog = _Watchdog(conn, deadline)
+        watchdog = Watchdog(conn, deadline)
         try:
             conn.request(
                 "GET",
@@ -311,7 +272,7 @@ class Downloader:
         url: str,
         conn: HTTPConnection,
         response: HTTPResponse,
-        watchdog: _Watchdog,
+        watchdog: Watchdog,
         deadline: float,
     ) -> ImageStream:
         where = safe_url(url)

@@ -1,8 +1,8 @@
-"""Lsky Pro v1 upload client (POST {base}/api/v1/upload, read from lsky-org/lsky-pro 2.x).
+"""Lsky Pro v1 client (upload, image list, profile; read from lsky-org/lsky-pro 2.x).
 
-`upload` sends a spooled file, `upload_stream` the download's chunks as they arrive; a
-body that does not add up to its Content-Length is abandoned mid-request. Nothing of a
-response reaches a log beyond Lsky's short `message`. docs/transfer.md has the details.
+`upload` sends a spooled file, `upload_stream` the download's chunks as they arrive. Every
+exchange ends by its deadline (the download's watchdog holds a trickling answer too), and
+nothing of a response is kept beyond Lsky's short, redacted `message` (docs/transfer.md).
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 
+from lib.platform.redact import outside_text, token_parts
+from lib.platform.watchdog import watched, watched_pool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky_envelope import read_envelope
@@ -27,12 +30,37 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
 MAX_RESPONSE_BYTES = 256 * 1024
 LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's side
+PROFILE_READ_TIMEOUT_SECONDS = 10.0
 # The keyword names one record, so its images fit on the first page; more pages than
 # this means the list cannot say whether the image is there (docs/transfer.md).
 MAX_LOOKUP_PAGES = 3
+# A failure's whole message as kept (Lsky's own part is already shorter: MESSAGE_LIMIT).
+FAILURE_MESSAGE_LIMIT = 300
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
 Body = MultipartBody | StreamedMultipartBody
+
+# Pools whose connections tell the exchange's watchdog which socket to shut.
+_POOLS = {"http": watched_pool(HTTPConnectionPool), "https": watched_pool(HTTPSConnectionPool)}
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    raw: bytes  # empty when the body was over MAX_RESPONSE_BYTES
+    location: str | None
+    retry_after: str | None
+
+
+@dataclass(frozen=True)
+class _Wording:
+    """How an exchange's failures read ("timed out waiting for Lsky's image list")."""
+
+    stage: Stage
+    what: str  # "Lsky", "Lsky's image list"
+    no_time: str
+    dropped: str
+    read_timeout: float
 
 
 @dataclass(frozen=True)
@@ -50,7 +78,6 @@ class LskyClient:
         token: TokenProvider,
         strategy_id: int | None = None,
         album_id: int | None = None,
-        pool: urllib3.PoolManager | None = None,
     ) -> None:
         self.upload_url = f"{base_url.rstrip('/')}/api/v1/upload"
         self.profile_url = f"{base_url.rstrip('/')}/api/v1/profile"
@@ -58,27 +85,29 @@ class LskyClient:
         self._token = token
         self.strategy_id = strategy_id
         self.album_id = album_id
-        self.pool = pool or urllib3.PoolManager(
+        self.pool = urllib3.PoolManager(
             num_pools=2,
             timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=READ_TIMEOUT_SECONDS),
             retries=False,
         )
+        self.pool.pool_classes_by_scheme = dict(_POOLS)
 
-    def account_healthy(self) -> bool:
+    def account_healthy(self, deadline: float) -> bool:
         """Whether the token's account can upload again (GET /api/v1/profile answers 200
-        with status true); raises urllib3's errors when Lsky cannot be reached."""
-        response = self.pool.request(
+        with status true), known by `deadline`; raises ArchiveFailure when Lsky cannot be
+        reached or does not answer in time."""
+        answer = self._exchange(
             "GET",
             self.profile_url,
             headers={"Authorization": f"Bearer {self._token(True)}", "Accept": "application/json"},
-            redirect=False,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=10.0),
+            deadline=deadline,
+            wording=_PROFILE,
         )
         try:
-            payload: Any = json.loads(response.data[:MAX_RESPONSE_BYTES])
+            payload: Any = json.loads(answer.raw)
         except ValueError:
             return False
-        if response.status != 200 or not isinstance(payload, dict):
+        if answer.status != 200 or not isinstance(payload, dict):
             return False
         data = payload.get("data")
         if payload.get("status") is not True or not isinstance(data, dict):
@@ -185,46 +214,23 @@ class LskyClient:
     def _list(
         self, keyword: str, page: int, token: str, deadline: float
     ) -> ListingPage | ArchiveFailure:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return fail(Stage.LOOKUP, Kind.TIMEOUT, "no time left to look the image up")
         query = {"keyword": keyword, "order": "earliest", "page": str(page)}
         if self.album_id is not None:
             query["album_id"] = str(self.album_id)
         try:
-            response = self.pool.urlopen(
+            answer = self._exchange(
                 "GET",
                 f"{self.images_url}?{urlencode(query)}",
                 headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-                redirect=False,
-                preload_content=False,
-                timeout=urllib3.Timeout(
-                    connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
-                    read=min(LOOKUP_READ_TIMEOUT_SECONDS, remaining),
-                ),
+                deadline=deadline,
+                wording=_LISTING,
             )
-        except NewConnectionError:
-            return fail(Stage.LOOKUP, Kind.CONNECTION, "could not connect to Lsky")
-        except TimeoutError:
-            return fail(Stage.LOOKUP, Kind.TIMEOUT, "timed out waiting for Lsky's image list")
-        except HTTPError as error:
-            return fail(
-                Stage.LOOKUP, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
-            )
-        try:
-            raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except TimeoutError:
-            return fail(Stage.LOOKUP, Kind.TIMEOUT, "timed out reading Lsky's image list")
-        except HTTPError:
-            return fail(Stage.LOOKUP, Kind.CONNECTION, "Lsky dropped the image list")
-        finally:
-            response.release_conn()
-        try:
             return parse_listing(
-                response.status,
-                raw if len(raw) <= MAX_RESPONSE_BYTES else b"",
-                location=response.headers.get("Location"),
-                retry_after=response.headers.get("Retry-After"),
+                answer.status,
+                answer.raw,
+                location=answer.location,
+                retry_after=answer.retry_after,
+                secrets=token_parts([token]),
             )
         except ArchiveFailure as error:
             return error
@@ -255,59 +261,123 @@ class LskyClient:
             return error
 
     def _upload(self, body: Body, token: str, deadline: float) -> HostedImage:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "no time left to upload")
         headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/json",
             "Content-Type": body.content_type,
             "Content-Length": str(body.content_length),
         }
-        try:
-            response = self.pool.urlopen(
-                "POST",
-                self.upload_url,
-                body=_until(deadline, body),
-                headers=headers,
-                redirect=False,
-                preload_content=False,
-                chunked=False,
-                # Lsky answers only after storing the file: wait for it, but never past
-                # the attempt's deadline.
-                timeout=urllib3.Timeout(
-                    connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
-                    read=min(READ_TIMEOUT_SECONDS, remaining),
-                ),
-            )
-        except BodyLengthError as error:
-            # The request was abandoned before its last byte (urllib3 closed the
-            # connection): the upstream sent more or less than it announced.
-            raise fail(
-                Stage.DOWNLOAD, Kind.CONNECTION, f"upstream body did not match its length: {error}"
-            ) from None
-        except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
-            raise fail(Stage.UPLOAD, Kind.CONNECTION, "could not connect to Lsky") from None
-        except TimeoutError:
-            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out waiting for Lsky") from None
-        except HTTPError as error:
-            raise fail(
-                Stage.UPLOAD, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
-            ) from None
-        try:
-            raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except TimeoutError:
-            raise fail(Stage.UPLOAD, Kind.TIMEOUT, "timed out reading Lsky's answer") from None
-        except HTTPError:
-            raise fail(Stage.UPLOAD, Kind.CONNECTION, "Lsky dropped the response") from None
-        finally:
-            response.release_conn()
+        answer = self._exchange(
+            "POST",
+            self.upload_url,
+            headers=headers,
+            deadline=deadline,
+            wording=_UPLOAD,
+            body=_until(deadline, body),
+        )
         return parse_upload_response(
-            response.status,
-            raw[:MAX_RESPONSE_BYTES] if len(raw) <= MAX_RESPONSE_BYTES else b"",
+            answer.status,
+            answer.raw,
+            location=answer.location,
+            retry_after=answer.retry_after,
+            secrets=token_parts([token]),
+        )
+
+    def _exchange(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str],
+        deadline: float,
+        wording: _Wording,
+        body: Iterable[bytes] | None = None,
+    ) -> _Answer:
+        """One request and its whole answer (at most MAX_RESPONSE_BYTES), by `deadline`
+        whatever the server does; raises ArchiveFailure (at wording.stage)."""
+        stage = wording.stage
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise fail(stage, Kind.TIMEOUT, wording.no_time)
+        with watched(deadline) as watchdog:
+            try:
+                response = self.pool.urlopen(
+                    method,
+                    url,
+                    body=body,
+                    headers=headers,
+                    redirect=False,
+                    preload_content=False,
+                    chunked=False,
+                    # Each read waits at most this long, never past the deadline; the
+                    # watchdog bounds their sum (an answer trickling in a byte at a time).
+                    timeout=urllib3.Timeout(
+                        connect=min(CONNECT_TIMEOUT_SECONDS, remaining),
+                        read=min(wording.read_timeout, remaining),
+                    ),
+                )
+            except BodyLengthError as error:
+                # The request was abandoned before its last byte (urllib3 closed the
+                # connection): the upstream sent more or less than it announced.
+                raise fail(
+                    Stage.DOWNLOAD,
+                    Kind.CONNECTION,
+                    f"upstream body did not match its length: {error}",
+                ) from None
+            except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
+                raise fail(stage, Kind.CONNECTION, "could not connect to Lsky") from None
+            except (TimeoutError, HTTPError) as error:
+                if watchdog.fired or isinstance(error, TimeoutError):
+                    raise fail(
+                        stage, Kind.TIMEOUT, f"timed out waiting for {wording.what}"
+                    ) from None
+                raise fail(
+                    stage, Kind.CONNECTION, f"could not reach Lsky ({type(error).__name__})"
+                ) from None
+            try:
+                raw = response.read(MAX_RESPONSE_BYTES + 1)
+            except (TimeoutError, HTTPError) as error:
+                if watchdog.fired or isinstance(error, TimeoutError):
+                    raise fail(
+                        stage, Kind.TIMEOUT, f"timed out reading {wording.what}'s answer"
+                    ) from None
+                raise fail(stage, Kind.CONNECTION, wording.dropped) from None
+            finally:
+                if watchdog.fired:
+                    response.close()  # its socket is shut: not for the pool to reuse
+                response.release_conn()
+            if watchdog.fired:
+                # The shutdown can also look like the end of a body without a length.
+                raise fail(stage, Kind.TIMEOUT, f"timed out reading {wording.what}'s answer")
+        return _Answer(
+            status=response.status,
+            raw=raw if len(raw) <= MAX_RESPONSE_BYTES else b"",
             location=response.headers.get("Location"),
             retry_after=response.headers.get("Retry-After"),
         )
+
+
+_UPLOAD = _Wording(
+    Stage.UPLOAD,
+    "Lsky",
+    "no time left to upload",
+    "Lsky dropped the response",
+    READ_TIMEOUT_SECONDS,
+)
+_LISTING = _Wording(
+    Stage.LOOKUP,
+    "Lsky's image list",
+    "no time left to look the image up",
+    "Lsky dropped the image list",
+    LOOKUP_READ_TIMEOUT_SECONDS,
+)
+_PROFILE = _Wording(
+    Stage.LOOKUP,
+    "Lsky's profile",
+    "no time left to ask for the profile",
+    "Lsky dropped the profile",
+    PROFILE_READ_TIMEOUT_SECONDS,
+)
 
 
 def _listed_image(item: dict[str, Any]) -> HostedImage:
@@ -329,19 +399,15 @@ def _until(deadline: float, chunks: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
-    """The failure with the tokens (and their secret halves) cut out of the message: Lsky's
-    message is stored and logged, and a misconfigured server may echo request headers."""
+    """The failure as it may leave the client: every token this call used (a refreshed one
+    too) redacted from its message, which is stored and logged. Each answer's own token
+    was already redacted when it was read, before Lsky's message was shortened."""
     failure = error.failure
-    message = failure.message
-    for token in tokens:
-        for secret in (token, token.partition("|")[2]):
-            if len(secret) >= 4:
-                message = message.replace(secret, "[redacted]")
     return ArchiveFailure(
         Failure(
             failure.stage,
             failure.kind,
-            message,
+            outside_text(failure.message, FAILURE_MESSAGE_LIMIT, secrets=token_parts(tokens)),
             status=failure.status,
             retry_after=failure.retry_after,
         )
@@ -349,11 +415,23 @@ def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
 
 
 def parse_upload_response(
-    status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
+    status: int,
+    raw: bytes,
+    *,
+    location: str | None = None,
+    retry_after: str | None = None,
+    secrets: Iterable[str] = (),
 ) -> HostedImage:
-    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested)."""
+    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested);
+    `secrets` (the request's token) are redacted from Lsky's message."""
     envelope = read_envelope(
-        Stage.UPLOAD, "Lsky", status, raw, location=location, retry_after=retry_after
+        Stage.UPLOAD,
+        "Lsky",
+        status,
+        raw,
+        location=location,
+        retry_after=retry_after,
+        secrets=secrets,
     )
     payload, message = envelope.payload, envelope.message
     if payload.get("status") is not True:

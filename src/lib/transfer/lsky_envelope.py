@@ -4,20 +4,22 @@ endpoint (pure): redirects to /login, error statuses, bodies that are not JSON."
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from lib.platform.redact import outside_text
 from lib.transfer.failures import Kind, Stage, fail, retry_after_seconds
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Lsky's `message` as kept in a log line, archive_error or the lane's pause_detail.
+MESSAGE_LIMIT = 160
 
 
-def short_message(value: Any, limit: int = 160) -> str:
-    """Lsky's `message`, safe for a log line or archive_error: one line, bounded."""
-    text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def short_message(value: Any, *, secrets: Iterable[str] = ()) -> str:
+    """Lsky's `message`, safe for a log line or archive_error: redacted (a misconfigured
+    server may echo the Authorization header), then one bounded line."""
+    return outside_text(value, MESSAGE_LIMIT, secrets=secrets)
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,12 @@ def read_envelope(
     *,
     location: str | None = None,
     retry_after: str | None = None,
+    secrets: Iterable[str] = (),
 ) -> Envelope:
     """The JSON object of an HTTP 200 answer; raises ArchiveFailure (at `stage`) for a
     redirect, another status or a body that is not a JSON object. `subject` names the
-    answer in messages ("Lsky", "Lsky's image list")."""
+    answer in messages ("Lsky", "Lsky's image list"); `secrets` (the request's token) are
+    redacted from Lsky's message before it is shortened."""
     if status in REDIRECTS:
         if location and "/login" in location:
             raise fail(
@@ -48,7 +52,11 @@ def read_envelope(
         payload: Any = json.loads(raw)
     except ValueError:
         payload = None
-    message = short_message(payload.get("message", "")) if isinstance(payload, dict) else ""
+    message = (
+        short_message(payload.get("message", ""), secrets=secrets)
+        if isinstance(payload, dict)
+        else ""
+    )
     if status != 200:
         detail = f": {message}" if message else ""
         raise fail(

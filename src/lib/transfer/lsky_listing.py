@@ -6,6 +6,7 @@ keyword and album filters really match is in docs/transfer.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +24,15 @@ class ListingPage:
 
 
 def parse_listing(
-    status: int, raw: bytes, *, location: str | None = None, retry_after: str | None = None
+    status: int,
+    raw: bytes,
+    *,
+    location: str | None = None,
+    retry_after: str | None = None,
+    secrets: Iterable[str] = (),
 ) -> ListingPage:
-    """One page of the list, or an ArchiveFailure (stage lookup) raised."""
+    """One page of the list, or an ArchiveFailure (stage lookup) raised; `secrets` are
+    redacted from Lsky's message."""
     envelope = read_envelope(
         Stage.LOOKUP,
         "Lsky's image list",
@@ -33,6 +40,7 @@ def parse_listing(
         raw,
         location=location,
         retry_after=retry_after,
+        secrets=secrets,
     )
     payload, message = envelope.payload, envelope.message
     if payload.get("status") is not True:
