@@ -64,35 +64,35 @@ def _count_lsky_requests(base_url: str) -> tuple[Counter[str], Callable[[bool], 
 def _hashing_switch() -> Callable[[bool], contextlib.AbstractContextManager[None]] | None:
     """Turn the fidelity hashing off and on (None: the code under test has none)."""
     try:
-        from lib.archive import fidelity  # noqa: PLC0415
+        from lib.transfer import held  # noqa: PLC0415
     except ImportError:
         return None
-    real = fidelity.ContentDigest.update
+    real = held.Digests.update
 
     def count_only(self: Any, chunk: bytes) -> None:
         self.size += len(chunk)
 
     @contextlib.contextmanager
     def hashing(on: bool) -> Iterator[None]:
-        fidelity.ContentDigest.update = real if on else count_only  # type: ignore[method-assign]
+        held.Digests.update = real if on else count_only  # type: ignore[method-assign]
         try:
             yield
         finally:
-            fidelity.ContentDigest.update = real  # type: ignore[method-assign]
+            held.Digests.update = real  # type: ignore[method-assign]
 
     return hashing
 
 
 def _hashing_cpu_seconds() -> float | None:
-    """The hashing alone: md5 + sha1 over 10 MB in 256 KiB chunks, median of 5."""
+    """The hashing alone: md5 + sha1 + sha256 over 10 MB in 256 KiB chunks, median of 5."""
     try:
-        from lib.archive.fidelity import ContentDigest  # noqa: PLC0415
+        from lib.transfer.held import Digests  # noqa: PLC0415
     except ImportError:
         return None
     chunk = bytes(range(256)) * 1024
     times = []
     for _ in range(5):
-        digest = ContentDigest()
+        digest = Digests()
         started = time.process_time()
         for _ in range(IMAGE_BYTES // len(chunk)):
             digest.update(chunk)

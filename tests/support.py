@@ -109,12 +109,12 @@ def seed_record(
 
 
 def fetch_image(downloader: Downloader, url: str, *, deadline: float) -> DownloadedImage:
-    """The whole image in a temporary file, as the worker gets one without a Content-Length:
-    open (guard, redirects, sniff), then spool."""
-    from lib.transfer.download import spool
+    """The whole image in hand, as the worker gets it: open (guard, redirects, sniff), then
+    hold (lib.transfer.held)."""
+    from lib.transfer.held import hold
 
     with downloader.open(url, deadline=deadline) as stream:
-        return spool(stream)
+        return hold(stream, stream.image_type)
 
 
 def fetch_record(conn: Any, record_id: int) -> dict[str, Any]:

@@ -745,6 +745,22 @@ SETTINGS = (
         why_template_only=EMPTY_IS_THE_DEFAULT,
     ),
     Setting(
+        "LskyTimezone",
+        "LSKY_TIMEZONE",
+        load_settings,
+        {
+            "Asia/Shanghai": True,
+            "UTC": True,
+            "America/Argentina/Buenos_Aires": True,
+            "Etc/GMT+8": True,
+            "PRC": True,
+            "../etc": False,
+        },
+        loud=("Asia/Nowhere",),
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
         "ArchiveMaxImageBytes",
         "ARCHIVE_MAX_IMAGE_BYTES",
         load_settings,

@@ -111,7 +111,7 @@ def test_a_trickling_profile_leaves_the_sweep_time_for_its_pages(
     archive_env: Callable[..., dict[str, str]], db: Any, lsky: Any, pg_dsn: str
 ) -> None:
     from handlers.sweeper import lambda_handler
-    from lib.archive.sweeper import PROBE_RESERVE_MS
+    from lib.archive.sweep_rules import PROBE_RESERVE_MS
     from lib.platform.config import DatabaseConfig
     from lib.platform.db import Database
 

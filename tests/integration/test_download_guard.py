@@ -20,8 +20,9 @@ import pytest
 from devkit import images
 from devkit.upstream import StreamBody, UpstreamServer
 from lib.archive.retry import ErrorClass, classify
-from lib.transfer.download import Downloader, spool
+from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure, Kind
+from lib.transfer.held import hold
 from lib.transfer.imagetype import JPEG, PNG
 from lib.transfer.netguard import NO_SUCH_NAME_ERRORS, resolve
 from tests.support import fetch_image
@@ -215,7 +216,7 @@ def test_a_stall_after_the_deadline_moved_earlier_is_cut(
         stream.set_deadline(soon(0.5))  # as the worker does once it knows the size
         started = time.monotonic()
         with pytest.raises(ArchiveFailure) as excinfo:
-            spool(stream)
+            hold(stream, stream.image_type)
     assert failure_of(excinfo).kind is Kind.TIMEOUT
     assert time.monotonic() - started < 1.0
 
@@ -301,9 +302,9 @@ def test_spool_keeps_small_images_in_memory_and_large_ones_on_disk(
     upstream.add("/l.png", StreamBody.of(lambda: images.png_stream(size=3_000_000), 3_000_000))
     downloader = Downloader(max_bytes=10**7, allow_private_networks=LOOPBACK)
     with downloader.open(upstream.url("/s.png"), deadline=soon()) as stream:
-        small = spool(stream)
+        small = hold(stream, stream.image_type)
     with downloader.open(upstream.url("/l.png"), deadline=soon()) as stream:
-        large = spool(stream)
+        large = hold(stream, stream.image_type)
     assert small.image_type is PNG
     assert not small.file._rolled  # type: ignore[attr-defined]
     assert large.file._rolled  # type: ignore[attr-defined]

@@ -9,7 +9,6 @@ import pytest
 from lib.platform.config import (
     DEFAULT_LOCK_TTL_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_RETRY_DELAYS,
     FINISH_RESERVE_MS,
     QueueUrls,
     load_database_config,
@@ -18,6 +17,7 @@ from lib.platform.config import (
     lock_ttl_seconds,
     queue_urls,
 )
+from lib.platform.env_values import DEFAULT_RETRY_DELAYS
 from lib.platform.errors import ConfigError
 
 BASE = {

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from lib.archive.fidelity import ContentDigest, Digest, compare, note
+from lib.archive.fidelity import Digest, compare, note
+from lib.transfer.held import hold
+from lib.transfer.imagetype import PNG
 
 
 def md5(data: bytes) -> str:
@@ -24,25 +26,22 @@ SHA1 = sha1(DATA)
 SENT = Digest(MD5, SHA1, len(DATA))
 
 
-def test_the_digest_is_taken_in_one_pass_over_any_chunking() -> None:
-    digest = ContentDigest()
+def test_the_digests_are_taken_in_one_pass_over_any_chunking() -> None:
     chunks = [DATA[:1], DATA[1:4000], b"", DATA[4000:]]
-    assert list(digest.wrap(iter(chunks))) == chunks
-    assert digest.finished
-    assert digest.result() == SENT
+    held = hold(iter(chunks), PNG)
+    assert Digest(held.md5, held.sha1, held.size) == SENT
+    assert held.sha256 == hashlib.sha256(DATA).hexdigest()
+    assert b"".join(held.chunks()) == DATA  # and again: the spool reads from the start
+    assert b"".join(held.chunks()) == DATA
 
 
-def test_a_digest_whose_chunks_stopped_early_is_not_finished() -> None:
-    digest = ContentDigest()
-
+def test_chunks_that_stop_early_leave_nothing_in_hand() -> None:
     def broken() -> Any:
         yield DATA[:10]
         raise OSError("dropped")
 
     with pytest.raises(OSError, match="dropped"):
-        list(digest.wrap(broken()))
-    assert not digest.finished
-    assert digest.size == 10
+        hold(broken(), PNG)
 
 
 @pytest.mark.parametrize(

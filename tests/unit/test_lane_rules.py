@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive import sweeper
+from lib.archive import sweep_rules
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
@@ -14,7 +14,7 @@ from lib.archive.lane import (
     pause_until,
     probe_can_clear,
 )
-from lib.platform.config import rate_limits
+from lib.platform.env_values import rate_limits
 from lib.platform.errors import ConfigError
 from lib.state.lane import LaneState, PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
@@ -172,10 +172,10 @@ def test_a_rate_limit_that_is_not_one_stops_the_start(value: str, part: int) -> 
 
 
 def test_the_requeue_interval_grows_with_the_backlog() -> None:
-    assert sweeper.requeue_interval(900, queued=None, rate=1.0) == 900
-    assert sweeper.requeue_interval(900, queued=0, rate=0.0) == 900
+    assert sweep_rules.requeue_interval(900, queued=None, rate=1.0) == 900
+    assert sweep_rules.requeue_interval(900, queued=0, rate=0.0) == 900
     # 300 queued at 1 upload a second: twice the 300 s they need.
-    assert sweeper.requeue_interval(900, queued=300, rate=1.0) == 1_500
+    assert sweep_rules.requeue_interval(900, queued=300, rate=1.0) == 1_500
     # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
-    assert sweeper.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
+    assert sweep_rules.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
     assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900

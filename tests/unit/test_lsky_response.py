@@ -8,7 +8,7 @@ import pytest
 
 from lib.archive import retry as policy
 from lib.transfer.failures import ArchiveFailure, Kind
-from lib.transfer.lsky import parse_upload_response
+from lib.transfer.lsky_upload import parse_upload_response
 
 SUCCESS = {
     "status": True,

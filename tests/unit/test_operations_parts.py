@@ -106,7 +106,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     assert statements[0].sql == "SET lock_timeout = '5s'"  # the psql path's own
     assert statements[1].sql == "SELECT pg_advisory_lock(1634888552)"
     # 11 archive columns, may_be_hosted and altered (exactly-once), staged key and time.
-    assert sum("ADD COLUMN" in s.sql for s in statements) == 19
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 20
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive.sweeper import (
+from lib.archive.sweep_rules import (
     PAGE_RESERVE_MS,
     PAGE_SIZE,
     SEND_RESERVE_MS,

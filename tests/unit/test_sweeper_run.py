@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from lib.archive.sweeper import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason, Sweeper
+from lib.archive.sweep_rules import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason
+from lib.archive.sweeper import Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
 from lib.state.lane import LaneState
 from lib.state.sweeps import StagedSummary, SweptRow

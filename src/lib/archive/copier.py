@@ -19,7 +19,8 @@ from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
 from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType
-from lib.transfer.lsky import HostedImage, LskyClient
+from lib.transfer.lsky import LskyClient
+from lib.transfer.lsky_upload import HostedImage
 
 
 def can_start(deadline: float) -> bool:

@@ -1,14 +1,13 @@
-"""Did Lsky keep the bytes we sent? md5/sha1/size taken while the image streams, compared
-with what Lsky reports of the file it stored (it may re-encode or watermark it).
+"""Did Lsky keep the bytes we sent? md5/sha1/size of the bytes in hand (lib.transfer.held),
+compared with what Lsky reports of the file it stored (it may re-encode or watermark it).
 
 The comparison is pure; docs/archive.md ("The archived bytes") has the reasoning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,30 +21,6 @@ class Digest:
     md5: str
     sha1: str
     size: int  # bytes
-
-
-class ContentDigest:
-    """md5 and sha1 of the chunks as they pass: one pass, nothing kept but the state."""
-
-    def __init__(self) -> None:
-        self._md5 = hashlib.md5(usedforsecurity=False)
-        self._sha1 = hashlib.sha1(usedforsecurity=False)
-        self.size = 0
-        self.finished = False  # `wrap`'s chunks all went through
-
-    def update(self, chunk: bytes) -> None:
-        self._md5.update(chunk)
-        self._sha1.update(chunk)
-        self.size += len(chunk)
-
-    def wrap(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
-        for chunk in chunks:
-            self.update(chunk)
-            yield chunk
-        self.finished = True
-
-    def result(self) -> Digest:
-        return Digest(self._md5.hexdigest(), self._sha1.hexdigest(), self.size)
 
 
 @dataclass(frozen=True)

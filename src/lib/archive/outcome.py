@@ -12,7 +12,7 @@ from lib.archive.fidelity import Digest, Fidelity, compare
 from lib.platform.errors import ServiceError
 from lib.state.claim import SentImage, StagedCopy
 from lib.state.status import WaitReason
-from lib.transfer.lsky import HostedImage
+from lib.transfer.lsky_upload import HostedImage
 
 
 class Outcome(enum.StrEnum):

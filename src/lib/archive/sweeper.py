@@ -1,171 +1,40 @@
 """The sweeper: no record stays PENDING or RUNNING forever.
 
 Each run, in bounded pages: lost messages are sent again, expired locks go back to
-PENDING (and are sent) or to FAILED. The paging and time rules are pure functions at
-the top; docs/archive.md has the rationale (double sends, index use, failure modes).
+PENDING (and are sent) or to FAILED. The paging and time rules are pure, in
+lib.archive.sweep_rules; docs/archive.md has the rationale.
 """
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
+from lib.archive.sweep_rules import (
+    LOGGED_IDS,
+    PAGE_SIZE,
+    UNPARK_SPREAD_SECONDS,
+    Step,
+    StopReason,
+    SweepSummary,
+    can_send_batch,
+    latest_due,
+    next_page,
+    probe_deadline,
+    requeue_interval,
+)
 from lib.platform.config import SweeperSettings
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
-from lib.state.sweeps import StagedSummary, SweepRecords, SweptRow
-
-# Rows parked by a pause that the probe cleared come due over this many seconds.
-UNPARK_SPREAD_SECONDS = 60.0
-# Ids listed in one log line at most (the counts are always complete).
-_LOGGED_IDS = 50
-
-# Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
-# row locks are held for milliseconds and that a stop mid-run leaves little behind.
-PAGE_SIZE = 100
-# Worst case of one SendMessageBatch with the sweeper's client (2 attempts, 2 s
-# connect / 5 s read timeouts, plus backoff) and the statement that puts back the
-# stamps of rows it could not send. A batch is only started with this much left.
-SEND_RESERVE_MS = 15_000
-# A page also needs its claim statement; after that the page is sent batch by batch.
-PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
-# The account probe's whole exchange with Lsky, at most; it always leaves the run this
-# much for its statements and a first page.
-PROBE_SECONDS = 10.0
-PROBE_RESERVE_MS = PAGE_RESERVE_MS + 5_000
-
-
-class Step(enum.StrEnum):
-    """The kinds of stale rows, in the order a run handles them.
-
-    Lost messages first: nothing else would ever bring them back, whereas a crashed
-    attempt's own message returns after the visibility timeout. It also keeps the
-    rows this run takes over from expired locks (PENDING now, long due, just sent)
-    out of this run's lost-message scan.
-    """
-
-    # PENDING rows long past due and not sent recently: their message was lost.
-    LOST = "lost"
-    # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
-    LOCKLESS = "lockless"
-    # RUNNING rows whose lock expired: the worker died (crash, timeout, lost container).
-    EXPIRED = "expired"
-
-
-class StopReason(enum.StrEnum):
-    DONE = "done"  # every eligible row was handled
-    MAX_ROWS = "max_rows"  # the per-run bound was reached; the next run continues
-    TIME = "time"  # the invocation was about to run out of time
-    SQS_ERROR = "sqs_error"  # a whole SendMessageBatch call failed; retry next run
-
-
-def next_page(
-    *, budget_left: int, remaining_ms: int, page_size: int = PAGE_SIZE
-) -> int | StopReason:
-    """Rows to claim in the next page, or why the run stops before it.
-
-    Checked before every page: a page is claimed only when there is time to send it.
-    """
-    if budget_left <= 0:
-        return StopReason.MAX_ROWS
-    if remaining_ms < PAGE_RESERVE_MS:
-        return StopReason.TIME
-    return min(page_size, budget_left)
-
-
-def probe_deadline(remaining_ms: int) -> float:
-    """When the account probe must have its answer: PROBE_SECONDS from now at most, and
-    early enough to leave the run PROBE_RESERVE_MS."""
-    seconds = min(PROBE_SECONDS, (remaining_ms - PROBE_RESERVE_MS) / 1000)
-    return time.monotonic() + max(seconds, 0.0)
-
-
-def can_send_batch(remaining_ms: int) -> bool:
-    return remaining_ms >= SEND_RESERVE_MS
-
-
-# A queued message may wait this many times the average backlog wait before it counts as
-# lost (standard queues are not FIFO), and never longer than a day.
-BACKLOG_SAFETY = 2.0
-MAX_BACKLOG_WAIT_SECONDS = 86_400
-
-
-def requeue_interval(interval_seconds: int, *, queued: int | None, rate: float) -> int:
-    """How long after its last send a row's message may still be on its way: the requeue
-    interval, plus the time the queue ahead of it needs at the current drain rate. A queue
-    that does not drain makes no sent message look lost; unknown depth: the interval.
-    Rows never sent (no stamp: parked, or a failed send) are not affected."""
-    if not queued:
-        return interval_seconds
-    if rate <= 0:
-        return interval_seconds + MAX_BACKLOG_WAIT_SECONDS
-    wait = min(BACKLOG_SAFETY * queued / rate, MAX_BACKLOG_WAIT_SECONDS)
-    return interval_seconds + int(wait)
-
-
-def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | None:
-    """Where the next page of lost messages starts (keyset paging on the due time)."""
-    dues = [row.next_run_at for row in rows if row.next_run_at is not None]
-    if after is not None:
-        dues.append(after)
-    return max(dues) if dues else after
-
-
-@dataclass
-class SweepSummary:
-    """What a run did; `as_dict` is the handler's return value."""
-
-    requeued: int = 0  # messages sent (lost messages and expired locks)
-    expired_locks: int = 0  # RUNNING rows taken over (back to PENDING, or FAILED)
-    failed: int = 0  # rows made FAILED (attempts used up, or nothing to archive)
-    send_failures: int = 0  # rows not sent (send failed or not attempted); still eligible
-    dated: int = 0  # PENDING rows without a due time that were given one
-    pages: int = 0  # claim statements that took at least one row
-    claimed: int = 0  # rows taken, counted against the per-run bound
-    stop_reason: StopReason = StopReason.DONE
-    oldest_pending_age_seconds: float | None = None
-    requeue_interval_seconds: int | None = None  # the interval the lost-message step used
-    lane_paused: str | None = None  # the pause reason, while the lane is paused
-    lane_resumed: bool = False  # the probe found the account healthy and opened the lane
-    unparked: int = 0  # rows parked by that pause, made due now
-    ledger_rolled_up: int = 0  # uploads older than the ledger's hours, counted per hour
-    staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
-    duration_ms: float = 0.0
-
-    @property
-    def stopped_early(self) -> bool:
-        return self.stop_reason is not StopReason.DONE
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "requeued": self.requeued,
-            "expired_locks": self.expired_locks,
-            "failed": self.failed,
-            "send_failures": self.send_failures,
-            "dated": self.dated,
-            "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
-            "requeue_interval_seconds": self.requeue_interval_seconds,
-            "lane_paused": self.lane_paused,
-            "lane_resumed": self.lane_resumed,
-            "unparked": self.unparked,
-            "staged_waiting": None if self.staged is None else self.staged.waiting,
-            "pages": self.pages,
-            "claimed": self.claimed,
-            "stopped_early": self.stopped_early,
-            "stop_reason": str(self.stop_reason),
-            "duration_ms": self.duration_ms,
-        }
+from lib.state.sweeps import SweepRecords, SweptRow
 
 
 class Sweeper:
@@ -340,7 +209,7 @@ class Sweeper:
             step=str(step),
             reason=reason,
             count=len(failed),
-            record_ids=[str(record_id) for record_id in failed[:_LOGGED_IDS]],
+            record_ids=[str(record_id) for record_id in failed[:LOGGED_IDS]],
         )
 
     def _send(
@@ -376,7 +245,7 @@ class Sweeper:
                 step=str(step),
                 count=len(report.failed),
                 codes=sorted(set(report.failed.values())),
-                record_ids=[str(record_id) for record_id in sorted(report.failed)[:_LOGGED_IDS]],
+                record_ids=[str(record_id) for record_id in sorted(report.failed)[:LOGGED_IDS]],
             )
         unsent = set(report.unsent)
         if unsent:

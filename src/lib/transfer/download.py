@@ -8,11 +8,10 @@ total deadline (a watchdog). docs/transfer.md has the rationale.
 from __future__ import annotations
 
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import TracebackType
-from typing import IO, Self
+from typing import Self
 from urllib.parse import urljoin
 
 from urllib3.connection import HTTPConnection
@@ -27,7 +26,7 @@ from urllib3.util import parse_url
 
 from lib.platform.watchdog import Watchdog
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
-from lib.transfer.imagetype import SNIFF_BYTES, DownloadedImage, ImageType, sniff
+from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
 from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
 from lib.transfer.pinned import pinned_connection
 
@@ -167,24 +166,6 @@ class ImageStream:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def spool(
-    stream: ImageStream, *, observe: Callable[[bytes], None] | None = None
-) -> DownloadedImage:
-    """Copy the whole body to a temporary file (memory up to 1 MiB, then /tmp); `observe`
-    sees each chunk on the way (e.g. to hash it without a second pass)."""
-    file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-    try:
-        for chunk in stream:
-            if observe is not None:
-                observe(chunk)
-            file.write(chunk)
-    except BaseException:
-        file.close()
-        raise
-    file.seek(0)
-    return DownloadedImage(file=file, size=stream.bytes_read, image_type=stream.image_type)
 
 
 class Downloader:

@@ -43,32 +43,43 @@ class HeldImage(DownloadedImage):
             return None
 
 
+class Digests:
+    """md5 and sha1 (compared with Lsky's answer) and sha256 (a staged copy's check) of
+    the chunks as they pass: one pass, nothing kept but the state."""
+
+    def __init__(self) -> None:
+        self.md5 = hashlib.md5(usedforsecurity=False)
+        self.sha1 = hashlib.sha1(usedforsecurity=False)
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.md5.update(chunk)
+        self.sha1.update(chunk)
+        self.sha256.update(chunk)
+        self.size += len(chunk)
+
+
 def hold(chunks: Iterable[bytes], image_type: ImageType) -> HeldImage:
     """Spool `chunks` (the whole body: the caller's iterator enforces size and deadline),
     hashing them on the way. The spool is closed again if the chunks fail."""
     file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-    md5 = hashlib.md5(usedforsecurity=False)
-    sha1 = hashlib.sha1(usedforsecurity=False)
-    sha256 = hashlib.sha256()
-    size = 0
+    digests = Digests()
     try:
         for chunk in chunks:
-            md5.update(chunk)
-            sha1.update(chunk)
-            sha256.update(chunk)
+            digests.update(chunk)
             file.write(chunk)
-            size += len(chunk)
     except BaseException:
         file.close()
         raise
     file.seek(0)
     return HeldImage(
         file=file,
-        size=size,
+        size=digests.size,
         image_type=image_type,
-        md5=md5.hexdigest(),
-        sha1=sha1.hexdigest(),
-        sha256=sha256.hexdigest(),
+        md5=digests.md5.hexdigest(),
+        sha1=digests.sha1.hexdigest(),
+        sha256=digests.sha256.hexdigest(),
     )
 
 

@@ -1,6 +1,6 @@
 """Lsky Pro v1 client (upload, image list, profile; read from lsky-org/lsky-pro 2.x).
 
-`upload` sends a spooled file, `upload_stream` the download's chunks as they arrive. Every
+`upload` sends the bytes in hand (a spooled file, lib.transfer.held). Every
 exchange ends by its deadline (the download's watchdog holds a trickling answer too), and
 nothing of a response is kept beyond Lsky's short, redacted `message` (docs/transfer.md).
 """
@@ -22,9 +22,9 @@ from lib.platform.redact import outside_text, token_parts
 from lib.platform.watchdog import watched, watched_pool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import DownloadedImage
-from lib.transfer.lsky_envelope import read_envelope
-from lib.transfer.lsky_listing import ListingPage, hosted_url, parse_listing
-from lib.transfer.multipart import BodyLengthError, MultipartBody, StreamedMultipartBody
+from lib.transfer.lsky_listing import ListingPage, listed_image, parse_listing
+from lib.transfer.lsky_upload import HostedImage, parse_upload_response
+from lib.transfer.multipart import BodyLengthError, MultipartBody
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
@@ -38,7 +38,7 @@ MAX_LOOKUP_PAGES = 3
 FAILURE_MESSAGE_LIMIT = 300
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
-Body = MultipartBody | StreamedMultipartBody
+Body = MultipartBody
 
 # Pools whose connections tell the exchange's watchdog which socket to shut.
 _POOLS = {"http": watched_pool(HTTPConnectionPool), "https": watched_pool(HTTPSConnectionPool)}
@@ -61,13 +61,6 @@ class _Wording:
     no_time: str
     dropped: str
     read_timeout: float
-
-
-@dataclass(frozen=True)
-class HostedImage:
-    url: str
-    mime_type: str
-    data: dict[str, Any]
 
 
 class LskyClient:
@@ -143,42 +136,6 @@ class LskyClient:
 
         return self._send(body, deadline, resend=True)
 
-    def upload_stream(
-        self,
-        chunks: Iterable[bytes],
-        *,
-        size: int,
-        mime_type: str,
-        filename: str,
-        deadline: float,
-        reopen: Callable[[], Iterable[bytes]] | None = None,
-    ) -> HostedImage:
-        """Upload `chunks` (exactly `size` bytes in all) while they are produced.
-
-        Raises ArchiveFailure: stage upload for Lsky's failures; whatever `chunks` raises
-        (the download's own failures) passes through, and chunks that do not add up to
-        `size` are a download failure. The chunks can be sent only once, so the retry
-        with a refreshed token after a 401 needs `reopen` to produce them again; without
-        it the 401 is final for this attempt (the next one uses the refreshed token).
-        """
-        sources: list[Callable[[], Iterable[bytes]]] = [lambda: chunks]
-        if reopen is not None:
-            sources.append(reopen)
-
-        def body() -> Body:
-            if not sources:
-                raise AssertionError("upload_stream resent without a source")  # pragma: no cover
-            return StreamedMultipartBody(
-                fields=self._fields(),
-                file_field="file",
-                filename=filename,
-                file_content_type=mime_type,
-                chunks=sources.pop(0)(),
-                file_size=size,
-            )
-
-        return self._send(body, deadline, resend=reopen is not None)
-
     def find(
         self, origin_names: Collection[str], *, keyword: str, deadline: float
     ) -> list[HostedImage]:
@@ -201,7 +158,7 @@ class LskyClient:
                 raise _redacted(listed, used)
             matches = [item for item in listed.images if item["origin_name"] in origin_names]
             if matches or page >= listed.last_page:
-                return [_listed_image(item) for item in matches]
+                return [listed_image(item) for item in matches]
             if page >= MAX_LOOKUP_PAGES:
                 raise fail(
                     Stage.LOOKUP,
@@ -380,14 +337,6 @@ _PROFILE = _Wording(
 )
 
 
-def _listed_image(item: dict[str, Any]) -> HostedImage:
-    url = hosted_url(item)
-    if url is None:
-        raise fail(Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky lists the image without links.url")
-    mime_type = item.get("mimetype")
-    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=item)
-
-
 def _until(deadline: float, chunks: Iterable[bytes]) -> Iterator[bytes]:
     """The request body, abandoned (the request aborted) once the deadline has passed."""
     for chunk in chunks:
@@ -412,43 +361,3 @@ def _redacted(error: ArchiveFailure, tokens: Iterable[str]) -> ArchiveFailure:
             retry_after=failure.retry_after,
         )
     )
-
-
-def parse_upload_response(
-    status: int,
-    raw: bytes,
-    *,
-    location: str | None = None,
-    retry_after: str | None = None,
-    secrets: Iterable[str] = (),
-) -> HostedImage:
-    """Turn Lsky's answer into a HostedImage or an ArchiveFailure (pure, table-tested);
-    `secrets` (the request's token) are redacted from Lsky's message."""
-    envelope = read_envelope(
-        Stage.UPLOAD,
-        "Lsky",
-        status,
-        raw,
-        location=location,
-        retry_after=retry_after,
-        secrets=secrets,
-    )
-    payload, message = envelope.payload, envelope.message
-    if payload.get("status") is not True:
-        raise fail(
-            Stage.UPLOAD, Kind.REJECTED, f"Lsky refused the upload: {message or 'no message'}"
-        )
-    data = payload.get("data")
-    if not isinstance(data, dict):
-        data = {}
-    links = data.get("links")
-    url = links.get("url") if isinstance(links, dict) else None
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise fail(
-            Stage.UPLOAD,
-            Kind.BAD_RESPONSE,
-            "Lsky's success answer has no data.links.url",
-            status=200,
-        )
-    mime_type = data.get("mimetype")
-    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=data)

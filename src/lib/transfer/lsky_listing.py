@@ -12,6 +12,7 @@ from typing import Any
 
 from lib.transfer.failures import Kind, Stage, fail
 from lib.transfer.lsky_envelope import read_envelope
+from lib.transfer.lsky_upload import HostedImage
 
 # Relative to when it was listed ("3分钟前"): meaningless once stored.
 _VOLATILE_KEYS = frozenset({"human_date"})
@@ -73,3 +74,11 @@ def hosted_url(item: dict[str, Any]) -> str | None:
     links = item.get("links")
     url = links.get("url") if isinstance(links, dict) else None
     return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+
+def listed_image(item: dict[str, Any]) -> HostedImage:
+    url = hosted_url(item)
+    if url is None:
+        raise fail(Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky lists the image without links.url")
+    mime_type = item.get("mimetype")
+    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=item)

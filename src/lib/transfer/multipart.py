@@ -115,36 +115,3 @@ class MultipartBody(_Framing):
         # Restartable: a retried request (e.g. after a token refresh) resends from the start.
         self._file.seek(0)
         return self.frame(self._read())
-
-
-class StreamedMultipartBody(_Framing):
-    """The file part taken from `chunks` as they come; `file_size` is the promised total.
-
-    One pass only: the chunks are typically a live download. Iterating again raises
-    RuntimeError rather than sending a body with an empty or partial file.
-    """
-
-    def __init__(
-        self,
-        *,
-        fields: Mapping[str, str],
-        file_field: str,
-        filename: str,
-        file_content_type: str,
-        chunks: Iterable[bytes],
-        file_size: int,
-    ) -> None:
-        super().__init__(
-            fields=fields,
-            file_field=file_field,
-            filename=filename,
-            file_content_type=file_content_type,
-            file_size=file_size,
-        )
-        self._chunks: Iterable[bytes] | None = chunks
-
-    def __iter__(self) -> Iterator[bytes]:
-        chunks, self._chunks = self._chunks, None
-        if chunks is None:
-            raise RuntimeError("a streamed multipart body can be sent once")
-        return self.frame(chunks)

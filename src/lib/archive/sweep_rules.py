@@ -1,0 +1,156 @@
+"""The sweeper's rules (pure): the kinds of stale rows in the order a run takes them, the
+paging and time budget, how long a queued message may wait in a backlog, and what a run
+reports. lib.archive.sweeper applies them; docs/archive.md has the rationale.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lib.state.sweeps import StagedSummary, SweptRow
+
+# Rows parked by a pause that the probe cleared come due over this many seconds.
+UNPARK_SPREAD_SECONDS = 60.0
+# Ids listed in one log line at most (the counts are always complete).
+LOGGED_IDS = 50
+
+# Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
+# row locks are held for milliseconds and that a stop mid-run leaves little behind.
+PAGE_SIZE = 100
+# Worst case of one SendMessageBatch with the sweeper's client (2 attempts, 2 s
+# connect / 5 s read timeouts, plus backoff) and the statement that puts back the
+# stamps of rows it could not send. A batch is only started with this much left.
+SEND_RESERVE_MS = 15_000
+# A page also needs its claim statement; after that the page is sent batch by batch.
+PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
+# The account probe's whole exchange with Lsky, at most; it always leaves the run this
+# much for its statements and a first page.
+PROBE_SECONDS = 10.0
+PROBE_RESERVE_MS = PAGE_RESERVE_MS + 5_000
+
+
+class Step(enum.StrEnum):
+    """The kinds of stale rows, in the order a run handles them.
+
+    Lost messages first: nothing else would ever bring them back, whereas a crashed
+    attempt's own message returns after the visibility timeout. It also keeps the
+    rows this run takes over from expired locks (PENDING now, long due, just sent)
+    out of this run's lost-message scan.
+    """
+
+    # PENDING rows long past due and not sent recently: their message was lost.
+    LOST = "lost"
+    # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
+    LOCKLESS = "lockless"
+    # RUNNING rows whose lock expired: the worker died (crash, timeout, lost container).
+    EXPIRED = "expired"
+
+
+class StopReason(enum.StrEnum):
+    DONE = "done"  # every eligible row was handled
+    MAX_ROWS = "max_rows"  # the per-run bound was reached; the next run continues
+    TIME = "time"  # the invocation was about to run out of time
+    SQS_ERROR = "sqs_error"  # a whole SendMessageBatch call failed; retry next run
+
+
+def next_page(
+    *, budget_left: int, remaining_ms: int, page_size: int = PAGE_SIZE
+) -> int | StopReason:
+    """Rows to claim in the next page, or why the run stops before it.
+
+    Checked before every page: a page is claimed only when there is time to send it.
+    """
+    if budget_left <= 0:
+        return StopReason.MAX_ROWS
+    if remaining_ms < PAGE_RESERVE_MS:
+        return StopReason.TIME
+    return min(page_size, budget_left)
+
+
+def probe_deadline(remaining_ms: int) -> float:
+    """When the account probe must have its answer: PROBE_SECONDS from now at most, and
+    early enough to leave the run PROBE_RESERVE_MS."""
+    seconds = min(PROBE_SECONDS, (remaining_ms - PROBE_RESERVE_MS) / 1000)
+    return time.monotonic() + max(seconds, 0.0)
+
+
+def can_send_batch(remaining_ms: int) -> bool:
+    return remaining_ms >= SEND_RESERVE_MS
+
+
+# A queued message may wait this many times the average backlog wait before it counts as
+# lost (standard queues are not FIFO), and never longer than a day.
+BACKLOG_SAFETY = 2.0
+MAX_BACKLOG_WAIT_SECONDS = 86_400
+
+
+def requeue_interval(interval_seconds: int, *, queued: int | None, rate: float) -> int:
+    """How long after its last send a row's message may still be on its way: the requeue
+    interval, plus the time the queue ahead of it needs at the current drain rate. A queue
+    that does not drain makes no sent message look lost; unknown depth: the interval.
+    Rows never sent (no stamp: parked, or a failed send) are not affected."""
+    if not queued:
+        return interval_seconds
+    if rate <= 0:
+        return interval_seconds + MAX_BACKLOG_WAIT_SECONDS
+    wait = min(BACKLOG_SAFETY * queued / rate, MAX_BACKLOG_WAIT_SECONDS)
+    return interval_seconds + int(wait)
+
+
+def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | None:
+    """Where the next page of lost messages starts (keyset paging on the due time)."""
+    dues = [row.next_run_at for row in rows if row.next_run_at is not None]
+    if after is not None:
+        dues.append(after)
+    return max(dues) if dues else after
+
+
+@dataclass
+class SweepSummary:
+    """What a run did; `as_dict` is the handler's return value."""
+
+    requeued: int = 0  # messages sent (lost messages and expired locks)
+    expired_locks: int = 0  # RUNNING rows taken over (back to PENDING, or FAILED)
+    failed: int = 0  # rows made FAILED (attempts used up, or nothing to archive)
+    send_failures: int = 0  # rows not sent (send failed or not attempted); still eligible
+    dated: int = 0  # PENDING rows without a due time that were given one
+    pages: int = 0  # claim statements that took at least one row
+    claimed: int = 0  # rows taken, counted against the per-run bound
+    stop_reason: StopReason = StopReason.DONE
+    oldest_pending_age_seconds: float | None = None
+    requeue_interval_seconds: int | None = None  # the interval the lost-message step used
+    lane_paused: str | None = None  # the pause reason, while the lane is paused
+    lane_resumed: bool = False  # the probe found the account healthy and opened the lane
+    unparked: int = 0  # rows parked by that pause, made due now
+    ledger_rolled_up: int = 0  # uploads older than the ledger's hours, counted per hour
+    staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
+    duration_ms: float = 0.0
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.stop_reason is not StopReason.DONE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requeued": self.requeued,
+            "expired_locks": self.expired_locks,
+            "failed": self.failed,
+            "send_failures": self.send_failures,
+            "dated": self.dated,
+            "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
+            "requeue_interval_seconds": self.requeue_interval_seconds,
+            "lane_paused": self.lane_paused,
+            "lane_resumed": self.lane_resumed,
+            "unparked": self.unparked,
+            "staged_waiting": None if self.staged is None else self.staged.waiting,
+            "pages": self.pages,
+            "claimed": self.claimed,
+            "stopped_early": self.stopped_early,
+            "stop_reason": str(self.stop_reason),
+            "duration_ms": self.duration_ms,
+        }
