@@ -17,10 +17,10 @@ from devkit import images
 from devkit._http import BackgroundServer, QuietHandler
 from lib.archive import runtime
 from lib.archive.message import encode
-from lib.archive.worker import MIN_ATTEMPT_MS
+from lib.archive.schedule import MIN_ATTEMPT_MS
 from lib.platform.config import FINISH_RESERVE_MS
 from lib.platform.s3 import StagingBucket, StagingError
-from lib.state.records import ArchiveRecords
+from lib.state.lane_store import LaneStore
 from lib.transfer.failures import ArchiveFailure, Kind, Stage
 from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
@@ -118,7 +118,7 @@ def test_a_trickling_profile_leaves_the_sweep_time_for_its_pages(
     archive_env()
     runtime.reset()
     reset_lane(db)
-    ArchiveRecords(Database(DatabaseConfig(url=pg_dsn))).pause_lane(
+    LaneStore(Database(DatabaseConfig(url=pg_dsn))).pause(
         until="infinity", reason="account", window=None, detail="Lsky answered HTTP 403"
     )
     lsky.trickle("/api/v1/profile", interval=INTERVAL, from_body=True)
