@@ -123,6 +123,7 @@ class Kind(enum.Enum):
     TOO_LARGE = "http_413"
     RATE_LIMITED = "http_429"
     SERVER_ERROR = "http_500"
+    UNAVAILABLE = "http_503"
     HTML_200 = "html_200"
     DROP = "drop"
 
@@ -134,7 +135,7 @@ class Behaviour:
     kind: Kind = Kind.SUCCESS
     message: str = ""
     delay: float = 0.0  # seconds to sleep after reading the request
-    retry_after: int = 60
+    retry_after: int | str = 60  # seconds, or any text a proxy may send (an HTTP date)
     store: bool = False  # keep the file although the answer is a failure
     partial: bool = True  # DROP: half a response first (else none at all)
     throttle_headers: bool = True  # RATE_LIMITED: send Retry-After and X-RateLimit-*
@@ -186,6 +187,12 @@ class Behaviour:
     def server_error(cls) -> Behaviour:
         """Laravel's production 500: {"message": "Server Error"}, no status key."""
         return cls(Kind.SERVER_ERROR, "Server Error")
+
+    @classmethod
+    def unavailable(cls, retry_after: int | str) -> Behaviour:
+        """A reverse proxy (nginx) in front of Lsky answering 503 with Retry-After: whatever
+        it says, huge, negative or a date, reaches the client as written."""
+        return cls(Kind.UNAVAILABLE, "Service Unavailable", retry_after=retry_after)
 
     @classmethod
     def html_200(cls) -> Behaviour:
@@ -401,8 +408,9 @@ class LskyStandIn(BackgroundServer):
         self._script: deque[Behaviour] = deque()
         self._uploads: list[UploadAttempt] = []
         self._listings: list[dict[str, str | None]] = []
-        # A fault for GET /api/v1/images: answer Laravel's production 500 instead.
-        self.listing_broken = False
+        # A fault for GET /api/v1/images: answer this status instead (500: Laravel's
+        # production error; 429: its throttle, with Retry-After), None: list normally.
+        self.listing_fault: int | None = None
         self._bodies = 0
         self._gallery = Gallery()
         self._last_uniqid = ""
@@ -590,7 +598,7 @@ class LskyStandIn(BackgroundServer):
             self._uploads.clear()
             self._listings.clear()
             self._bodies = 0
-            self.listing_broken = False
+            self.listing_fault = None
             self._gallery.clear()
             self.config = replace(self._defaults)
 
@@ -1058,8 +1066,13 @@ class _Handler(QuietHandler):
         self.owner._record_listing(query)
         if not self._api_gate(headers, head=head):
             return
-        if self.owner.listing_broken:
-            self._send(500, php_json({"message": "Server Error"}), "application/json", head=head)
+        fault = self.owner.listing_fault
+        if fault == 429:
+            body = envelope(False, "Too Many Attempts.")
+            self._send(429, body, "application/json", {"Retry-After": "30"}, head=head)
+            return
+        if fault is not None:
+            self._send(fault, php_json({"message": "Server Error"}), "application/json", head=head)
             return
         # The paginator's path is Request::url(): this request's host, no query.
         host = headers.get("host") or f"{self.owner.host}:{self.owner.port}"
@@ -1227,8 +1240,9 @@ class _Handler(QuietHandler):
             "Retry-After": str(b.retry_after),
             "X-RateLimit-Limit": "60",
             "X-RateLimit-Remaining": "0",
-            "X-RateLimit-Reset": str(int(time.time()) + b.retry_after),
         }
+        if isinstance(b.retry_after, int):
+            limits["X-RateLimit-Reset"] = str(int(time.time()) + b.retry_after)
         self._send(
             429,
             envelope(False, b.message),
@@ -1240,6 +1254,11 @@ class _Handler(QuietHandler):
     def _server_error(self, headers: dict[str, str], b: Behaviour) -> tuple[int, str | None]:
         self._send(500, php_json({"message": "Server Error"}), "application/json")
         return 500, "Server Error"
+
+    def _unavailable(self, headers: dict[str, str], b: Behaviour) -> tuple[int, str | None]:
+        page = b"<html><body><h1>503 Service Temporarily Unavailable</h1></body></html>"
+        self._send(503, page, "text/html", {"Retry-After": str(b.retry_after)})
+        return 503, None
 
     def _html_200(self, headers: dict[str, str], b: Behaviour) -> tuple[int, str | None]:
         self._send(200, HTML_PAGE, "text/html; charset=UTF-8")
@@ -1320,6 +1339,7 @@ _FAILURES: dict[Kind, Callable[[_Handler, dict[str, str], Behaviour], tuple[int,
     Kind.TOO_LARGE: _Handler._too_large,
     Kind.RATE_LIMITED: _Handler._rate_limited,
     Kind.SERVER_ERROR: _Handler._server_error,
+    Kind.UNAVAILABLE: _Handler._unavailable,
     Kind.HTML_200: _Handler._html_200,
     Kind.DROP: _Handler._drop,
 }

@@ -358,7 +358,7 @@ def test_a_look_up_that_keeps_failing_never_fails_the_record(
     retry_at_once: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
     seed(db, upstream, 13, archive_may_be_hosted=True)
-    lsky.listing_broken = True  # GET /api/v1/images answers HTTP 500
+    lsky.listing_fault = 500  # GET /api/v1/images answers HTTP 500
 
     for attempt in (1, 2):
         assert len(archive.deliver(encode(13))["batchItemFailures"]) == 1

@@ -222,7 +222,8 @@ class Concluder:
             task,
             owner=ctx.owner,
             delay_seconds=verdict.delay_seconds,
-            error=verdict.detail if verdict.outcome is not Outcome.RELEASED else None,
+            # Waiting for time or for a slot is nothing gone wrong: the last error stays.
+            error=None if verdict.wait_reason in _NOT_ERRORS else verdict.detail,
             park=write is Write.PARK,
             wait_reason=verdict.wait_reason or _GIVEN_BACK_REASONS[verdict.outcome],
             may_be_hosted=verdict.may_be_hosted,
@@ -350,6 +351,8 @@ _RECEIPT_GONE = frozenset(
         "AWS.SimpleQueueService.NonExistentQueue",
     }
 )
+
+_NOT_ERRORS = frozenset({WaitReason.NO_TIME, WaitReason.PACED})
 
 # Why a row given back (RELEASE, PARK) waits, when the verdict does not say.
 _GIVEN_BACK_REASONS: Mapping[Outcome, WaitReason] = {

@@ -10,7 +10,9 @@ from lib.archive.retry import redelivery_delay
 from lib.archive.schedule import OWN_FAULT_RETRY_SECONDS
 from lib.platform.db import describe
 from lib.platform.errors import ConfigError, DatabaseUnavailable
+from lib.platform.grants import describe_permission_denied, is_permission_denied
 from lib.platform.s3 import StagingError
+from lib.state.lane_store import LaneContention
 
 
 def fault_verdict(error: Exception, *, claimed: bool, lock_ttl_seconds: int) -> Verdict:
@@ -19,14 +21,21 @@ def fault_verdict(error: Exception, *, claimed: bool, lock_ttl_seconds: int) -> 
     after the lock could have expired (UNCONCLUDED)."""
     if isinstance(error, DatabaseUnavailable):
         return _unconcluded("database unavailable", str(error), lock_ttl_seconds)
-    if isinstance(error, pg8000.exceptions.DatabaseError):
+    if is_permission_denied(error):
+        # A grant the release needs is missing: our configuration, never the record's.
+        what, metric = "permission denied", "PermissionDenied"
+        detail = describe_permission_denied(error)
+    elif isinstance(error, pg8000.exceptions.DatabaseError):
         # The server refused a statement (e.g. the migration was not applied): nothing
         # was concluded, and the SQLSTATE says why without quoting parameters.
         return _unconcluded("database error", describe(error), lock_ttl_seconds)
-    if isinstance(error, ConfigError):
+    elif isinstance(error, ConfigError):
         # E.g. an unusable secret: the message names the setting, not the value.
         what, metric = "configuration error", "ConfigError"
         detail = f"{what}: {error}"
+    elif isinstance(error, LaneContention):
+        what, metric = "lane contention", "LaneContention"
+        detail = str(error)
     elif isinstance(error, StagingError):
         # The staged copy (the only one once the URL expired) could not be read: S3's
         # fault or ours, never the record's.

@@ -29,6 +29,7 @@ from lib.archive.sweep_rules import (
     requeue_interval,
 )
 from lib.platform.config import SweeperSettings
+from lib.platform.grants import describe_permission_denied, is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
@@ -74,9 +75,16 @@ class Sweeper:
                     break
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
             summary.staged = self.records.staged_summary()
-        except Exception:
-            # The database went away (or a bug): report what was done, then fail the
-            # invocation loudly. Rows claimed but not sent wait one requeue interval.
+        except Exception as error:
+            # The database went away, a grant is missing (our configuration: said as
+            # such), or a bug: report what was done, then fail the invocation loudly.
+            # Rows claimed but not sent wait one requeue interval.
+            if is_permission_denied(error):
+                metrics.add_metric(name="PermissionDenied", unit=MetricUnit.Count, value=1)
+                logger.error(
+                    "sweep stopped: the database role lacks a grant",
+                    error=describe_permission_denied(error),
+                )
             logger.exception("sweep aborted", **summary.as_dict())
             raise
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -96,25 +97,15 @@ class ArchiveWorker:
         back), or, if even that cannot be written, leave it for a redelivery."""
         verdict = self._fault(error, ctx)
         if decided.outcome is Outcome.ARCHIVED and decided.copied is not None:
-            # Stored on Lsky, not recorded: the row stays RUNNING with may_be_hosted set
-            # (the claim did), so whoever takes it over finds the image and adopts it.
+            # Stored on Lsky, not recorded. Unwritable (the database is gone): the row stays
+            # RUNNING with may_be_hosted set (the claim did), and whoever takes it over
+            # finds the image and adopts it. Our fault (a grant missing): given back alike.
             hosted = decided.copied.hosted
-            verdict = fault_verdict(
-                error, claimed=False, lock_ttl_seconds=self.settings.lock_ttl_seconds
-            )
-            what = "archived on Lsky, but the success could not be recorded"
-            verdict = Verdict(
-                Outcome.UNCONCLUDED,
-                what,
-                verdict.delay_seconds,
-                log=f"{what}; message will be redelivered",
-                metrics=verdict.metrics,
-                fields={
-                    **verdict.fields,
-                    "hosted_url": hosted.url,
-                    "hosted_key": str(hosted.data.get("key", "")),
-                },
-            )
+            stored = {"hosted_url": hosted.url, "hosted_key": str(hosted.data.get("key", ""))}
+            verdict = replace(verdict, fields={**verdict.fields, **stored})
+            if verdict.outcome is Outcome.UNCONCLUDED:
+                what = "archived on Lsky, but the success could not be recorded"
+                verdict = replace(verdict, detail=what, log=f"{what}; message will be redelivered")
         try:
             return self.concluder.conclude(verdict, ctx)
         except Exception as again:  # noqa: BLE001 - nothing can be written: SQS redelivers

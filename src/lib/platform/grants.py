@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lib.platform.db import describe
+from lib.platform.db import describe, sqlstate
 from lib.platform.migration_plan import RECORDS, Declaration
 
 # Stands for "every column archive_migration.sql adds to image_generation_records", so a
@@ -160,6 +160,11 @@ _DENIED = re.compile(
 )
 _NOT_OWNER = re.compile(r'must be owner of \w+ "?(?P<name>[\w.]+)"?')
 GRANTS_HINT = "`archive-ctl grants --role <role>` prints the GRANT statements this release needs"
+
+
+def is_permission_denied(error: BaseException) -> bool:
+    """A 42501: the database role lacks a privilege this release needs."""
+    return sqlstate(error) == "42501"
 
 
 def describe_permission_denied(error: BaseException) -> str:

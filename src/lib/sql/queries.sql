@@ -525,9 +525,11 @@ SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE l
 -- (unless missed by more than :stale seconds), checked against the uploads made so far.
 -- Due within :tolerance: taken now ('go'). Later: booked for the record at a whole number
 -- of seconds from now (its message's visibility) when within :book_within seconds, else
--- only said. While the lane is paused nothing is given, and `at` is the pause's end.
+-- only said. While the lane is paused nothing is given, and `at` is the pause's end
+-- (NULL: until cleared). Optimistic: the slot is written only if the lane's version is
+-- still the one read (every slot and every pause bumps it); `won` false: read again.
 WITH lane AS (
-    SELECT paused_until FROM image_archive_lane WHERE lane = 'lsky' FOR UPDATE
+    SELECT paused_until, version FROM image_archive_lane WHERE lane = 'lsky'
 ),
 mine AS (
     SELECT max(at) AS at FROM image_archive_uploads
@@ -572,17 +574,24 @@ slot AS (
 decision AS (
     SELECT paused, has_mine,
            NOT paused AND at <= now() + make_interval(secs => :tolerance) AS go,
-           CASE WHEN paused THEN (SELECT paused_until FROM lane)
+           CASE WHEN paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until END
+                                  FROM lane)
                 WHEN at <= now() + make_interval(secs => :tolerance) THEN now()
                 ELSE now() + make_interval(secs => ceil(EXTRACT(EPOCH FROM at - now())))
            END AS at
     FROM slot
 ),
+bumped AS (
+    UPDATE image_archive_lane SET version = version + 1
+    WHERE lane = 'lsky' AND version = (SELECT version FROM lane)
+      AND NOT (SELECT paused FROM decision)
+    RETURNING version
+),
 kept AS (
     UPDATE image_archive_uploads AS u
     SET state = CASE WHEN d.go THEN 'taken' ELSE 'booked' END, at = d.at
     FROM decision AS d
-    WHERE u.record_id = :record_id AND u.state = 'booked'
+    WHERE u.record_id = :record_id AND u.state = 'booked' AND EXISTS (SELECT 1 FROM bumped)
       AND NOT d.paused AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
     RETURNING 1
 ),
@@ -590,7 +599,7 @@ added AS (
     INSERT INTO image_archive_uploads (lane, at, record_id, state)
     SELECT 'lsky', d.at, :record_id, CASE WHEN d.go THEN 'taken' ELSE 'booked' END
     FROM decision AS d
-    WHERE NOT d.has_mine AND NOT d.paused
+    WHERE NOT d.has_mine AND NOT d.paused AND EXISTS (SELECT 1 FROM bumped)
       AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
     RETURNING 1
 ),
@@ -599,11 +608,12 @@ dropped AS (
     DELETE FROM image_archive_uploads AS u
     USING decision AS d
     WHERE u.record_id = :record_id AND u.state = 'booked' AND NOT d.paused AND NOT d.go
-      AND d.at > now() + make_interval(secs => :book_within)
+      AND d.at > now() + make_interval(secs => :book_within) AND EXISTS (SELECT 1 FROM bumped)
     RETURNING 1
 )
 SELECT d.paused, d.go, d.at, now(),
-       (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go
+       (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go,
+       d.paused OR EXISTS (SELECT 1 FROM bumped)
 FROM decision AS d;
 
 -- name: settle_slot

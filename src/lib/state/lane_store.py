@@ -4,18 +4,31 @@ and booked slots (image_archive_uploads, image_archive_upload_hours)."""
 from __future__ import annotations
 
 import enum
+import math
+import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from lib.platform.errors import ServiceError
 from lib.platform.redact import outside_text
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, lane_state
 from lib.state.queries import Statements
 
+# A slot lost to another container is asked for again this often, after a short random
+# pause; past that the attempt gives way (LaneContention: our side, no attempt spent).
+SLOT_TRIES = 20
+CONTENTION_PAUSE_SECONDS = (0.005, 0.05)
 # The lane's pause_detail holds a host's answer: redacted, then bounded (lib.platform.redact).
 PAUSE_DETAIL_LIMIT = 200
 # Uploads older than the ledger's exact rows move to hourly counts this many at a time.
 ROLL_UP_ROWS = 10_000
+
+
+class LaneContention(ServiceError):
+    """So many containers took slots at once that this one never got to read a still
+    lane: nothing was taken, the attempt is given back."""
 
 
 class SlotAnswer(enum.StrEnum):
@@ -28,11 +41,14 @@ class SlotAnswer(enum.StrEnum):
 @dataclass(frozen=True)
 class Slot:
     answer: SlotAnswer
-    at: datetime  # when the upload may start (now for GO)
+    at: datetime | None  # when the upload may start (now for GO; None: paused until cleared)
     now: datetime  # the database's clock when it was decided
 
     @property
     def wait_seconds(self) -> float:
+        """Seconds to the slot (inf: a pause until cleared)."""
+        if self.at is None:
+            return math.inf
         return max(0.0, (self.at - self.now).total_seconds())
 
 
@@ -73,17 +89,24 @@ class LaneStore(Statements):
         book_within: float,
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
-        the take_slot statement for the rules."""
-        [[paused, go, at, now, booked]] = self._run(
-            "take_slot",
-            record_id=record_id,
-            windows=[float(seconds) for seconds, _ in limits],
-            limits=[int(uploads) for _, uploads in limits],
-            margin=margin,
-            tolerance=tolerance,
-            stale=stale,
-            book_within=book_within,
-        )
+        the take_slot statement for the rules. A slot another container took meanwhile
+        makes it read the lane again (briefly, at random, so two do not collide in step)."""
+        for _ in range(SLOT_TRIES):
+            [[paused, go, at, now, booked, won]] = self._run(
+                "take_slot",
+                record_id=record_id,
+                windows=[float(seconds) for seconds, _ in limits],
+                limits=[int(uploads) for _, uploads in limits],
+                margin=margin,
+                tolerance=tolerance,
+                stale=stale,
+                book_within=book_within,
+            )
+            if won:
+                break
+            time.sleep(random.uniform(*CONTENTION_PAUSE_SECONDS))  # noqa: S311 - spread
+        else:
+            raise LaneContention(f"no upload slot after {SLOT_TRIES} tries: the lane is busy")
         if paused:
             answer = SlotAnswer.PAUSED
         elif go:

@@ -1,0 +1,414 @@
+"""When a record may run (issue 18), against a real PostgreSQL, moto's SQS and the Lsky
+stand-in: pacing books slots and never spends an attempt or sleeps through a transfer's
+time, every reader shares one ledger, a pause binds every slot, adoption takes none, and
+every hold is a visibility SQS accepts."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from devkit import images
+from devkit.lsky import Behaviour, LskyStandIn
+from lib.archive import conclusion, retry, schedule
+from lib.archive.message import encode
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
+from lib.state.lane_store import LaneStore, SlotAnswer
+from tests.integration.conftest import ArchiveHarness
+from tests.support import emf_metrics, fetch_record, lane_row, seed_record, set_uploads
+
+PNG = images.png(16, 16, size=3_000, seed=11)
+OTHER = images.png(32, 8, size=3_000, seed=12)
+STEM = "alice_{}_20261202T120005Z"
+STARTED = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def lanes(pg_dsn: str) -> Any:
+    database = Database(DatabaseConfig(url=pg_dsn), application_name="schedule-test")
+    yield LaneStore(database)
+    database.close()
+
+
+@pytest.fixture
+def paced(archive_env: Callable[..., dict[str, str]], archive: ArchiveHarness) -> ArchiveHarness:
+    """Pacing on: one upload a minute (so a second one must wait for its slot)."""
+    archive.env = archive_env(LSKY_RATE_LIMITS="1/minute", ARCHIVE_RETRY_DELAYS="1")
+    return archive
+
+
+def seed(db: Any, upstream: Any, record_id: int, **columns: Any) -> str:
+    path = f"/s/{record_id}.png"
+    delay = columns.pop("delay", 0.0)
+    seed_record(
+        db,
+        record_id,
+        username="alice",
+        started_at=STARTED,
+        image_url=upstream.add(path, PNG, delay=delay),
+        **columns,
+    )
+    return path
+
+
+def seconds_until(db: Any, record_id: int) -> float:
+    [[seconds]] = db.run(
+        "SELECT EXTRACT(EPOCH FROM archive_next_run_at - now()) FROM image_generation_records"
+        " WHERE id = :id",
+        id=record_id,
+    )
+    return float(seconds)
+
+
+# -- 1. pacing books a slot: it never spends an attempt nor a transfer's time -------------
+
+
+def test_a_paced_record_is_given_back_with_a_booked_slot_and_its_attempt(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 1)
+    slow = seed(db, upstream, 2, delay=0.5)  # a slow source: its time is the transfer's
+    queued = seed(db, upstream, 3)
+
+    assert paced.deliver(encode(1)) == {"batchItemFailures": []}
+    held = paced.deliver(encode(2))
+    paced.deliver(encode(3))
+
+    assert len(held["batchItemFailures"]) == 1  # held until its slot, not failed
+    for record_id in (2, 3):
+        row = fetch_record(db, record_id)
+        assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+        assert row["archive_wait_reason"] == "paced"
+        assert row["archive_error"] is None  # waiting is nothing gone wrong
+    assert 55 <= seconds_until(db, 2) <= 61  # the next slot: a minute after the first
+    assert 115 <= seconds_until(db, 3) <= 122  # and the one after, first come first served
+    assert lsky.upload_count == 1
+    assert upstream.hits(slow) == 1
+    assert upstream.hits(queued) == 0  # a queue already formed: nothing fetched for nothing
+    assert lane_row(db)["booked"] == 2
+    assert paced.log_for("paced: message held until its upload slot")["booked"] is True
+
+
+def test_a_booked_record_takes_its_slot_when_it_comes_back(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 4)
+    seed(db, upstream, 5)
+    paced.deliver(encode(4))
+    paced.deliver(encode(5))  # booked a minute from now
+    # A minute passes for the ledger: the first upload and the booking move back.
+    db.run("UPDATE image_archive_uploads SET at = at - interval '61 seconds'")
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 5")
+
+    assert paced.deliver(encode(5)) == {"batchItemFailures": []}
+
+    row = fetch_record(db, 5)
+    assert (row["archive_status"], row["archive_attempts"]) == ("SUCCEEDED", 1)
+    lane = lane_row(db)
+    assert (lane["booked"], lane["uploads"]) == (0, 2)
+
+
+# -- 2. one ledger serves every reader ------------------------------------------------------
+
+
+def test_a_daily_refusal_pauses_until_the_ledger_s_oldest_counted_upload_leaves_the_day(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, lanes: LaneStore
+) -> None:
+    # 300 uploads over the last 23.1 hours (pacing at a minute's window kept them all).
+    set_uploads(db, 300, within_seconds=23.1 * 3600)
+    assert lanes.state().drain_uploads == lanes.uploads_within(900)
+    seed(db, upstream, 6)
+    lsky.script(Behaviour.status_false("每天内你最多可以上传 300 张图片"))
+
+    paced.deliver(encode(6))
+
+    lane = lane_row(db)
+    assert lane["reason"] == "rate_limit"
+    [[paused_for]] = db.run(
+        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
+    )
+    # The oldest of the 300 leaves the day in 0.9 h: not a whole day.
+    assert 0.85 * 3600 <= float(paused_for) <= 0.95 * 3600
+    # Rolled up into hourly counts, the answer stays within the hour it was in.
+    lanes.roll_up()
+    frees = lanes.window_frees_at(86_400, 300)
+    [[now]] = db.run("SELECT now()")
+    assert frees is not None
+    assert timedelta(hours=0.85) <= frees - now <= timedelta(hours=1.95)
+
+
+# -- 4. a pause set anywhere binds every slot given after it ------------------------------
+
+
+def test_a_pause_set_while_a_record_downloads_is_respected_by_its_slot(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, lanes: LaneStore
+) -> None:
+    seed(db, upstream, 7, delay=0.6)
+
+    def pause_meanwhile() -> None:
+        # Another container meets Lsky's limit while this one is still downloading.
+        lanes.pause(until="infinity", reason="account", window=None, detail="储存空间不足")
+
+    timer = threading.Timer(0.2, pause_meanwhile)
+    timer.start()
+    try:
+        paced.deliver(encode(7))
+    finally:
+        timer.join()
+
+    row = fetch_record(db, 7)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert row["archive_wait_reason"] == "paused"
+    assert lsky.upload_count == 0
+
+
+def test_a_shorter_pause_never_shortens_a_longer_one(lanes: LaneStore, db: Any) -> None:
+    [[now]] = db.run("SELECT now()")
+    lanes.pause(until=now + timedelta(hours=1), reason="rate_limit", window="hour", detail="h")
+    lanes.pause(until=now + timedelta(seconds=10), reason="retry_after", window=None, detail="s")
+    lane = lane_row(db)
+    assert (lane["reason"], lane["window"]) == ("rate_limit", "hour")
+    assert lane["paused_until"] >= now + timedelta(minutes=59)
+
+
+def test_slots_taken_at_once_by_many_containers_never_exceed_the_limit(
+    pg_dsn: str, db: Any
+) -> None:
+    answers: list[SlotAnswer] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def container(record_id: int) -> None:
+        database = Database(DatabaseConfig(url=pg_dsn), application_name=f"c{record_id}")
+        try:
+            store = LaneStore(database)
+            store.state()  # connected before the race
+            start.wait()
+            slot = store.take_slot(
+                record_id, limits=[(60, 3)], margin=0.5, tolerance=0.05, stale=120,
+                book_within=900,
+            )  # fmt: skip
+            with lock:
+                answers.append(slot.answer)
+        finally:
+            database.close()
+
+    threads = [threading.Thread(target=container, args=(900 + i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert answers.count(SlotAnswer.GO) == 3
+    assert answers.count(SlotAnswer.BOOKED) == 5
+    booked = [row[0] for row in db.run(
+        "SELECT at FROM image_archive_uploads WHERE state = 'booked' ORDER BY at")]  # fmt: skip
+    assert len(set(booked)) == 5  # each its own slot: no two share one
+
+
+# -- 5. an adoption takes no slot and logs no upload ---------------------------------------
+
+
+def test_an_adoption_takes_no_slot_and_logs_no_upload(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 8, archive_may_be_hosted=True)
+    stored = lsky.add_image(PNG, origin_name=STEM.format(8) + ".png")
+
+    assert paced.deliver(encode(8)) == {"batchItemFailures": []}
+
+    assert fetch_record(db, 8)["hosted_response"]["key"] == stored.key
+    lane = lane_row(db)
+    assert (lane["uploads"], lane["booked"]) == (0, 0)
+
+
+# -- 6. a 429 on the look-up pauses the lane ------------------------------------------------
+
+
+def test_a_429_on_the_look_up_pauses_the_lane_and_spends_nothing_on_the_last_attempt(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 9, archive_may_be_hosted=True, attempts=2)  # the last attempt next
+    lsky.listing_fault = 429
+
+    archive.deliver(encode(9))
+
+    row = fetch_record(db, 9)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 2)
+    assert row["archive_wait_reason"] == "paused"
+    assert lane_row(db)["reason"] == "rate_limit"
+    assert lsky.upload_count == 0
+
+
+# -- 7. every hold is a visibility SQS accepts ----------------------------------------------
+
+
+def test_a_message_for_a_row_due_in_twelve_hours_parks_it_instead_of_holding(
+    archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    seed(db, upstream, 10, next_run_at=-43_200)  # due 12 h from now (a long backoff)
+
+    assert archive.deliver(encode(10)) == {"batchItemFailures": []}  # acknowledged
+
+    row = fetch_record(db, 10)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_enqueued_at"] is None  # parked: the sweeper sends it when due
+    assert archive.log_for("message arrived long before the row is due; record parked")
+
+
+def test_a_hold_sqs_refuses_parks_the_row_at_its_due_time(
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Fault injection: a hold SQS refuses (InvalidParameterValue): 12 h after a receive.
+    monkeypatch.setattr(retry, "retry_delay", lambda attempt, delays: 50_000)
+    monkeypatch.setattr(conclusion.schedule, "max_hold_seconds", lambda received_at: 60_000)
+    seed(db, upstream, 11)
+    lsky.script(Behaviour.server_error())
+
+    response = archive.deliver(encode(11))
+
+    assert response == {"batchItemFailures": []}  # acknowledged: the row says when
+    row = fetch_record(db, 11)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 1)
+    assert row["archive_enqueued_at"] is None
+    assert 43_190 <= seconds_until(db, 11) <= 43_200  # the backoff, as the row recorded it
+    assert archive.log_for("could not change message visibility")["code"] == (
+        "InvalidParameterValue"
+    )
+    assert emf_metrics(capsys)["VisibilityRefused"] == 1
+
+
+def test_the_longest_hold_is_within_twelve_hours_of_the_receive() -> None:
+    assert schedule.max_hold_seconds(0.0, now=0.0) == 43_200 - schedule.RECEIVE_SAFETY_SECONDS
+    assert schedule.max_hold_seconds(0.0, now=600.0) == 43_200 - 60 - 600
+    assert schedule.max_hold_seconds(0.0, now=50_000.0) == 0
+
+
+# -- 9. Retry-After is capped and read safely -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        "1000000000",  # 31.7 years
+        "1700000000000",  # a millisecond epoch: once an OverflowError
+        "Fri, 31 Dec 9999 23:59:59 GMT",
+        "99999999999999999999999999",
+    ],
+)
+def test_a_huge_retry_after_pauses_the_lane_an_hour_at_most(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, asked: str
+) -> None:
+    seed(db, upstream, 12)
+    lsky.script(Behaviour.unavailable(asked))
+
+    archive.deliver(encode(12))
+
+    row = fetch_record(db, 12)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    [[paused_for]] = db.run(
+        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
+    )
+    assert 0 < float(paused_for) <= 3600
+    assert lane_row(db)["reason"] == "retry_after"
+
+
+@pytest.mark.parametrize("asked", ["-5", "Wed, 21 Oct 2015 07:28:00 GMT", "soon", "1.5"])
+def test_a_retry_after_in_the_past_or_unreadable_is_a_short_pause(
+    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, asked: str
+) -> None:
+    seed(db, upstream, 13)
+    lsky.script(Behaviour.unavailable(asked))
+
+    archive.deliver(encode(13))
+
+    row = fetch_record(db, 13)
+    assert row["archive_status"] == "PENDING"
+    [[paused_for]] = db.run(
+        "SELECT COALESCE(EXTRACT(EPOCH FROM paused_until - now()), 0) FROM image_archive_lane"
+    )
+    assert float(paused_for) <= 30  # a 503 without a usable Retry-After: a retry, no pause
+
+
+# -- 11. a staged copy is what was captured, or it is never archived ----------------------
+
+
+def test_a_replaced_staged_copy_is_never_archived_and_spends_no_attempt(
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    s3: Any,
+    staging_bucket: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    archive_env(ARCHIVE_STAGING_BUCKET=staging_bucket)
+    seed(db, upstream, 14)
+    lsky.script(Behaviour.server_error())
+    archive.deliver(encode(14))  # HTTP 500: the bytes in hand are staged, retried
+    row = fetch_record(db, 14)
+    key = row["archive_staged_key"]
+    assert row["archive_staged_sha256"]
+    assert row["archive_staged_bytes"] == len(PNG)
+    s3.put_object(Bucket=staging_bucket, Key=key, Body=OTHER)  # replaced behind our back
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 14")
+    capsys.readouterr()
+
+    archive.deliver(encode(14))
+
+    row = fetch_record(db, 14)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 1)
+    assert row["archive_staged_key"] is None  # forgotten: the source is tried next
+    assert row["archive_wait_reason"] == "own_fault"
+    assert lsky.successful_uploads == 0
+    metrics = emf_metrics(capsys)
+    assert metrics["StagedCopyMismatch"] == 1
+    assert metrics["StagingError"] == 1
+
+
+# -- 12. only an image that can be ours is adopted ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("planted", "age", "why"),
+    [
+        (PNG, 3 * 3600, "before the record's first claim"),  # the same bytes, too old
+        (OTHER, 0, "the image is 16x16"),  # a fresh one with other dimensions
+    ],
+    ids=["stored-before", "other-dimensions"],
+)
+def test_an_image_that_cannot_be_ours_is_not_adopted(
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    planted: bytes,
+    age: float,
+    why: str,
+) -> None:
+    seed(db, upstream, 15, archive_may_be_hosted=True)
+    db.run(
+        "UPDATE image_generation_records SET archive_first_claimed_at = now() - interval"
+        " '1 hour' WHERE id = 15"
+    )
+    foreign = lsky.add_image(planted, origin_name=STEM.format(15) + ".png", age=age)
+
+    assert archive.deliver(encode(15)) == {"batchItemFailures": []}
+
+    row = fetch_record(db, 15)
+    assert row["hosted_response"]["key"] != foreign.key
+    assert lsky.upload_count == 1
+    refused = archive.log_for("an image with the record's name is not ours")
+    assert refused["key"] == foreign.key
+    assert why in refused["why"]
