@@ -159,3 +159,39 @@ def test_lane_clear_rejects_an_unknown_reason(capsys: pytest.CaptureFixture[str]
         cli.main(["lane", "clear", "--reason", "weather"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'weather'" in capsys.readouterr().err
+
+
+def test_lane_clear_makes_the_rows_parked_by_the_pause_due_now(ctl: Ctl, db: Any) -> None:
+    pause_lane(db, seconds=20 * 3600, reason="rate_limit", detail="每天内你最多可以上传 300 张图片")
+    for record_id in (41, 42, 43):  # parked by the pause until its end, 20 h away
+        seed_record(
+            db, record_id, image_url=URL, next_run_at=-20 * 3600, archive_wait_reason="paused"
+        )
+    seed_record(db, 44, image_url=URL, next_run_at=-600, archive_wait_reason="backoff")
+
+    assert ctl("lane", "clear") == EXIT_OK, ctl.err
+
+    assert "3 rows parked by the pause are due now" in ctl.out
+    due = dict(
+        db.run(
+            "SELECT id, EXTRACT(EPOCH FROM archive_next_run_at - now()) <= 60"
+            " FROM image_generation_records"
+        )
+    )
+    assert due == {41: True, 42: True, 43: True, 44: False}  # a backoff is not the pause's
+
+
+def test_status_counts_the_waiting_rows_by_reason_held_and_parked(ctl: Ctl, db: Any) -> None:
+    seed_record(db, 51, image_url=URL, next_run_at=-60, enqueued_at=1, archive_wait_reason="paced")
+    seed_record(db, 52, image_url=URL, next_run_at=-600, archive_wait_reason="paced")
+    seed_record(db, 53, image_url=URL, next_run_at=-3600, archive_wait_reason="paused")
+    seed_record(db, 54, image_url=URL, next_run_at=30)  # due already: not waiting
+
+    assert ctl("status", "--json") == EXIT_OK, ctl.err
+    waiting = json.loads(ctl.out)["archive"]["waiting"]
+    assert waiting == {
+        "paced": {"held": 1, "parked": 1},
+        "paused": {"held": 0, "parked": 1},
+    }
+    assert ctl("status") == EXIT_OK
+    assert "  waiting            2   paced: 1 held (message out), 1 parked (no message)" in ctl.out

@@ -35,6 +35,8 @@ class ArchiveCounts(LiveCounts):
     all_states: dict[str, int] | None = None
     # Archives whose bytes Lsky changed (re-encoded, watermarked): a partial index read.
     altered: AlteredCounts | None = None
+    # PENDING rows not due yet, by why they wait: {reason: {"held": n, "parked": n}}.
+    waiting: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,10 +101,15 @@ def archive_counts(
     records: OperatorRecords, *, lock_ttl_seconds: int, include_all: bool
 ) -> ArchiveCounts:
     live = records.live_counts(lock_ttl_seconds=lock_ttl_seconds)
+    waiting: dict[str, dict[str, int]] = {}
+    for count in records.waiting_counts():
+        kind = "parked" if count.parked else "held"
+        waiting.setdefault(count.reason, {"held": 0, "parked": 0})[kind] = count.rows
     return ArchiveCounts(
         **asdict(live),
         all_states=records.all_counts() if include_all else None,
         altered=records.altered_counts(),
+        waiting=waiting,
     )
 
 
@@ -181,6 +188,11 @@ def render(status: Status) -> str:
         f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
         f"  FAILED      {a.failed:>8}   generated in the last 24 h: {a.failed_last_24h}",
     ]
+    for reason, kinds in a.waiting.items():
+        lines.append(
+            f"  waiting     {kinds['held'] + kinds['parked']:>8}   {reason}: "
+            f"{kinds['held']} held (message out), {kinds['parked']} parked (no message)"
+        )
     if a.altered is not None:
         changed = a.altered
         lines.append(

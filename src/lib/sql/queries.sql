@@ -439,6 +439,15 @@ SELECT
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours');
 
+-- name: waiting_counts
+-- `archive-ctl status`: PENDING rows not due yet, by why they wait and whether a message
+-- is out for them (held) or not (parked). A range read of the PENDING index.
+SELECT COALESCE(archive_wait_reason, 'unknown'), archive_enqueued_at IS NULL, count(*)
+FROM image_generation_records
+WHERE archive_status = 'PENDING' AND archive_next_run_at > now()
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
 -- name: all_counts
 -- Every state, SUCCEEDED and never queued included: a full scan, so only on request.
 SELECT COALESCE(archive_status, 'not queued'), count(*)

@@ -53,6 +53,16 @@ class AlteredCounts:
     limit: int
 
 
+@dataclass(frozen=True)
+class WaitingCount:
+    """PENDING rows that wait for their due time for one reason (lib.state.status.WaitReason;
+    "unknown" for rows an older release or the producer dated), held or parked."""
+
+    reason: str
+    parked: bool  # no message out: the sweeper sends one when due
+    rows: int
+
+
 class OperatorRecords(Statements):
     def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
         return [
@@ -96,6 +106,13 @@ class OperatorRecords(Statements):
     def altered_counts(self, *, limit: int = 10_000) -> AlteredCounts:
         [[total, recent]] = self._run("altered_counts", limit=limit)
         return AlteredCounts(total=int(total), last_24h=int(recent), limit=limit)
+
+    def waiting_counts(self) -> list[WaitingCount]:
+        """PENDING rows not due yet, by wait reason, held and parked apart."""
+        return [
+            WaitingCount(str(reason), bool(parked), int(count))
+            for reason, parked, count in self._run("waiting_counts")
+        ]
 
     def all_counts(self) -> dict[str, int]:
         return {str(state): int(count) for state, count in self._run("all_counts")}
