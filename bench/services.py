@@ -28,9 +28,13 @@ REGION = "us-east-1"
 STAGING_BUCKET = "bench-staging"
 TINY = "/tiny.png"
 TINY_BYTES = 200
+# A tiny image from a slow provider: each download takes this long (the lane bench).
+SLOW = "/slow.png"
+SLOW_SECONDS = 2.0
 # Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
 ROUTES: dict[str, tuple[int, bool]] = {
     TINY: (TINY_BYTES, False),
+    SLOW: (TINY_BYTES, False),
     "/img-10mb.png": (10_000_000, False),
     "/img-50mb.png": (50_000_000, False),
     # No Content-Length (chunked): the archive cannot stream into a sized upload.
@@ -77,6 +81,7 @@ class Services:
         self.db = connect(self.dsn)
         self.db.run("INSERT INTO users (id, username) VALUES (1, 'bench') ON CONFLICT DO NOTHING")
         routes = [f"{path}={size}{':chunked' * chunk}" for path, (size, chunk) in ROUTES.items()]
+        routes = [r + f":delay={SLOW_SECONDS}" if r.startswith(SLOW) else r for r in routes]
         upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes])
         self.upstream_url = _read_announcement(upstream, "UPSTREAM_URL=")
         lsky = self._spawn(

@@ -3,7 +3,8 @@
 A separate process so the server's threads do not share a GIL (or an RSS figure)
 with the process being measured; on Lambda the provider is on another machine.
 
-    python -m bench.upstream /tiny.png=200 /big.png=50000000 /nolen.png=50000000:chunked
+    python -m bench.upstream /tiny.png=200 /big.png=50000000 /nolen.png=50000000:chunked \
+        /slow.png=200:delay=1.5
 
 prints `UPSTREAM_URL=http://127.0.0.1:PORT` once listening, then serves until stdin
 closes (so it never outlives the bench that started it). Bodies are valid PNGs of
@@ -28,8 +29,10 @@ def main(argv: list[str]) -> int:
         path, _, rest = spec.partition("=")
         size_text, _, mode = rest.partition(":")
         size = int(size_text)
+        delay = float(mode.removeprefix("delay=")) if mode.startswith("delay=") else 0.0
         if size < 1024:
-            server.add(path, images.png(size=size) if size > 100 else images.png())
+            small = images.png(size=size) if size > 100 else images.png()
+            server.add(path, small, delay=delay)  # delay: a slow provider, before the body
         else:
             server.add(path, _body(size), chunked=mode == "chunked")
     server.start()

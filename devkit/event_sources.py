@@ -5,7 +5,10 @@ ReportBatchItemFailures and ScalingConfig.MaximumConcurrency:
 
 - one poller per container, so at most MaximumConcurrency batches are in flight and
   nothing is received that no container can take (no over-pulling);
-- long polling (WaitTimeSeconds), up to BatchSize messages per ReceiveMessage;
+- polling that sees a message as soon as it is visible, up to BatchSize messages per
+  ReceiveMessage. moto's long poll wakes at once for a new message but only once a second
+  for one whose visibility ended (a held message coming back); SQS returns either at once.
+  So the pollers short-poll every POLL_INTERVAL_SECONDS instead;
 - after the invocation, only the records that succeeded are deleted; batch item
   failures are left alone, to come back when their visibility timeout ends (the
   handler may have changed it); a function error leaves the whole batch.
@@ -31,6 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Delivery", "Schedule", "SqsEventSource", "scheduled_event"]
 
+# Between two empty short polls (see the module docstring): a message is seen this late.
+POLL_INTERVAL_SECONDS = 0.05
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -53,7 +59,7 @@ class SqsEventSource:
         containers: list[Container],
         on_delivery: Callable[[Delivery], None],
         batch_size: int = 1,
-        wait_seconds: int = 2,
+        wait_seconds: int = 0,
     ) -> None:
         """One boto3 client per container (made by the caller, in one thread: creating
         clients concurrently from the default session is not thread-safe)."""
@@ -106,6 +112,8 @@ class SqsEventSource:
             client, self.queue, max_messages=self.batch_size, wait_seconds=self.wait_seconds
         )
         if not event["Records"]:
+            if not self.wait_seconds:
+                self._stop.wait(POLL_INTERVAL_SECONDS)
             return
         with self._busy_lock:
             self._busy += 1

@@ -172,6 +172,7 @@ class Concluder:
                 Outcome.LOST_LOCK,
                 f"{write} not recorded: lock passed on",
                 fields={"error": verdict.detail},
+                metrics=verdict.metrics,  # what led here still counts (InternalError...)
                 log=f"the lock had passed on; the {write} was not recorded",
             )
             self.staging.discard(None if staged is None else staged.key)

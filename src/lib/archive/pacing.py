@@ -21,8 +21,9 @@ BOOKING_STALE_SECONDS = 120.0
 # Slots further away than this are not booked: the record is parked (no message held)
 # and queues afresh when the sweeper sends it (a hold is at most this long).
 BOOK_WITHIN_SECONDS = 900.0
-# An attempt with the bytes in hand sleeps for a slot at most this long: a short sleep is
-# cheaper than a second invocation, a long one is billed time spent waiting.
+# An attempt with the bytes in hand sleeps for a slot at most this long, or as long as it
+# took to fetch them, whichever is more: a short sleep is cheaper than a second invocation
+# (and a slow source's bytes are worth keeping), a long one is billed time spent waiting.
 SLEEP_LIMIT_SECONDS = 1.0
 SLEEP_TRIES = 3
 
@@ -33,11 +34,14 @@ def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
     return min(SLOT_MARGIN_SECONDS, shortest / 80)
 
 
-def affordable_sleep(wait_seconds: float, *, deadline: float, size: int, staging: bool) -> bool:
-    """Whether an attempt holding `size` bytes may sleep `wait_seconds` for its slot: only
-    a short wait, and only what the budget can pay after the upload (and, with staging
-    on, after staging the bytes should the upload fail)."""
-    if wait_seconds > SLEEP_LIMIT_SECONDS:
+def affordable_sleep(
+    wait_seconds: float, *, deadline: float, size: int, staging: bool, fetch_seconds: float
+) -> bool:
+    """Whether an attempt holding `size` bytes, fetched in `fetch_seconds`, may sleep
+    `wait_seconds` for its slot: a wait no longer than SLEEP_LIMIT_SECONDS or the fetch
+    (waiting never exceeds the work it saves), and only what the budget can pay after the
+    upload (and, with staging on, after staging the bytes should the upload fail)."""
+    if wait_seconds > max(SLEEP_LIMIT_SECONDS, fetch_seconds):
         return False
     after = upload_needs(size) + (stage_needs(size) if staging else 0.0)
     return time_left(deadline) - wait_seconds >= after

@@ -38,6 +38,8 @@ class _Attempt:
     restage: bool = False  # the row's staged copy is gone: stage the bytes again
     slot_taken: bool = False
     looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
+    fetch_seconds: float = 0.0  # how long getting the bytes in hand took
+    slot_wait_seconds: float = 0.0  # slept for the upload slot
     duplicate_possible: bool = False  # ...but the look-up could not be answered
 
     def db_now(self) -> datetime:
@@ -74,7 +76,9 @@ class Transfer:
             if isinstance(found, Verdict):
                 return found
             at.looked_up, at.duplicate_possible = True, found
+        fetching = time.monotonic()
         held = self._hold(at)
+        at.fetch_seconds = time.monotonic() - fetching
         if isinstance(held, Verdict):
             return held
         try:
@@ -154,7 +158,12 @@ class Transfer:
             waiting = self._slot_or_wait(at, held)
             if waiting is not None:
                 return waiting
-        logger.info("archive started", max_attempts=self.settings.max_attempts)
+        logger.info(
+            "archive started",
+            max_attempts=self.settings.max_attempts,
+            fetch_seconds=round(at.fetch_seconds, 3),
+            slot_wait_seconds=round(at.slot_wait_seconds, 3),
+        )
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
@@ -190,7 +199,11 @@ class Transfer:
                 return schedule.wait_for_lane(seconds, at.message, staged=staged)
             wait = slot.wait_seconds
             can_sleep = held is not None and pacing.affordable_sleep(
-                wait, deadline=at.deadline, size=held.size, staging=self.staging.enabled
+                wait,
+                deadline=at.deadline,
+                size=held.size,
+                staging=self.staging.enabled,
+                fetch_seconds=at.fetch_seconds,
             )
             if not can_sleep:
                 booked = slot.answer is SlotAnswer.BOOKED
@@ -198,6 +211,7 @@ class Transfer:
                 staged = None if booked else self._stage(at, held, "paced")
                 return schedule.wait_for_slot(wait, at.message, booked=booked, staged=staged)
             time.sleep(wait)
+            at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
 
     # -- the host and the record's own failures ------------------------------------------

@@ -111,7 +111,8 @@ class ArchiveWorker:
         except Exception as again:  # noqa: BLE001 - nothing can be written: SQS redelivers
             log_unexpected("could not conclude the attempt; SQS will redeliver it", again)
             self.concluder.delay(ctx.message, verdict.delay_seconds)
-            metrics.add_metric(name="Unconcluded", unit=MetricUnit.Count, value=1)
+            for name in ("Unconcluded", *verdict.metrics):
+                metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
             return Result(Outcome.UNCONCLUDED, ctx.record_id, type(again).__name__)
 
 
