@@ -30,7 +30,7 @@ TINY = "/tiny.png"
 TINY_BYTES = 200
 # A tiny image from a slow provider: each download takes this long (the lane bench).
 SLOW = "/slow.png"
-SLOW_SECONDS = 2.0
+SLOW_SECONDS = 5.0
 # Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
 ROUTES: dict[str, tuple[int, bool]] = {
     TINY: (TINY_BYTES, False),

@@ -151,6 +151,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert len(ops.requeue_failed(since=None, limit=10)) == 2
         ops.live_counts(lock_ttl_seconds=180)
         ops.all_counts()
+        ops.waiting_counts()
         assert sweeps.staged_summary().waiting == 1  # 2
         # The upload lane.
         lanes.state()

@@ -134,11 +134,12 @@ written AS (
     RETURNING r.id
 ),
 settled AS (
-    -- The lane's ledger: the upload this attempt's slot took is done now (when Lsky
-    -- answered, which is after it counted the image). Logged even when another attempt
-    -- had recorded the row: the upload happened. Never for an adoption (:log_upload).
+    -- The lane's ledger: the upload this attempt's slot took is done. It stays dated at
+    -- its slot, the time every later slot was measured from (the margin covers the
+    -- transfer). Logged even when another attempt had recorded the row: the upload
+    -- happened. Never for an adoption (:log_upload).
     UPDATE image_archive_uploads
-    SET state = 'done', at = now()
+    SET state = 'done'
     WHERE ctid = (SELECT ctid FROM image_archive_uploads
                   WHERE record_id = :record_id AND state = 'taken'
                   ORDER BY at DESC LIMIT 1)
@@ -534,7 +535,7 @@ SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE l
 -- (unless missed by more than :stale seconds), checked against the uploads made so far.
 -- Due within :tolerance: taken now ('go'). Later: booked for the record at a whole number
 -- of seconds from now (its message's visibility) when within :book_within seconds, else
--- only said. While the lane is paused nothing is given, and `at` is the pause's end
+-- only said; `at` is the slot itself (the booking is the whole second at or after it). While the lane is paused nothing is given, and `at` is the pause's end
 -- (NULL: until cleared). Optimistic: the slot is written only if the lane's version is
 -- still the one read (every slot and every pause bumps it); `won` false: read again.
 WITH lane AS (
@@ -581,7 +582,7 @@ slot AS (
            END AS at
 ),
 decision AS (
-    SELECT paused, has_mine,
+    SELECT paused, has_mine, at AS exact,
            NOT paused AND at <= now() + make_interval(secs => :tolerance) AS go,
            CASE WHEN paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until END
                                   FROM lane)
@@ -620,22 +621,22 @@ dropped AS (
       AND d.at > now() + make_interval(secs => :book_within) AND EXISTS (SELECT 1 FROM bumped)
     RETURNING 1
 )
-SELECT d.paused, d.go, d.at, now(),
+SELECT d.paused, d.go, CASE WHEN d.go OR d.paused THEN d.at ELSE d.exact END, now(),
        (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go,
        d.paused OR EXISTS (SELECT 1 FROM bumped)
 FROM decision AS d;
 
 -- name: settle_slot
 -- After an upload that failed: the slot it took counts as an upload when Lsky may have
--- stored (or counted) something, at the time it answered; a rate-limit refusal stored
--- nothing, and its slot is given back.
+-- stored (or counted) something; a rate-limit refusal stored nothing, and its slot is
+-- given back.
 WITH taken AS (
     SELECT ctid FROM image_archive_uploads
     WHERE record_id = :record_id AND state = 'taken'
     ORDER BY at DESC LIMIT 1
 ),
 counted AS (
-    UPDATE image_archive_uploads SET state = 'done', at = now()
+    UPDATE image_archive_uploads SET state = 'done'
     WHERE ctid IN (SELECT ctid FROM taken) AND CAST(:counted AS boolean)
     RETURNING 1
 ),
