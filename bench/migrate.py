@@ -52,11 +52,6 @@ FROM generate_series(1, :count) AS g
 """
 
 # Back to the generation service's table before adoption, for the next fresh adoption.
-UNADOPT_SQL = (
-    "DROP TABLE IF EXISTS image_archive_lane",
-    "ALTER TABLE image_generation_records"
-    " DROP CONSTRAINT IF EXISTS image_generation_records_archive_status_check",
-)
 
 
 @dataclass
@@ -175,13 +170,17 @@ def unadopt(dsn: str) -> None:
     from devkit.postgres import connect  # noqa: PLC0415
     from lib.platform import migration_plan  # noqa: PLC0415
 
+    declaration = migration_plan.load_declaration()
     conn = connect(dsn)
     try:
-        for sql in UNADOPT_SQL:
-            conn.run(sql)
-        for index in migration_plan.load_declaration().indexes:
+        # Every object the file declares, so each adoption run starts from the same state.
+        for table in declaration.tables:
+            conn.run(f"DROP TABLE IF EXISTS {table.name}")
+        for constraint in declaration.constraints:
+            conn.run(migration_plan.drop_constraint_sql(constraint))
+        for index in declaration.indexes:
             conn.run(f"DROP INDEX IF EXISTS {index.name}")
-        columns = migration_plan.load_declaration().columns_of(migration_plan.RECORDS)
+        columns = declaration.columns_of(migration_plan.RECORDS)
         conn.run(
             "ALTER TABLE image_generation_records "
             + ", ".join(f"DROP COLUMN IF EXISTS {c.name}" for c in columns)

@@ -20,7 +20,7 @@ from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
-from lib.platform import schema
+from lib.platform import migration_plan, schema
 from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.integration.test_sweeper import explain
@@ -70,22 +70,21 @@ def record_ids(messages: list[dict[str, Any]]) -> list[int]:
 # -- migrate ----------------------------------------------------------------------------
 
 
-INDEXES = {
-    "image_generation_records_archive_pending_idx",
-    "image_generation_records_archive_running_idx",
-    "image_generation_records_archive_failed_idx",
-    "image_generation_records_archive_backfill_idx",
-    "image_generation_records_archive_altered_idx",
-    "image_generation_records_archive_staged_idx",
-}
+# Every index archive_migration.sql declares, on the records and on the project's tables.
+INDEXES = {index.name for index in migration_plan.load_declaration().indexes}
 
 
 def valid_indexes(dsn: str) -> set[str]:
+    """The valid archive indexes: any on the records named image_generation_records_archive_*
+    and any on a project table (image_archive_*) but its primary key, declared or not, so a
+    stray one (a leftover of an interrupted build under another name) shows too."""
     conn = connect(dsn)
     try:
         rows = conn.run(
             "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "WHERE i.indisvalid AND c.relname LIKE 'image_generation_records_archive_%'"
+            "JOIN pg_class t ON t.oid = i.indrelid "
+            "WHERE i.indisvalid AND (c.relname LIKE 'image_generation_records_archive_%' "
+            "OR (t.relname LIKE 'image_archive_%' AND NOT i.indisprimary))"
         )
     finally:
         conn.close()

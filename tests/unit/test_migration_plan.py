@@ -13,18 +13,23 @@ from lib.state.status import ArchiveStatus
 DECLARATION = mp.load_declaration()
 FILE = [s.sql for s in schema.load([schema.ARCHIVE_MIGRATION])]
 CONSTRAINT = "image_generation_records_archive_status_check"
+# The archive columns the first release added; archive_may_be_hosted came next.
+FIRST_RELEASE_COLUMNS = 11
 
 
 def catalog_with(
     *,
-    columns: int = 15,
+    columns: int | None = None,
     indexes: dict[str, bool] | None = None,
     constraint: bool | None = True,
-    tables: tuple[str, ...] = ("image_archive_lane",),
+    tables: tuple[str, ...] | None = None,
 ) -> mp.Catalog:
-    """A catalog holding the first `columns` archive columns, every index valid unless
-    `indexes` says otherwise, the constraint (None: missing; False: NOT VALID)."""
+    """A catalog holding the first `columns` archive columns (None: all), every index valid
+    unless `indexes` says otherwise, the constraint (None: missing; False: NOT VALID) and the
+    project tables `tables` (None: every one the file declares)."""
     found = {i.name: True for i in DECLARATION.indexes} if indexes is None else indexes
+    if tables is None:
+        tables = tuple(t.name for t in DECLARATION.tables)
     return mp.Catalog(
         tables=frozenset({mp.RECORDS, *tables}),
         columns=frozenset(
@@ -42,22 +47,45 @@ def actions(plan: mp.Plan) -> list[tuple[mp.Action, str]]:
 # -- the declaration ---------------------------------------------------------------------
 
 
+def starting(*words: str) -> list[str]:
+    """The file's statements that start with these words (whitespace and case aside)."""
+    prefix = " ".join(words).upper()
+    return [s for s in FILE if " ".join(s.split()).upper().startswith(prefix)]
+
+
 def test_the_migration_file_declares_the_archive_schema() -> None:
-    columns = DECLARATION.columns_of(mp.RECORDS)
-    assert len(columns) == 15
+    # Every statement of the file is one declared object (the constraint: its two DO blocks,
+    # plus the psql session's SET and the advisory lock): none is dropped or read twice.
+    d = DECLARATION
+    declared = len(d.columns) + len(d.indexes) + len(d.tables) + len(d.seeds)
+    assert declared + 2 * len(d.constraints) + 2 == len(FILE)
+    columns = d.columns_of(mp.RECORDS)
+    assert len(columns) == len(starting("ALTER TABLE", mp.RECORDS, "ADD COLUMN"))
     assert columns[0] == mp.Column(mp.RECORDS, "archive_status", "TEXT")
-    assert (
-        mp.Column(mp.RECORDS, "archive_may_be_hosted", "BOOLEAN NOT NULL DEFAULT false") in columns
+    assert columns[FIRST_RELEASE_COLUMNS] == mp.Column(
+        mp.RECORDS, "archive_may_be_hosted", "BOOLEAN NOT NULL DEFAULT false"
     )
-    assert len(DECLARATION.indexes) == 6
-    assert all(i.concurrently and i.table == mp.RECORDS for i in DECLARATION.indexes)
-    [constraint] = DECLARATION.constraints
+    assert mp.Column(mp.RECORDS, "archive_sent", "JSONB") in columns
+    assert len(d.indexes) == len(starting("CREATE INDEX")) + len(starting("CREATE UNIQUE INDEX"))
+    # On the live table CONCURRENTLY (the parser refuses it otherwise); on the project's own
+    # tables a plain build, which is what the file writes there.
+    assert all(i.concurrently == (i.table == mp.RECORDS) for i in d.indexes)
+    assert "image_generation_records_archive_parked_idx" in {i.name for i in d.indexes}
+    assert {i.table for i in d.indexes} - {mp.RECORDS} == {"image_archive_uploads"}
+    # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
+    # migrate adds and validates on its own.
+    [constraint] = d.constraints
     assert constraint.name == CONSTRAINT
-    assert mp.status_values(DECLARATION) == tuple(str(s) for s in ArchiveStatus)
-    assert [t.name for t in DECLARATION.tables] == ["image_archive_lane"]
-    assert [s.table for s in DECLARATION.seeds] == ["image_archive_lane"]
-    assert DECLARATION.lock_key == 1634888552
-    assert DECLARATION.table_names == (mp.RECORDS, "image_archive_lane")
+    assert mp.status_values(d) == tuple(str(s) for s in ArchiveStatus)
+    tables = [t.name for t in d.tables]
+    assert len(tables) == len(starting("CREATE TABLE"))
+    assert tables[0] == "image_archive_lane"
+    assert all(t.startswith("image_archive_") for t in tables)
+    uploads = next(t for t in d.tables if t.name == "image_archive_uploads")
+    assert "CHECK (state IN ('booked', 'taken', 'done'))" in uploads.sql
+    assert [s.table for s in d.seeds] == ["image_archive_lane"]
+    assert d.lock_key == 1634888552
+    assert d.table_names == (mp.RECORDS, *tables)
 
 
 def test_one_more_column_or_project_table_is_one_more_statement() -> None:
@@ -124,6 +152,9 @@ def test_an_up_to_date_schema_plans_no_change() -> None:
     plan = mp.plan(DECLARATION, catalog_with())
     assert plan.changes == ()
     assert actions(plan) == [(mp.Action.SEED, "image_archive_lane")]  # INSERT ... DO NOTHING
+    # The project tables' plain indexes too: a valid one is never built again (it would ask
+    # for SHARE, queueing that table's writers, on every run).
+    assert mp.Action.BUILD_PLAIN_INDEX not in {s.action for s in plan.steps}
     assert not mp.legacy_scan_needed(DECLARATION, catalog_with())
 
 
@@ -131,30 +162,42 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
     catalog = mp.Catalog(tables=frozenset({mp.RECORDS}))
     plan = mp.plan(DECLARATION, catalog)
 
-    assert [step.action for step in plan.steps] == [
-        mp.Action.ADD_COLUMNS,
-        mp.Action.CREATE_TABLE,
-        mp.Action.SEED,
-        *[mp.Action.BUILD_INDEX] * 6,
-        mp.Action.ADD_CONSTRAINT,
+    assert actions(plan) == [
+        (mp.Action.ADD_COLUMNS, mp.RECORDS),
+        *[(mp.Action.CREATE_TABLE, t.name) for t in DECLARATION.tables],
+        *[(mp.Action.SEED, s.table) for s in DECLARATION.seeds],
+        *[
+            (mp.Action.BUILD_INDEX if i.concurrently else mp.Action.BUILD_PLAIN_INDEX, i.name)
+            for i in DECLARATION.indexes
+        ],
+        (mp.Action.ADD_CONSTRAINT, CONSTRAINT),
+        (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
+    ]
+    # One lock request for every column.
+    columns = DECLARATION.columns_of(mp.RECORDS)
+    assert plan.steps[0].sql.count("ADD COLUMN IF NOT EXISTS") == len(columns)
+    assert plan.steps[0].detail == ", ".join(c.name for c in columns)
+    # A project table's index is built after that table is created.
+    for number, step in enumerate(plan.steps):
+        if step.action is mp.Action.BUILD_PLAIN_INDEX:
+            assert (mp.Action.CREATE_TABLE, step.table) in actions(plan)[:number]
+    assert not mp.legacy_scan_needed(DECLARATION, catalog)  # no archive_status yet
+    # Only the index builds and VALIDATE may wait long: they let readers and writers by.
+    assert [s.action for s in plan.steps if s.action.wait is not mp.Wait.BRIEF] == [
+        *[mp.Action.BUILD_INDEX for i in DECLARATION.indexes if i.concurrently],
         mp.Action.VALIDATE_CONSTRAINT,
     ]
-    assert plan.steps[0].sql.count("ADD COLUMN IF NOT EXISTS") == 15  # one lock request
-    assert not mp.legacy_scan_needed(DECLARATION, catalog)  # no archive_status yet
-    assert [s.action.wait for s in plan.steps if s.action.wait is mp.Wait.BRIEF] == [
-        mp.Wait.BRIEF
-    ] * 4
 
 
 def test_an_upgrade_adding_may_be_hosted_marks_the_rows_an_older_release_may_have_uploaded() -> (
     None
 ):
-    older = catalog_with(columns=11, indexes={}, constraint=None, tables=())
+    older = catalog_with(columns=FIRST_RELEASE_COLUMNS, indexes={}, constraint=None, tables=())
     plan = mp.plan(DECLARATION, older)
 
-    assert plan.steps[0].detail == (
-        "archive_may_be_hosted, archive_altered, archive_staged_key, archive_staged_at"
-    )
+    added = [c.name for c in DECLARATION.columns_of(mp.RECORDS)[FIRST_RELEASE_COLUMNS:]]
+    assert added[:2] == ["archive_may_be_hosted", "archive_altered"]
+    assert plan.steps[0].detail == ", ".join(added)
     assert (mp.Action.MARK_MAY_BE_HOSTED, mp.RECORDS) in actions(plan)
     assert mp.legacy_scan_needed(DECLARATION, older)
     # Once the column exists it carries the truth: never marked again.
@@ -195,13 +238,15 @@ def test_an_unmappable_value_refuses_the_plan_and_repairs_only_a_not_valid_const
         mp.LegacyValue("CANCELLED", False, 1, None),
         mp.LegacyValue("DONE", True, 2, "SUCCEEDED"),
     ]
-    refused = mp.plan(DECLARATION, catalog_with(columns=11, constraint=None), legacy)
+    unchecked = catalog_with(columns=FIRST_RELEASE_COLUMNS, constraint=None)
+    refused = mp.plan(DECLARATION, unchecked, legacy)
     assert refused.steps == ()
     assert refused.refusal is not None
     assert "'CANCELLED' (without a hosted_image_url): 1 row\n" in refused.refusal
     assert "'DONE' (with a hosted_image_url) -> SUCCEEDED (2 rows)" in refused.refusal
 
-    repaired = mp.plan(DECLARATION, catalog_with(columns=11, constraint=False), legacy)
+    older = catalog_with(columns=FIRST_RELEASE_COLUMNS, constraint=False)
+    repaired = mp.plan(DECLARATION, older, legacy)
     assert actions(repaired) == [(mp.Action.DROP_CONSTRAINT, CONSTRAINT)]
     assert repaired.steps[0].sql == (
         f"ALTER TABLE image_generation_records DROP CONSTRAINT IF EXISTS {CONSTRAINT}"
