@@ -158,13 +158,15 @@ def wait_for_slot(
     message: Message,
     *,
     booked: bool,
+    lead: float = 0.0,
     staged: StagedCopy | None = None,
     may_be_hosted: bool | None = None,
 ) -> Verdict:
     """Pacing: the next upload slot is `seconds` away. A booked slot holds the message until
-    exactly then (the booking was made at whole seconds from now); a slot too far to book
-    parks the row until about then, to queue afresh."""
-    delay = max(1, math.ceil(seconds))
+    then, less `lead` (what fetching the image is expected to take, so the bytes are in
+    hand when the slot comes); a slot too far to book parks the row until about then, to
+    queue afresh."""
+    delay = max(1, math.ceil(seconds - max(lead, 0.0)))
     park = not booked or parks(seconds, message)
     return Verdict(
         Outcome.PARKED if park else Outcome.PAUSED,

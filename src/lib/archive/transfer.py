@@ -55,6 +55,9 @@ class Transfer:
         self.copier = copier
         self.staging = staging
         self.lanes = lane
+        # How long this container's last fetches took: a booked record comes back that
+        # much before its slot, to have its bytes in hand when the slot comes.
+        self.fetch_estimate = 0.0
 
     def run(self, task: Task, lane: LaneState, message: Message, remaining_ms: int) -> Verdict:
         now = time.monotonic()
@@ -79,6 +82,7 @@ class Transfer:
         fetching = time.monotonic()
         held = self._hold(at)
         at.fetch_seconds = time.monotonic() - fetching
+        self.fetch_estimate = (self.fetch_estimate + at.fetch_seconds) / 2
         if isinstance(held, Verdict):
             return held
         try:
@@ -209,7 +213,9 @@ class Transfer:
                 booked = slot.answer is SlotAnswer.BOOKED
                 # A wait long enough to park may outlast the source URL: stage what is held.
                 staged = None if booked else self._stage(at, held, "paced")
-                return schedule.wait_for_slot(wait, at.message, booked=booked, staged=staged)
+                return schedule.wait_for_slot(
+                    wait, at.message, booked=booked, lead=self.fetch_estimate, staged=staged
+                )
             time.sleep(wait)
             at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
