@@ -14,10 +14,10 @@ benches' environment (staging on: a moto S3 bucket):
 - paced: LSKY_RATE_LIMITS describes Lsky's limit ("10/20 seconds" for a "minute" of
   20 s): the worker takes a slot in the lane's ledger for each upload, or books the next
   one and holds its message until then (it sleeps only for a slot a moment away);
-- two windows, slow source: Lsky counts a "minute" of 10 s and an "hour" of 40 s (4 and
-  8 uploads), LSKY_RATE_LIMITS says the same, and every download takes SLOW_SECONDS, a
-  third of a 30 s function's budget: pacing must neither spend an attempt nor eat the
-  transfer's time;
+- two windows, slow source: Lsky counts a "minute" of 10 s and an "hour" of 60 s (4 and
+  14 uploads), LSKY_RATE_LIMITS says the same, and every download takes SLOW_SECONDS, a
+  third of a 30 s function's budget (the two containers alone would upload 4 per 10 s):
+  pacing must neither spend an attempt nor eat the transfer's time;
 - unpaced: LSKY_RATE_LIMITS empty, Lsky's refusal is the only signal. Our rules read
   分钟 as 60 s, and the bench patches nothing in the service, so this run uses a real
   minute (a smaller burst); it is reported without a target.
@@ -83,8 +83,8 @@ PACED = Scenario("paced", 40, (("minute", 20.0, 10),), pacing="10/20 seconds", t
 TWO_WINDOWS = Scenario(
     "two windows, slow source",
     16,
-    (("minute", 10.0, 4), ("hour", 40.0, 8)),
-    pacing="4/10 seconds, 8/40 seconds",
+    (("minute", 10.0, 4), ("hour", 60.0, 14)),
+    pacing="4/10 seconds, 14/60 seconds",
     target="slow",
     source=SLOW,
     timeout=30,
