@@ -1257,7 +1257,10 @@ def test_own_faults_raise_an_alarm() -> None:
         for m in alarm["Metrics"]
         if "MetricStat" in m
     }
-    assert set(stats) == {"ConfigError", "InternalError"}
+    assert set(stats) == {"ConfigError", "InternalError", "PermissionDenied", "StagingError"}
+    # Each of them is a metric the code emits for a fault of ours (lib.archive.faults).
+    faults = (ROOT / "src" / "lib" / "archive" / "faults.py").read_text(encoding="utf-8")
+    assert all(f'"{name}"' in faults for name in stats)
     for metric in stats.values():
         assert metric["Namespace"] == "ImageArchive"
         assert metric["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
