@@ -168,9 +168,9 @@ def fill(services: Services) -> tuple[str, float]:
 def unadopt(dsn: str) -> None:
     """The table as before adoption (dropped columns cost nothing: metadata only)."""
     from devkit.postgres import connect  # noqa: PLC0415
-    from lib.platform import migration_plan  # noqa: PLC0415
+    from lib.platform import migration_file, migration_plan  # noqa: PLC0415
 
-    declaration = migration_plan.load_declaration()
+    declaration = migration_file.load_declaration()
     conn = connect(dsn)
     try:
         # Every object the file declares, so each adoption run starts from the same state.
@@ -180,7 +180,7 @@ def unadopt(dsn: str) -> None:
             conn.run(migration_plan.drop_constraint_sql(constraint))
         for index in declaration.indexes:
             conn.run(f"DROP INDEX IF EXISTS {index.name}")
-        columns = declaration.columns_of(migration_plan.RECORDS)
+        columns = declaration.columns_of(migration_file.RECORDS)
         conn.run(
             "ALTER TABLE image_generation_records "
             + ", ".join(f"DROP COLUMN IF EXISTS {c.name}" for c in columns)

@@ -20,7 +20,7 @@ from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE
-from lib.platform import migration_plan, schema
+from lib.platform import migration_file, schema
 from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.integration.test_sweeper import explain
@@ -71,7 +71,7 @@ def record_ids(messages: list[dict[str, Any]]) -> list[int]:
 
 
 # Every index archive_migration.sql declares, on the records and on the project's tables.
-INDEXES = {index.name for index in migration_plan.load_declaration().indexes}
+INDEXES = {index.name for index in migration_file.load_declaration().indexes}
 
 
 def valid_indexes(dsn: str) -> set[str]:

@@ -15,13 +15,13 @@ import pytest
 from devkit.postgres import apply_schema, connect
 from lib.cli.context import EXIT_ERROR, EXIT_OK
 from lib.platform import grants
-from lib.platform import migration_plan as mp
+from lib.platform import migration_file as mf
 from lib.platform.grants import describe_permission_denied
 from lib.platform.schema import split_statements
 from tests.integration.test_cli import Ctl
 
 # Every GRANT the release needs, for a role named `grantee` (replaced by the real name).
-EVERYTHING = grants.grant_statements("grantee", grants.privileges(mp.load_declaration()))
+EVERYTHING = grants.grant_statements("grantee", grants.privileges(mf.load_declaration()))
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_a_role_with_the_documented_grants_has_everything(ctl: Ctl, make_role: A
 
     assert ctl("grants", "--role", role) == EXIT_OK
     assert (
-        f"role {role} has all {len(grants.privileges(mp.load_declaration()))} privileges" in ctl.out
+        f"role {role} has all {len(grants.privileges(mf.load_declaration()))} privileges" in ctl.out
     )
     assert printed_grants(ctl.out) == []
 

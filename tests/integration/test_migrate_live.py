@@ -25,6 +25,7 @@ import pg8000.exceptions
 import pytest
 
 from devkit.postgres import apply_schema, connect
+from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
 from tests.integration.test_cli import INDEXES, Ctl, valid_indexes
@@ -62,9 +63,9 @@ def generation_service_tables(conn: Any, *, archive_columns: int = 0) -> None:
     """The generation service's tables, with the first `archive_columns` archive columns an
     older release added (0: never adopted)."""
     schema.apply(conn.run, schema.load([schema.BASE_SCHEMA]))
-    columns = mp.load_declaration().columns_of(mp.RECORDS)[:archive_columns]
+    columns = mf.load_declaration().columns_of(mf.RECORDS)[:archive_columns]
     if columns:
-        conn.run(mp.add_columns_sql(mp.RECORDS, columns))
+        conn.run(mp.add_columns_sql(mf.RECORDS, columns))
     conn.run("INSERT INTO users (id, username) VALUES (1, 'u')")
 
 
@@ -452,7 +453,7 @@ def test_a_not_valid_constraint_an_earlier_run_left_is_dropped_when_values_canno
     generation_service_tables(admin, archive_columns=FIRST_RELEASE_COLUMNS)
     add_row(admin, 1, "CANCELLED")
     # What the old migration left after its VALIDATE failed.
-    constraint = mp.status_constraints(mp.load_declaration())[0]
+    constraint = mp.status_constraints(mf.load_declaration())[0]
     admin.run(mp.add_constraint_sql(constraint))
     with pytest.raises(pg8000.exceptions.DatabaseError) as refused:
         generation_service_update(admin, 1)
@@ -566,7 +567,7 @@ def test_a_second_migrate_waits_for_the_first_instead_of_taking_its_index_build(
         [[holder]] = admin.run(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
             " AND objid = CAST(:key AS oid)",
-            key=mp.load_declaration().lock_key,
+            key=mf.load_declaration().lock_key,
         )
         assert f"pid {holder} since " in waiting
         assert "archive-ctl-migrate" in waiting
@@ -597,7 +598,7 @@ def test_an_invalid_index_is_left_alone_while_another_migration_holds_the_lock(
     )
     # What `psql -f archive_migration.sql` holds while it runs (its second statement).
     other = connect(database, application_name="psql")
-    other.run(f"SELECT pg_advisory_lock({mp.load_declaration().lock_key})")
+    other.run(f"SELECT pg_advisory_lock({mf.load_declaration().lock_key})")
     [[other_pid]] = other.run("SELECT pg_backend_pid()")
     try:
         code = ctl("migrate", "--wait", "1")

@@ -10,11 +10,11 @@ import pytest
 from pg8000.exceptions import DatabaseError
 
 from lib.platform import grants
-from lib.platform import migration_plan as mp
+from lib.platform import migration_file as mf
 from lib.platform.grants import Privilege, describe_permission_denied
 from lib.platform.schema import split_statements
 
-DECLARATION = mp.load_declaration()
+DECLARATION = mf.load_declaration()
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,9 +27,9 @@ def documented(path: Path, section: str) -> list[str]:
 
 def test_the_needs_cover_every_archive_column_and_every_project_table() -> None:
     needed = grants.privileges(DECLARATION)
-    archive = [c.name for c in DECLARATION.columns_of(mp.RECORDS)]
-    updates = [p.column for p in needed if p.table == mp.RECORDS and p.privilege == "UPDATE"]
-    reads = [p.column for p in needed if p.table == mp.RECORDS and p.privilege == "SELECT"]
+    archive = [c.name for c in DECLARATION.columns_of(mf.RECORDS)]
+    updates = [p.column for p in needed if p.table == mf.RECORDS and p.privilege == "UPDATE"]
+    reads = [p.column for p in needed if p.table == mf.RECORDS and p.privilege == "SELECT"]
     assert updates == archive
     assert reads == ["id", "user_id", "status", "image_url", "started_at", *archive]
     assert Privilege("users", "username", "SELECT") in needed

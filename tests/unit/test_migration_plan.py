@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from lib.cli import legacy_status
+from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
 from lib.state.status import ArchiveStatus
 
-DECLARATION = mp.load_declaration()
+DECLARATION = mf.load_declaration()
 FILE = [s.sql for s in schema.load([schema.ARCHIVE_MIGRATION])]
 CONSTRAINT = "image_generation_records_archive_status_check"
 # The archive columns the first release added; archive_may_be_hosted came next.
@@ -31,9 +32,9 @@ def catalog_with(
     if tables is None:
         tables = tuple(t.name for t in DECLARATION.tables)
     return mp.Catalog(
-        tables=frozenset({mp.RECORDS, *tables}),
+        tables=frozenset({mf.RECORDS, *tables}),
         columns=frozenset(
-            (mp.RECORDS, c.name) for c in DECLARATION.columns_of(mp.RECORDS)[:columns]
+            (mf.RECORDS, c.name) for c in DECLARATION.columns_of(mf.RECORDS)[:columns]
         ),
         indexes=found,
         constraints={} if constraint is None else {CONSTRAINT: constraint},
@@ -59,19 +60,19 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     d = DECLARATION
     declared = len(d.columns) + len(d.indexes) + len(d.tables) + len(d.seeds)
     assert declared + 2 * len(d.constraints) + 2 == len(FILE)
-    columns = d.columns_of(mp.RECORDS)
-    assert len(columns) == len(starting("ALTER TABLE", mp.RECORDS, "ADD COLUMN"))
-    assert columns[0] == mp.Column(mp.RECORDS, "archive_status", "TEXT")
-    assert columns[FIRST_RELEASE_COLUMNS] == mp.Column(
-        mp.RECORDS, "archive_may_be_hosted", "BOOLEAN NOT NULL DEFAULT false"
+    columns = d.columns_of(mf.RECORDS)
+    assert len(columns) == len(starting("ALTER TABLE", mf.RECORDS, "ADD COLUMN"))
+    assert columns[0] == mf.Column(mf.RECORDS, "archive_status", "TEXT")
+    assert columns[FIRST_RELEASE_COLUMNS] == mf.Column(
+        mf.RECORDS, "archive_may_be_hosted", "BOOLEAN NOT NULL DEFAULT false"
     )
-    assert mp.Column(mp.RECORDS, "archive_sent", "JSONB") in columns
+    assert mf.Column(mf.RECORDS, "archive_sent", "JSONB") in columns
     assert len(d.indexes) == len(starting("CREATE INDEX")) + len(starting("CREATE UNIQUE INDEX"))
     # On the live table CONCURRENTLY (the parser refuses it otherwise); on the project's own
     # tables a plain build, which is what the file writes there.
-    assert all(i.concurrently == (i.table == mp.RECORDS) for i in d.indexes)
+    assert all(i.concurrently == (i.table == mf.RECORDS) for i in d.indexes)
     assert "image_generation_records_archive_parked_idx" in {i.name for i in d.indexes}
-    assert {i.table for i in d.indexes} - {mp.RECORDS} == {"image_archive_uploads"}
+    assert {i.table for i in d.indexes} - {mf.RECORDS} == {"image_archive_uploads"}
     # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
     # migrate adds and validates on its own.
     [constraint] = d.constraints
@@ -85,7 +86,7 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     assert "CHECK (state IN ('booked', 'taken', 'done'))" in uploads.sql
     assert [s.table for s in d.seeds] == ["image_archive_lane"]
     assert d.lock_key == 1634888552
-    assert d.table_names == (mp.RECORDS, *tables)
+    assert d.table_names == (mf.RECORDS, *tables)
 
 
 def test_one_more_column_or_project_table_is_one_more_statement() -> None:
@@ -96,11 +97,11 @@ def test_one_more_column_or_project_table_is_one_more_statement() -> None:
         "ALTER TABLE image_archive_audit ADD COLUMN IF NOT EXISTS at TIMESTAMPTZ",
         "CREATE INDEX IF NOT EXISTS image_archive_audit_at_idx ON image_archive_audit (at)",
     ]
-    declaration = mp.parse_declaration(more)
+    declaration = mf.parse_declaration(more)
     plan = mp.plan(declaration, catalog_with())
 
     assert actions(plan) == [
-        (mp.Action.ADD_COLUMNS, mp.RECORDS),
+        (mp.Action.ADD_COLUMNS, mf.RECORDS),
         (mp.Action.CREATE_TABLE, "image_archive_audit"),
         (mp.Action.ADD_COLUMNS, "image_archive_audit"),
         (mp.Action.SEED, "image_archive_lane"),
@@ -132,17 +133,17 @@ def test_a_statement_migrate_cannot_check_first_is_refused_by_name(
     statement: str, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message) as refused:
-        mp.parse_declaration([*FILE, statement])
+        mf.parse_declaration([*FILE, statement])
     assert "archive_migration.sql" in str(refused.value)
 
 
 def test_the_lock_and_a_validate_for_each_constraint_are_required() -> None:
     without_lock = [s for s in FILE if "pg_advisory_lock" not in s]
     with pytest.raises(ValueError, match="pg_advisory_lock"):
-        mp.parse_declaration(without_lock)
+        mf.parse_declaration(without_lock)
     without_validate = [s for s in FILE if "VALIDATE CONSTRAINT" not in s]
     with pytest.raises(ValueError, match="no VALIDATE"):
-        mp.parse_declaration(without_validate)
+        mf.parse_declaration(without_validate)
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -159,11 +160,11 @@ def test_an_up_to_date_schema_plans_no_change() -> None:
 
 
 def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
-    catalog = mp.Catalog(tables=frozenset({mp.RECORDS}))
+    catalog = mp.Catalog(tables=frozenset({mf.RECORDS}))
     plan = mp.plan(DECLARATION, catalog)
 
     assert actions(plan) == [
-        (mp.Action.ADD_COLUMNS, mp.RECORDS),
+        (mp.Action.ADD_COLUMNS, mf.RECORDS),
         *[(mp.Action.CREATE_TABLE, t.name) for t in DECLARATION.tables],
         *[(mp.Action.SEED, s.table) for s in DECLARATION.seeds],
         *[
@@ -174,7 +175,7 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
         (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
     ]
     # One lock request for every column.
-    columns = DECLARATION.columns_of(mp.RECORDS)
+    columns = DECLARATION.columns_of(mf.RECORDS)
     assert plan.steps[0].sql.count("ADD COLUMN IF NOT EXISTS") == len(columns)
     assert plan.steps[0].detail == ", ".join(c.name for c in columns)
     # A project table's index is built after that table is created.
@@ -195,13 +196,13 @@ def test_an_upgrade_adding_may_be_hosted_marks_the_rows_an_older_release_may_hav
     older = catalog_with(columns=FIRST_RELEASE_COLUMNS, indexes={}, constraint=None, tables=())
     plan = mp.plan(DECLARATION, older)
 
-    added = [c.name for c in DECLARATION.columns_of(mp.RECORDS)[FIRST_RELEASE_COLUMNS:]]
+    added = [c.name for c in DECLARATION.columns_of(mf.RECORDS)[FIRST_RELEASE_COLUMNS:]]
     assert added[:2] == ["archive_may_be_hosted", "archive_altered"]
     assert plan.steps[0].detail == ", ".join(added)
-    assert (mp.Action.MARK_MAY_BE_HOSTED, mp.RECORDS) in actions(plan)
+    assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) in actions(plan)
     assert mp.legacy_scan_needed(DECLARATION, older)
     # Once the column exists it carries the truth: never marked again.
-    assert (mp.Action.MARK_MAY_BE_HOSTED, mp.RECORDS) not in actions(
+    assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) not in actions(
         mp.plan(DECLARATION, catalog_with(constraint=None))
     )
 
@@ -226,7 +227,7 @@ def test_mappable_legacy_values_are_mapped_before_the_constraint() -> None:
     plan = mp.plan(DECLARATION, catalog_with(constraint=None), legacy)
 
     assert actions(plan)[-3:] == [
-        (mp.Action.MAP_LEGACY, mp.RECORDS),
+        (mp.Action.MAP_LEGACY, mf.RECORDS),
         (mp.Action.ADD_CONSTRAINT, CONSTRAINT),
         (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
     ]
@@ -256,14 +257,14 @@ def test_an_unmappable_value_refuses_the_plan_and_repairs_only_a_not_valid_const
 def test_the_catalog_reads_the_schema_catalog_rows() -> None:
     catalog = mp.Catalog.from_rows(
         [
-            ("table", mp.RECORDS, mp.RECORDS, True),
-            ("column", "archive_status", mp.RECORDS, True),
-            ("index", "i", mp.RECORDS, False),
-            ("constraint", CONSTRAINT, mp.RECORDS, True),
+            ("table", mf.RECORDS, mf.RECORDS, True),
+            ("column", "archive_status", mf.RECORDS, True),
+            ("index", "i", mf.RECORDS, False),
+            ("constraint", CONSTRAINT, mf.RECORDS, True),
         ]
     )
-    assert catalog.tables == {mp.RECORDS}
-    assert catalog.has_column(mp.RECORDS, "archive_status")
+    assert catalog.tables == {mf.RECORDS}
+    assert catalog.has_column(mf.RECORDS, "archive_status")
     assert not catalog.has_column("image_archive_lane", "archive_status")
     assert catalog.indexes == {"i": False}
     assert catalog.constraints == {CONSTRAINT: True}

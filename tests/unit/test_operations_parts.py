@@ -111,6 +111,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     assert migrate.concurrent_index_names(statements) == [
         "image_generation_records_archive_pending_idx",
         "image_generation_records_archive_running_idx",
+        "image_generation_records_archive_parked_idx",
         "image_generation_records_archive_failed_idx",
         "image_generation_records_archive_backfill_idx",
         "image_generation_records_archive_altered_idx",

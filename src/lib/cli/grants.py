@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, out
 from lib.platform import grants
-from lib.platform.migration_plan import load_declaration
+from lib.platform.migration_file import load_declaration
 from lib.state.queries import QUERIES
 
 

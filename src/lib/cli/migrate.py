@@ -14,6 +14,7 @@ import pg8000.exceptions
 
 from lib.cli import legacy_status
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, out
+from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
 from lib.platform.db import MIGRATION_LOCK_TIMEOUT_MS, Database, describe, sqlstate
@@ -38,13 +39,13 @@ SAFE_AGAIN = (
 
 
 def run(ctx: Context) -> int:
-    declaration = mp.load_declaration()
+    declaration = mf.load_declaration()
     migration = Migration(ctx, ctx.database(migration_session=True), declaration)
     return migration.dry_run() if ctx.args.dry_run else migration.apply()
 
 
 class Migration:
-    def __init__(self, ctx: Context, db: Database, declaration: mp.Declaration) -> None:
+    def __init__(self, ctx: Context, db: Database, declaration: mf.Declaration) -> None:
         self.ctx = ctx
         self.db = db
         self.declaration = declaration
@@ -117,9 +118,9 @@ class Migration:
             constraints=[c.name for c in self.declaration.constraints],
         )
         catalog = mp.Catalog.from_rows(rows)
-        if mp.RECORDS not in catalog.tables and not allow_missing_table:
+        if mf.RECORDS not in catalog.tables and not allow_missing_table:
             raise CommandError(
-                f"there is no {mp.RECORDS} table here (the generation service's): is this the"
+                f"there is no {mf.RECORDS} table here (the generation service's): is this the"
                 " right database? For an empty local database use `migrate --with-base-schema`"
             )
         return catalog
@@ -150,7 +151,7 @@ class Migration:
         )
 
     def would_mark(self, catalog: mp.Catalog) -> str:
-        if not catalog.has_column(mp.RECORDS, "archive_attempts"):
+        if not catalog.has_column(mf.RECORDS, "archive_attempts"):
             return "(not counted: archive_attempts is added in the same run)"
         [[count]] = self.db.run(QUERIES["count_may_have_uploaded"])
         return f"{count} rows would be marked"

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lib.platform.db import describe, sqlstate
-from lib.platform.migration_plan import RECORDS, Declaration
+from lib.platform.migration_file import RECORDS, Declaration
 
 # Stands for "every column archive_migration.sql adds to image_generation_records", so a
 # new archive column is granted without touching this table.
