@@ -20,7 +20,7 @@ from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib.archive import runtime
 from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
-from tests.support import FakeLambdaContext, queue_attrs, sqs_event
+from tests.support import FakeLambdaContext, queue_attrs, reset_lane, sqs_event
 
 TOKEN = DEFAULT_TOKEN
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +200,7 @@ def quick_env(pg_dsn: str, _lsky_server: Any, moto: Any) -> Iterator[Callable[..
 @pytest.fixture(scope="module")
 def quick_conn(pg_dsn: str) -> Iterator[Any]:
     connection = connect(pg_dsn)
+    reset_lane(connection)  # an earlier module may have left the shared lane paused
     yield connection
     connection.close()
 
