@@ -35,8 +35,8 @@ VARIANTS = {
 }
 MEASURED = ("streamed", "spooled", "staged")
 WHAT = {
-    "streamed": "streamed (Content-Length)",
-    "spooled": "spooled (no Content-Length)",
+    "streamed": "held (with a Content-Length)",
+    "spooled": "held (no Content-Length)",
     "staged": "staged to S3 while the lane is paused (no Content-Length)",
 }
 

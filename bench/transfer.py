@@ -14,7 +14,7 @@ connection), which makes the comparison stricter, not looser. No SQS call happen
 either side (the happy path does not call SQS; the event is synthetic).
 
 A third side, interleaved with the two, runs the handler with the md5/sha1 of the
-fidelity check switched off (ContentDigest.update only counting), which prices the
+fidelity check switched off (lib.transfer.held.Digests.update only counting), which prices the
 hashing in the same process; and every request the handler sends to Lsky is counted.
 """
 
@@ -208,7 +208,7 @@ def run(services: Services, reps: int = 21) -> list[Row]:
         rows.append(
             Row(
                 "2",
-                "md5 + sha1 while streaming: the same 10 MB archive with vs without hashing",
+                "md5, sha1, sha256 while spooling: the 10 MB archive with vs without hashing",
                 f"{ms(handler)} vs {ms(without)} = {cost:.2f} x (paired median "
                 f"{paired_cost:.2f} x); the hashing alone {ms(cpu)} CPU",
                 f"<= {HASHING_TARGET_RATIO} x",

@@ -96,8 +96,8 @@ class StagedObject:
         try:
             chunk = bytes(self._body.read(READ_CHUNK_BYTES))
         except Exception as error:  # noqa: BLE001 - botocore's errors (some subclass urllib3's)
-            # Converted here, inside the iterator: raised into the Lsky upload's urllib3
-            # call, a botocore ReadTimeoutError would pass for Lsky's own timeout.
+            # Converted here, inside the iterator: raised into the spool that reads the copy
+            # back, a botocore ReadTimeoutError would pass for a timeout of ours.
             if self._watchdog.fired:
                 raise StagingError("reading the staged copy ran past the deadline") from None
             raise StagingError(f"reading the staged copy failed ({type(error).__name__})") from None

@@ -119,8 +119,9 @@ END
 $$;
 
 -- The upload lane to the image host, shared by every container: a pause for host-level
--- conditions (rate limits, account problems) and the recent upload times that pacing and
--- pause estimates read. One row per host account ('lsky'); the project's own table.
+-- conditions (rate limits, account problems) and a version every pause and pacing slot
+-- bumps (lib.state.lane_store). One row per host account ('lsky'); the project's own
+-- table. upload_times is an earlier release's log, unused now (the ledger below is it).
 CREATE TABLE IF NOT EXISTS image_archive_lane (
     lane TEXT PRIMARY KEY,
     paused_until TIMESTAMPTZ,

@@ -275,11 +275,12 @@ class LskyClient:
                 )
             except BodyLengthError as error:
                 # The request was abandoned before its last byte (urllib3 closed the
-                # connection): the upstream sent more or less than it announced.
+                # connection): the spool held more or less than announced. Nothing of a
+                # request cut off mid-body is stored.
                 raise fail(
-                    Stage.DOWNLOAD,
+                    Stage.UPLOAD,
                     Kind.CONNECTION,
-                    f"upstream body did not match its length: {error}",
+                    f"the image in hand did not match its length: {error}",
                 ) from None
             except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
                 raise fail(stage, Kind.CONNECTION, "could not connect to Lsky") from None
