@@ -349,6 +349,46 @@ def test_a_missing_staged_copy_falls_back_to_the_source(
     assert staged.log_for("staged copy missing; using the source")
 
 
+@pytest.mark.parametrize("source_alive", [True, False], ids=["url-still-works", "url-expired"])
+def test_a_replay_whose_copy_the_lifecycle_removed_tries_the_source_once(
+    staged: ArchiveHarness,
+    records: Records,
+    db: Any,
+    s3: Any,
+    staging_bucket: str,
+    upstream: Any,
+    lsky: Any,
+    source_alive: bool,
+) -> None:
+    # A FAILED row kept its copy for `archive-ctl requeue --failed`; the bucket's lifecycle
+    # rule deleted it before the operator replayed the failure.
+    seed_record(db, 8, image_url=source(upstream, "/gen/8.png", chunked=True, downloads=1))
+    lsky.script(*[Behaviour.server_error()] * 3)
+    for _ in range(3):
+        staged.deliver(encode(8))
+        make_due(db, 8)
+    [key] = staged_keys(s3, staging_bucket)
+    s3.delete_object(Bucket=staging_bucket, Key=key)
+    if source_alive:
+        upstream.add("/gen/8.png", IMAGE)  # the provider still serves it
+    records.operator.requeue_failed(since=None, limit=10)
+
+    staged.deliver(encode(8))
+
+    row = fetch_record(db, 8)
+    assert staged.log_for("staged copy missing; using the source")
+    if source_alive:
+        assert row["archive_status"] == "SUCCEEDED"
+        assert lsky.successful_uploads == 1
+    else:
+        # One attempt, spent on a permanent answer: nothing retried for nothing, and the
+        # error says both what was missing and what the source said.
+        assert (row["archive_status"], row["archive_attempts"]) == ("FAILED", 1)
+        assert row["archive_error"].startswith("download failed (HTTP 403): staged copy gone;")
+        assert lsky.successful_uploads == 0
+    assert row["archive_staged_key"] is None
+
+
 def test_when_s3_cannot_take_the_capture_the_record_waits_as_without_staging(
     archive_env: Callable[..., dict[str, str]],
     archive: ArchiveHarness,

@@ -122,6 +122,10 @@ class Transfer:
                 found = None
             if found is not None and found.adopted is not None:
                 return _archived(found.adopted)
+        if at.restage:
+            # Said plainly: the copy the row relied on is gone (the bucket's lifecycle rule)
+            # and the provider's URL failed too (typically expired: a permanent 403).
+            failure = replace(failure, message=f"staged copy gone; {failure.message}")
         # Nothing was sent this attempt: the row keeps what the claim found.
         return self._attempt_failed(at, replace(failure, may_be_hosted=at.task.may_be_hosted))
 
