@@ -26,7 +26,7 @@ from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
-from tests.support import FakeLambdaContext, fetch_record, seed_record
+from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -217,3 +217,42 @@ def test_the_handlers_run_as_a_role_with_the_documented_grants(
     summary = lambda_handler({}, context)
     assert summary["requeued"] == 1
     assert fetch_record(db, 23)["archive_status"] == "PENDING"
+
+
+def test_a_grant_missing_after_an_upgrade_is_our_fault_and_spends_no_attempt(
+    role_dsn: str,
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # An upgrade that missed the ledger's grant: the upload is stored, its success write
+    # (which logs the upload) is refused with 42501.
+    role = urlsplit(role_dsn).username
+    db.run(f"REVOKE INSERT ON image_archive_uploads FROM {role}")
+    archive_env(DATABASE_URL=role_dsn)
+    seed_record(db, 31, image_url=upstream.add("/p.png", images.png(8, 8)))
+    capsys.readouterr()
+
+    response = archive.deliver(encode(31))
+
+    assert len(response["batchItemFailures"]) == 1  # redelivered, not failed
+    row = fetch_record(db, 31)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert row["archive_may_be_hosted"] is True  # stored on Lsky: the next attempt adopts
+    line = archive.log_for(
+        "archive stopped by our own fault; attempt given back, message will be redelivered"
+    )
+    assert "permission denied on table image_archive_uploads" in line["error"]
+    assert "archive-ctl grants" in line["error"]
+    assert emf_metrics(capsys)["PermissionDenied"] == 1
+
+    # The grant fixed, the record adopts what was stored: one copy, no attempt lost.
+    db.run(f"GRANT INSERT ON image_archive_uploads TO {role}")
+    db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 31")
+    assert archive.deliver(encode(31)) == {"batchItemFailures": []}
+    row = fetch_record(db, 31)
+    assert (row["archive_status"], row["archive_attempts"]) == ("SUCCEEDED", 1)
+    assert len(lsky.image_records()) == 1
