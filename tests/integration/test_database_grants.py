@@ -26,6 +26,7 @@ from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
+from tests.logcapture import capture_logs, parse
 from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,3 +257,28 @@ def test_a_grant_missing_after_an_upgrade_is_our_fault_and_spends_no_attempt(
     row = fetch_record(db, 31)
     assert (row["archive_status"], row["archive_attempts"]) == ("SUCCEEDED", 1)
     assert len(lsky.image_records()) == 1
+
+
+def test_the_sweeper_names_a_missing_grant(
+    role_dsn: str,
+    archive_env: Callable[..., dict[str, str]],
+    db: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    role = urlsplit(role_dsn).username
+    db.run(f"REVOKE INSERT ON image_archive_upload_hours FROM {role}")
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state)"
+        " VALUES ('lsky', now() - interval '3 hours', 'done')"
+    )
+    archive_env(DATABASE_URL=role_dsn)
+    from handlers.sweeper import lambda_handler
+
+    capsys.readouterr()
+    with capture_logs() as lines, pytest.raises(Exception, match="42501"):
+        lambda_handler({}, FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60))
+
+    [stopped] = [e for e in parse(lines) if e["message"].startswith("sweep stopped")]
+    assert stopped["message"] == "sweep stopped: the database role lacks a grant"
+    assert "permission denied on table image_archive_upload_hours" in stopped["error"]
+    assert emf_metrics(capsys)["PermissionDenied"] == 1
