@@ -53,6 +53,20 @@ class AlteredCounts:
     limit: int
 
 
+@dataclass(frozen=True)
+class LaneDemand:
+    """The records the upload lane holds, live and backfilled (`lane_demand`)."""
+
+    live_waiting: int  # live rows waiting for the lane: a host pause, a pacing slot
+    live_due: int  # live rows due now (queued or running) that hold no upload slot yet
+    backfill_in_lane: int  # backfilled rows queued, running or waiting (not in backoff)
+    backfill_unslotted: int  # of those, the ones holding no upload slot yet
+
+
+# Rows `lane_demand` reads at most: past that, the lane is busy enough for a backfill to wait.
+DEMAND_READ_LIMIT = 10_000
+
+
 class OperatorRecords(Statements):
     def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
         return [
@@ -141,6 +155,15 @@ class OperatorRecords(Statements):
         """Make rows a backfill page marked with `stamp` never-queued again; returns those
         put back (a row someone touched since keeps its state)."""
         return [int(row[0]) for row in self._run("unmark_backfill", ids=record_ids, stamp=stamp)]
+
+    def lane_demand(self, *, limit: int = DEMAND_READ_LIMIT) -> LaneDemand:
+        [[waiting, due, in_lane, unslotted]] = self._run("lane_demand", limit=limit)
+        return LaneDemand(int(waiting), int(due), int(in_lane), int(unslotted))
+
+    def count_never_queued(self, *, limit: int) -> int:
+        """Never-queued SUCCEEDED generations, counted up to `limit`."""
+        [[total]] = self._run("count_never_queued", limit=limit)
+        return int(total)
 
     @staticmethod
     def _backfill_range(
