@@ -52,10 +52,10 @@ class LaneView:
     def paced(self) -> bool:
         return bool(self.limits)
 
-    def ahead(self, seconds: float, page_size: int) -> int:
+    def ahead(self, seconds: float) -> int:
         """Backfilled records the lane may hold: its uploads in `seconds` at its speed."""
         speed = self.recent_uploads / SPEED_WINDOW_SECONDS
-        return max(MIN_AHEAD, min(page_size, math.floor(speed * seconds)))
+        return max(MIN_AHEAD, math.floor(speed * seconds))
 
     def backfill_eta(self, remaining: int) -> float | None:
         """Seconds until the last of `remaining` unsent rows (and those sent but holding no
@@ -101,7 +101,7 @@ def decide(view: LaneView, *, page_size: int, ahead_seconds: float, room_left: i
         return _wait(f"live records first: {demand.live_waiting} waiting for an upload slot")
     if view.booked_ahead > 0:
         return _wait("no spare upload slot: slots are booked ahead", view.booked_ahead, "free in")
-    ahead = view.ahead(ahead_seconds, page_size)
+    ahead = view.ahead(ahead_seconds)
     free = ahead - demand.backfill_in_lane
     if free <= 0:
         return Step(

@@ -68,7 +68,7 @@ def look(ctx: Context, records: OperatorRecords, limits: Limits) -> LaneView:
         booked_ahead = max((state.queue_end - state.now).total_seconds(), 0.0)
     return LaneView(
         paused_for=pause.remaining_seconds if pause else 0.0,
-        pause_words=lanes.describe(pause) if pause else "",
+        pause_words=lanes.brief(pause) if pause else "",
         booked_ahead=booked_ahead,
         limits=limits,
         entries=tuple(lane_store.ledger(longest)) if longest else (),
@@ -156,6 +156,7 @@ class Backfill:
                     room_left=room,
                 )
                 if step.rows and not self._page(step.rows):
+                    self.display.show(self._progress(Step(0, 0.0), 0.0), self.ctx.clock())
                     return
                 self._eta_at_look = self.view.backfill_eta(self.meter.remaining() or 0)
             self.display.show(self._progress(step, self.ctx.clock() - looked_at), self.ctx.clock())

@@ -101,8 +101,9 @@ def bar_line(progress: Progress, width: int = 1000) -> str:
     the reason it waits is cut only when it does not fit alone."""
     eta = f"ETA {duration(progress.eta)}"
     count, short = progress.count(), progress.count(short=True)
+    bar = progress.bar()
     for parts in (
-        [progress.bar(), count, progress.rate, eta],
+        [f"{bar} {count}" if bar else count, progress.rate, eta],
         [count, progress.rate, eta],
         [short, progress.rate, eta],
         [short, eta],

@@ -213,7 +213,7 @@ def lane_lines(lane: LaneReport | None, work: Backlog | None) -> list[str]:
         lines += _pacing_lines(lane.pacing)
         lines.append(
             f"  drain: {lane.drain_per_minute:.1f}/min by the pacing limits, from now "
-            f"(the last 15 min: {uploads}, {recent:.1f}/min)"
+            f"({uploads}, {recent:.1f}/min)"
         )
     if work is not None:
         if work.eta_seconds is not None:
