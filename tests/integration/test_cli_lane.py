@@ -11,8 +11,8 @@ import pytest
 from devkit.sqs import QueuePair
 from lib.archive.message import encode
 from lib.cli.context import EXIT_OK
-from tests.integration.test_cli import URL, Ctl
 from tests.integration.lane_model import LaneModel
+from tests.integration.test_cli import URL, Ctl
 from tests.integration.test_cli_backfill import pause_lane
 from tests.support import seed_record, set_uploads
 
