@@ -38,14 +38,14 @@ def time_passes(db: Any, seconds: float) -> None:
         db.run(statement, s=seconds)
 
 
-def bulk_never_queued(db: Any, first: int, count: int) -> None:
+def bulk_never_queued(db: Any, first: int, count: int, *, url: str = URL) -> None:
     """`count` SUCCEEDED generations never queued, ids from `first`, oldest id first."""
     db.run("INSERT INTO users (id, username) VALUES (1, 'alice') ON CONFLICT (id) DO NOTHING")
     db.run(
         "INSERT INTO image_generation_records (id, user_id, status, image_url, started_at)"
         " SELECT g, 1, 'SUCCEEDED', :url, now() - interval '30 days' + g * interval '1 s'"
         " FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS g",
-        url=URL,
+        url=url,
         first=first,
         last=first + count - 1,
     )
