@@ -133,7 +133,7 @@ def test_backlog_eta() -> None:
 
 # -- a backfill's next step -------------------------------------------------------------
 
-IDLE = LaneDemand(live_waiting=0, live_due=0, backfill_in_lane=0, backfill_unslotted=0)
+IDLE = LaneDemand(live_waiting=0, live_due=0, backfill_queued=0, backfill_unslotted=0)
 
 
 def view(
@@ -170,7 +170,7 @@ def test_nothing_is_sent_while_the_host_paused_the_lane() -> None:
 
 
 def test_live_records_waiting_for_the_lane_come_first() -> None:
-    demand = LaneDemand(live_waiting=3, live_due=0, backfill_in_lane=0, backfill_unslotted=0)
+    demand = LaneDemand(live_waiting=3, live_due=0, backfill_queued=0, backfill_unslotted=0)
     waiting = step(view(demand=demand, recent=60))
     assert waiting.rows == 0
     assert waiting.why == "waiting: live records first: 3 waiting for an upload slot"
@@ -189,10 +189,13 @@ def test_history_in_the_lane_is_kept_to_a_few_seconds_of_uploads() -> None:
     assert step(view(recent=60)).rows == 10
     assert step(view(recent=60), room=4).rows == 4  # --limit
     assert step(view(recent=6000), page=50).rows == 50  # never more than a page at once
-    full = LaneDemand(live_waiting=0, live_due=0, backfill_in_lane=10, backfill_unslotted=0)
+    # Uploads under way are not ahead of a live record: only the queued ones count.
+    running = LaneDemand(live_waiting=0, live_due=0, backfill_queued=0, backfill_unslotted=6)
+    assert step(view(recent=60, demand=running)).rows == 10
+    full = LaneDemand(live_waiting=0, live_due=0, backfill_queued=10, backfill_unslotted=0)
     waiting = step(view(recent=60, demand=full))
     assert (waiting.rows, waiting.look_in) == (0, 1.0)
-    assert waiting.why.startswith("waiting: 10 backfilled records in the lane, at most 10 ahead")
+    assert waiting.why.startswith("waiting: 10 backfilled records queued, at most 10 ahead")
 
 
 def test_pacing_gives_history_only_the_room_live_demand_leaves() -> None:
@@ -203,7 +206,7 @@ def test_pacing_gives_history_only_the_room_live_demand_leaves() -> None:
     busy = view(limits=limits, entries=live(5, 10), recent=600)
     assert step(busy).rows == 24 - 5 - 3
     # Records sent but not holding a slot yet, live or history, take their room first.
-    demand = LaneDemand(live_waiting=0, live_due=2, backfill_in_lane=4, backfill_unslotted=4)
+    demand = LaneDemand(live_waiting=0, live_due=2, backfill_queued=4, backfill_unslotted=4)
     assert step(view(limits=limits, entries=live(5, 10), recent=600, demand=demand)).rows == 10
     # A window full for history: wait until its history ages out.
     full = view(limits=limits, entries=[*live(5, 10), *history(16, -4.0)], recent=600)

@@ -2,7 +2,7 @@
 
 Live records first: history is sent only while the lane is open, no live record waits for
 it, no slot is booked ahead, and (pacing on) every window keeps live demand's share free.
-Little history is in the lane at a time, so a live record is never queued behind much.
+Little history is queued at a time, so a live record is never queued behind much.
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ class LaneView:
         return bool(self.limits)
 
     def ahead(self, seconds: float) -> int:
-        """Backfilled records the lane may hold: its uploads in `seconds` at its speed."""
+        """Backfilled records that may be queued (received or not, not yet running): the
+        lane's uploads in `seconds` at its speed. A live record finds no more ahead of it
+        than these and the uploads under way."""
         speed = self.recent_uploads / SPEED_WINDOW_SECONDS
         return max(MIN_AHEAD, math.floor(speed * seconds))
 
@@ -102,12 +104,12 @@ def decide(view: LaneView, *, page_size: int, ahead_seconds: float, room_left: i
     if view.booked_ahead > 0:
         return _wait("no spare upload slot: slots are booked ahead", view.booked_ahead, "free in")
     ahead = view.ahead(ahead_seconds)
-    free = ahead - demand.backfill_in_lane
+    free = ahead - demand.backfill_queued
     if free <= 0:
         return Step(
             0,
             LOOK_SECONDS,
-            f"waiting: {demand.backfill_in_lane} backfilled records in the lane, at most "
+            f"waiting: {demand.backfill_queued} backfilled records queued, at most "
             f"{ahead} ahead of live records (--ahead-seconds {ahead_seconds:g})",
         )
     rows = min(page_size, free, page_size if room_left is None else room_left)

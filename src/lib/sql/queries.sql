@@ -815,9 +815,9 @@ RETURNING id;
 -- name: lane_demand
 -- `archive-ctl backfill`: what the lane holds before history may have more. Live rows (not
 -- archive_backfilled) waiting for the lane (a host pause, a pacing slot), and live rows due
--- now (RUNNING, or PENDING and due) that hold no slot yet; backfilled rows in the lane
--- (RUNNING, or PENDING other than in backoff) and, of those, the ones holding no slot.
--- Range reads of the PENDING and RUNNING partial indexes, at most :limit rows.
+-- now (RUNNING, or PENDING and due) that hold no slot yet; backfilled rows queued (PENDING
+-- other than in backoff), and backfilled rows in the lane (those, or RUNNING) holding no
+-- slot. Range reads of the PENDING and RUNNING partial indexes, at most :limit rows.
 WITH lane AS (
     SELECT id, archive_status, archive_backfilled, archive_wait_reason,
            COALESCE(archive_next_run_at <= now(), true) AS due
@@ -831,6 +831,7 @@ WITH lane AS (
 ),
 seen AS (
     SELECT lane.archive_backfilled AS history, lane.due,
+           lane.archive_status = 'RUNNING' AS running,
            COALESCE(lane.archive_wait_reason IN ('paced', 'paused'), false) AS waiting,
            COALESCE(lane.archive_wait_reason = 'backoff', false) AS backoff,
            EXISTS (SELECT 1 FROM image_archive_uploads AS u
@@ -839,7 +840,7 @@ seen AS (
 )
 SELECT count(*) FILTER (WHERE NOT history AND waiting),
        count(*) FILTER (WHERE NOT history AND due AND NOT waiting AND NOT slotted),
-       count(*) FILTER (WHERE history AND NOT backoff),
+       count(*) FILTER (WHERE history AND NOT running AND NOT backoff),
        count(*) FILTER (WHERE history AND NOT backoff AND NOT slotted)
 FROM seen;
 

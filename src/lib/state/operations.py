@@ -59,8 +59,8 @@ class LaneDemand:
 
     live_waiting: int  # live rows waiting for the lane: a host pause, a pacing slot
     live_due: int  # live rows due now (queued or running) that hold no upload slot yet
-    backfill_in_lane: int  # backfilled rows queued, running or waiting (not in backoff)
-    backfill_unslotted: int  # of those, the ones holding no upload slot yet
+    backfill_queued: int  # backfilled rows PENDING (queued, or waiting), not in backoff
+    backfill_unslotted: int  # backfilled rows PENDING or RUNNING that hold no upload slot
 
 
 # Rows `lane_demand` reads at most: past that, the lane is busy enough for a backfill to wait.
@@ -157,8 +157,8 @@ class OperatorRecords(Statements):
         return [int(row[0]) for row in self._run("unmark_backfill", ids=record_ids, stamp=stamp)]
 
     def lane_demand(self, *, limit: int = DEMAND_READ_LIMIT) -> LaneDemand:
-        [[waiting, due, in_lane, unslotted]] = self._run("lane_demand", limit=limit)
-        return LaneDemand(int(waiting), int(due), int(in_lane), int(unslotted))
+        [[waiting, due, queued, unslotted]] = self._run("lane_demand", limit=limit)
+        return LaneDemand(int(waiting), int(due), int(queued), int(unslotted))
 
     def count_never_queued(self, *, limit: int) -> int:
         """Never-queued SUCCEEDED generations, counted up to `limit`."""
