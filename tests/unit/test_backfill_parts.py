@@ -173,7 +173,7 @@ def test_live_records_waiting_for_the_lane_come_first() -> None:
     demand = LaneDemand(live_waiting=3, live_due=0, backfill_queued=0, backfill_unslotted=0)
     waiting = step(view(demand=demand, recent=60))
     assert waiting.rows == 0
-    assert waiting.why == "waiting: live records first: 3 waiting for an upload slot"
+    assert waiting.why == "waiting: live records first: 3 waiting for the lane"
 
 
 def test_no_history_while_slots_are_booked_ahead() -> None:

@@ -100,7 +100,7 @@ def decide(view: LaneView, *, page_size: int, ahead_seconds: float, room_left: i
     if view.paused_for > 0:
         return _wait(f"the upload lane is {view.pause_words}", _finite(view.paused_for), "opens in")
     if demand.live_waiting:
-        return _wait(f"live records first: {demand.live_waiting} waiting for an upload slot")
+        return _wait(f"live records first: {demand.live_waiting} waiting for the lane")
     if view.booked_ahead > 0:
         return _wait("no spare upload slot: slots are booked ahead", view.booked_ahead, "free in")
     ahead = view.ahead(ahead_seconds)

@@ -155,12 +155,12 @@ class Backfill:
                     ahead_seconds=self.args.ahead_seconds,
                     room_left=room,
                 )
-                if step.rows and not self._page(step.rows):
-                    self.display.show(self._progress(Step(0, 0.0), 0.0), self.ctx.clock())
-                    return
+                if step.rows and (not self._page(step.rows) or self._room() == 0):
+                    break
                 self._eta_at_look = self.view.backfill_eta(self.meter.remaining() or 0)
             self.display.show(self._progress(step, self.ctx.clock() - looked_at), self.ctx.clock())
             self.ctx.sleep(LOOK_SECONDS)
+        self.display.show(self._progress(Step(0, 0.0), 0.0), self.ctx.clock())  # as it ends
 
     def _progress(self, step: Step, elapsed: float) -> Progress:
         remaining = self.meter.remaining()
