@@ -73,6 +73,8 @@ def record_ids(messages: list[dict[str, Any]]) -> list[int]:
 INDEXES = {
     "image_generation_records_archive_pending_idx",
     "image_generation_records_archive_running_idx",
+    "image_generation_records_archive_parked_idx",
+    "image_generation_records_archive_backfilled_idx",
     "image_generation_records_archive_failed_idx",
     "image_generation_records_archive_backfill_idx",
     "image_generation_records_archive_altered_idx",
