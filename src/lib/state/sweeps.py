@@ -79,14 +79,15 @@ class SweepRecords(Statements):
         backfilled: bool = False,
     ) -> list[SweptRow]:
         """Lost and parked rows, live ones or (`backfilled`) those a backfill queued."""
-        rows = self._run(
-            "take_lost_backfilled" if backfilled else "take_lost",
-            limit=limit,
-            grace=grace_seconds,
-            interval=interval_seconds,
-            after=BEGINNING if after is None else after,
-        )
-        return _swept(rows)
+        params: dict[str, Any] = {
+            "limit": limit,
+            "grace": grace_seconds,
+            "interval": interval_seconds,
+            "after": BEGINNING if after is None else after,
+        }
+        if backfilled:
+            return _swept(self._run("take_lost_backfilled", **params))
+        return _swept(self._run("take_lost", **params))
 
     def date_undated(self, *, limit: int) -> int:
         return len(self._run("date_undated", limit=limit))
