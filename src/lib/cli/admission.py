@@ -28,7 +28,7 @@ LOOK_SECONDS = 1.0
 WAIT_LOOK_SECONDS = 5.0
 # The lane's speed is its uploads over this many seconds (the ledger).
 SPEED_WINDOW_SECONDS = 60
-# History in the lane is kept to what it uploads in --ahead-seconds, and at least this.
+# Queued history is kept to what the lane uploads in --ahead-seconds, and at least this.
 MIN_AHEAD = 2
 
 
@@ -37,7 +37,7 @@ class LaneView:
     """One look at the lane: its pause, its ledger, and the records it holds."""
 
     paused_for: float  # > 0: a host pause (inf: until cleared)
-    pause_words: str  # how `lane.describe` reads it ('' when open)
+    pause_words: str  # how `lane.brief` reads it ('' when open)
     booked_ahead: float  # seconds the booked slots reach past now (0: none)
     limits: Limits  # LSKY_RATE_LIMITS; empty: pacing off
     entries: tuple[LedgerEntry, ...]  # pacing on: the longest window's entries
