@@ -232,5 +232,5 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, db: Any, queues: Queue
     monkeypatch.setenv("DATABASE_URL", pg_dsn)
     monkeypatch.setenv("ARCHIVE_QUEUE_URL", queues.url)
     monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
-    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
+    for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS", "LSKY_RATE_LIMITS"):
         monkeypatch.delenv(name, raising=False)

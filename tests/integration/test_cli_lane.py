@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from devkit.sqs import QueuePair
+from lib.archive.message import encode
 from lib.cli.context import EXIT_OK
+from tests.integration.lane_model import LaneModel
 from tests.integration.test_cli import URL, Ctl
 from tests.integration.test_cli_backfill import pause_lane
 from tests.support import seed_record, set_uploads
@@ -64,6 +67,8 @@ def test_status_shows_an_open_lane_its_drain_rate_and_the_backlog_eta(ctl: Ctl, 
         "recent_uploads": 30,
         "drain_window_seconds": 900,
         "drain_per_minute": 2.0,
+        "drain_basis": "ledger",
+        "pacing": None,
     }
     assert report["backlog"] == {"records": 10, "eta_seconds": 300.0}
 
@@ -119,6 +124,38 @@ def test_status_without_recent_uploads_has_no_eta(ctl: Ctl, db: Any) -> None:
     assert ctl("status") == EXIT_OK
     assert "  drain: 0 uploads in the last 15 min (0.0/min)" in ctl.out
     assert "ETA - (nothing uploaded in the last 15 min)" in ctl.out
+
+
+def test_with_pacing_status_tells_the_drain_the_limits_allow_from_now(
+    ctl: Ctl, db: Any, sqs: Any, queues: QueuePair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 7: the drain of the last 15 minutes (104 uploads, 6.9/min) said a
+    backlog of 30 takes 4 min; the hour those uploads filled makes it 50. With pacing on,
+    status reads the limits, and what it says is what then happens."""
+    monkeypatch.setenv("LSKY_RATE_LIMITS", "20/minute,100/hour")
+    set_uploads(db, 104, within_seconds=880)
+    seed_backlog(db, pending=30)
+
+    assert ctl("status", "--json") == EXIT_OK, ctl.err
+    report = json.loads(ctl.out)
+    lane, eta = report["lane"], report["backlog"]["eta_seconds"]
+    assert (lane["recent_uploads"], lane["drain_basis"]) == (104, "limits")
+    assert [(w["window"], w["used"], w["free"]) for w in lane["pacing"]["windows"]] == [
+        ("minute", 7, 13),
+        ("hour", 104, 0),
+    ]
+    assert ctl("status") == EXIT_OK
+    assert "  pacing 20/min, 100/h (LSKY_RATE_LIMITS)\n" in ctl.out
+    assert f"  drain: {lane['drain_per_minute']:.1f}/min by the pacing limits, from now" in ctl.out
+
+    # What then happens: the archive function takes the 30 records as the lane lets it.
+    model = LaneModel(db, sqs, queues, limits=((60, 20), (3600, 100)), shift=True)
+    for record_id in range(1, 31):
+        sqs.send_message(QueueUrl=queues.url, MessageBody=encode(record_id))
+    took = model.run_until_uploaded(range(1, 31))
+    assert took / 2 <= eta <= took * 2, (eta, took)
+    drained = 30 * 60 / took
+    assert drained / 2 <= lane["drain_per_minute"] <= drained * 2, (lane, drained)
 
 
 # -- lane clear ------------------------------------------------------------------------------

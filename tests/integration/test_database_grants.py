@@ -141,6 +141,12 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert sweeps.date_undated(limit=10) == 3  # 7, and 5 and 6 recovered undated
         lost = sweeps.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
         assert [r.record_id for r in lost] == [8]
+        assert (
+            sweeps.take_lost(
+                limit=10, grace_seconds=300, interval_seconds=900, after=None, backfilled=True
+            )
+            == []
+        )
         assert sweeps.restore(lost) == 1
         sweeps.oldest_pending_age_seconds()
 
@@ -184,6 +190,9 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         page = ops.mark_backfill_page(since=None, until=None, user_id=None, after=None, limit=5)
         assert [row[0] for row in page] == [11]
         assert ops.unmark_backfill([11], stamp=page[0][-1]) == [11]
+        assert ops.count_never_queued(limit=5) == 1
+        assert ops.lane_demand().live_due >= 1
+        assert lanes.ledger(3600)
     finally:
         database.close()
 

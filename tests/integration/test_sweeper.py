@@ -448,6 +448,47 @@ def test_a_run_is_bounded_and_the_next_continues(
     assert sorted(sweep.drain()) == list(range(26, 41))
 
 
+def test_live_rows_are_sent_before_backfilled_ones(
+    sweep_env: Callable[..., None], sweep: SweepHarness, db: Any
+) -> None:
+    """Issue 21 item 6: parked and lost rows go back live first, even when the backfill's
+    are due earlier (the sweeper used to send the oldest due first, history and all)."""
+    sweep_env(ARCHIVE_SWEEP_MAX_ROWS="6")
+    parked = {"enqueued_at": None, "archive_wait_reason": "paused"}
+    for record_id in range(1, 6):  # history: lost long ago, and parked, due first
+        seed_record(
+            db, record_id, image_url=URL, next_run_at=5000 - record_id, archive_backfilled=True
+        )
+        seed_record(
+            db,
+            10 + record_id,
+            image_url=URL,
+            next_run_at=200 - record_id,
+            archive_backfilled=True,
+            **parked,
+        )
+    for record_id in (21, 22):  # live: lost, and parked, due later
+        seed_record(db, record_id, image_url=URL, next_run_at=1000 + record_id)
+    for record_id in (31, 32):
+        seed_record(db, record_id, image_url=URL, next_run_at=100 - record_id, **parked)
+    sweeper = build_sweeper(load_sweeper_settings())
+    sweeper.page_size = 3
+    queue = CountingQueue()
+    sweeper.queue = queue
+    try:
+        first = sweeper.run(remaining_ms=lambda: 60_000)
+        # Live rows first, oldest due first among them; then history fills the run's bound.
+        assert [int(i) for i in queue.sent[:4]] == [22, 21, 31, 32]
+        assert all(int(i) < 20 for i in queue.sent[4:])
+        assert (first.requeued, first.stop_reason) == (6, "max_rows")
+        queue.sent.clear()
+        second = sweeper.run(remaining_ms=lambda: 60_000)
+    finally:
+        sweeper.records.db.close()
+    assert second.requeued == 6
+    assert sorted(int(i) for i in queue.sent) == [3, 4, 5, 11, 12, 13]
+
+
 def test_small_pages(sweep: SweepHarness, db: Any) -> None:
     for record_id in range(1, 36):
         seed_record(db, record_id, image_url=URL, next_run_at=1000 + record_id)
@@ -641,6 +682,7 @@ def test_sweeper_function_with_its_event_file_and_env_json(
 BIG_DATABASE = "archive_sweeper_explain"
 BIG_ROWS = 1_000_000
 PARKED_INDEX = "image_generation_records_archive_parked_idx"
+BACKFILLED_INDEX = "image_generation_records_archive_backfilled_idx"
 PENDING_INDEX = "image_generation_records_archive_pending_idx"
 RUNNING_INDEX = "image_generation_records_archive_running_idx"
 PRIMARY_KEY = "image_generation_records_pkey"
@@ -790,9 +832,20 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
             assert scan.actual_rows == stale, (name, scan)
             assert not any(n.removed_by_filter for n in nodes), (name, nodes)
             # The UPDATE finds the picked rows by primary key; lost messages also read the
-            # parked rows' own index (none here: a range of nothing).
+            # parked rows' own index and the backfilled rows' (ranges of nothing here).
             also = {PARKED_INDEX} if name == "lost messages" else set()
             assert {n.index for n in nodes if n.index} <= {index, PRIMARY_KEY, *also}, nodes
+        # A backfill's lost and parked rows: ranges of their own index (nothing here).
+        nodes = explain(
+            conn,
+            QUERIES["take_lost_backfilled"],
+            analyze=True,
+            **{"limit": limit, **claims["lost messages"][3]},
+        )
+        assert {n.index for n in nodes if n.index} <= {BACKFILLED_INDEX, PRIMARY_KEY}, nodes
+        scans = [n for n in nodes if n.index == BACKFILLED_INDEX]
+        assert scans, nodes
+        assert all(n.index_cond and n.actual_rows == 0 for n in scans), nodes
 
         [[stamp]] = conn.run("SELECT now()")
         restore = QUERIES["restore_stamps"]

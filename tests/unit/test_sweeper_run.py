@@ -52,9 +52,15 @@ class FakeStore:
         return self._next(Step.EXPIRED, limit)
 
     def take_lost(
-        self, *, limit: int, grace_seconds: int, interval_seconds: int, after: datetime | None
+        self,
+        *,
+        limit: int,
+        grace_seconds: int,
+        interval_seconds: int,
+        after: datetime | None,
+        backfilled: bool = False,
     ) -> list[SweptRow]:
-        return self._next(Step.LOST, limit, after)
+        return self._next(Step.LOST_BACKFILLED if backfilled else Step.LOST, limit, after)
 
     def state(self) -> LaneState:  # LaneStore's
         return LaneState(now=T0)
@@ -131,30 +137,33 @@ def test_pages_through_every_step_and_sends_ten_per_call() -> None:
         {
             Step.EXPIRED: [rows(range(1, 101)), rows(range(101, 121)) + rows([121], "FAILED")],
             Step.LOST: [rows(range(200, 300)), rows(range(300, 305))],
+            Step.LOST_BACKFILLED: [rows(range(400, 403))],
         }
     )
     queue = FakeQueue()
     summary = make(store, queue).run(remaining_ms=plenty)
 
-    assert queue.ids() == [*range(200, 305), *range(1, 121)]
+    assert queue.ids() == [*range(200, 305), *range(1, 121), *range(400, 403)]
     assert all(len(batch) == 10 for batch in queue.sent[:10])
     # Bodies follow the message contract; entry ids are the record ids.
     assert queue.sent[0][0] == ("200", json.dumps({"recordId": "200"}))
-    assert summary.requeued == 225
+    assert summary.requeued == 228
     assert summary.expired_locks == 121
     assert summary.failed == 1
     assert summary.send_failures == 0
-    assert summary.pages == 4
+    assert summary.pages == 5
     assert summary.stop_reason is StopReason.DONE
     assert summary.oldest_pending_age_seconds == 42.0
     assert store.restored == []
-    # Lost messages first, then lockless and expired locks; a short page ends a step.
+    # Lost messages first, then lockless and expired locks, then a backfill's lost and
+    # parked rows (live records first); a short page ends a step.
     assert [(step, limit) for step, limit, _ in store.calls] == [
         (Step.LOST, 100),
         (Step.LOST, 100),
         (Step.LOCKLESS, 100),
         (Step.EXPIRED, 100),
         (Step.EXPIRED, 100),
+        (Step.LOST_BACKFILLED, 100),
     ]
     # Keyset paging: the second page of lost messages starts at the first page's last due time.
     assert store.calls[0][2] is None

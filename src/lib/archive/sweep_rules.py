@@ -40,15 +40,23 @@ class Step(enum.StrEnum):
     Lost messages first: nothing else would ever bring them back, whereas a crashed
     attempt's own message returns after the visibility timeout. It also keeps the
     rows this run takes over from expired locks (PENDING now, long due, just sent)
-    out of this run's lost-message scan.
+    out of this run's lost-message scan. A backfill's rows come last: live records first.
     """
 
-    # PENDING rows long past due and not sent recently: their message was lost.
+    # PENDING rows long past due and not sent recently: their message was lost; and rows
+    # we parked, once due. Live records' only: history's come last.
     LOST = "lost"
     # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
     LOCKLESS = "lockless"
     # RUNNING rows whose lock expired: the worker died (crash, timeout, lost container).
     EXPIRED = "expired"
+    # Lost and parked rows a backfill queued (archive_backfilled): after every live one.
+    LOST_BACKFILLED = "lost_backfilled"
+
+    @property
+    def sends_waiting_rows(self) -> bool:
+        """Lost or parked rows, which wait while the lane is paused (not expired locks)."""
+        return self in (Step.LOST, Step.LOST_BACKFILLED)
 
 
 class StopReason(enum.StrEnum):
@@ -108,6 +116,15 @@ def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | N
     if after is not None:
         dues.append(after)
     return max(dues) if dues else after
+
+
+def live_first(rows: Sequence[SweptRow]) -> list[SweptRow]:
+    """A page's rows in the order their messages go out: live records before backfilled
+    ones, the longest due first (an UPDATE returns its rows in no particular order)."""
+    return sorted(
+        rows,
+        key=lambda row: (row.backfilled, row.next_run_at.timestamp() if row.next_run_at else 0.0),
+    )
 
 
 @dataclass

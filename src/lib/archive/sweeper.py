@@ -24,6 +24,7 @@ from lib.archive.sweep_rules import (
     SweepSummary,
     can_send_batch,
     latest_due,
+    live_first,
     next_page,
     probe_deadline,
     requeue_interval,
@@ -154,7 +155,7 @@ class Sweeper:
         self, step: Step, summary: SweepSummary, remaining_ms: Callable[[], int]
     ) -> StopReason | None:
         """Page through one kind of stale row; None when it has no eligible row left."""
-        if step is Step.LOST and not self._lane_open:
+        if step.sends_waiting_rows and not self._lane_open:
             # Nothing is uploaded while the lane is paused; rows parked by it (and any
             # lost message) are sent once it opens, so they are not received in vain.
             return None
@@ -173,7 +174,8 @@ class Sweeper:
             summary.pages += 1
             summary.claimed += len(rows)
             self._concluded(step, rows, summary)
-            stop = self._send(step, [row for row in rows if row.to_send], summary, remaining_ms)
+            to_send = live_first([row for row in rows if row.to_send])
+            stop = self._send(step, to_send, summary, remaining_ms)
             if stop is not None:
                 return stop
             if len(rows) < limit:
@@ -191,17 +193,18 @@ class Sweeper:
                     lock_ttl_seconds=settings.lock_ttl_seconds,
                     max_attempts=settings.max_attempts,
                 )
-            case Step.LOST:
+            case Step.LOST | Step.LOST_BACKFILLED:
                 return self.records.take_lost(
                     limit=limit,
                     grace_seconds=settings.grace_seconds,
                     interval_seconds=self._requeue_interval,
                     after=after,
+                    backfilled=step is Step.LOST_BACKFILLED,
                 )
         raise AssertionError(f"unknown step {step}")  # pragma: no cover
 
     def _concluded(self, step: Step, rows: list[SweptRow], summary: SweepSummary) -> None:
-        if step is not Step.LOST:
+        if not step.sends_waiting_rows:
             summary.expired_locks += len(rows)
         failed = [row.record_id for row in rows if not row.to_send]
         if not failed:
@@ -209,7 +212,7 @@ class Sweeper:
         summary.failed += len(failed)
         reason = (
             "lock expired after the last attempt"
-            if step is not Step.LOST
+            if not step.sends_waiting_rows
             else "generation is not SUCCEEDED; nothing to archive"
         )
         logger.error(

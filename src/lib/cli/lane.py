@@ -71,6 +71,14 @@ def describe(pause: Pause) -> str:
     return f"paused {until}: {', '.join(words)}"
 
 
+def brief(pause: Pause) -> str:
+    """`paused until cleared: account`, `paused: rate_limit, window hour`: short enough for
+    a progress line, whose countdown says the rest."""
+    until = " until cleared" if pause.until == UNTIL_CLEARED else ""
+    window = f", window {pause.window}" if pause.window else ""
+    return f"paused{until}: {pause.reason or 'unknown'}{window}"
+
+
 # Rows parked by the cleared pause come due over this many seconds, not all at once.
 UNPARK_SPREAD_SECONDS = 60.0
 

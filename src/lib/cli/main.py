@@ -45,7 +45,7 @@ EXAMPLES = f"""examples:
   {PROG} enqueue 123 124                          queue records (row first, then message)
   {PROG} requeue --failed --since 24h --dry-run   what failed today, and why
   {PROG} backfill --since 30d --dry-run           never-queued generations of the last 30 days
-  {PROG} backfill --since 30d                     queue them, paced by the upload lane
+  {PROG} backfill --since 30d                     queue them, live records first
   {PROG} lane clear --reason account              reopen the lane after fixing the token
   {PROG} redrive-dlq --dry-run                    look into the DLQ before moving it
   {PROG} migrate --dry-run                        what migrate would change, and legacy values
@@ -157,13 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
         backfill.run,
         "queue SUCCEEDED generations that were never queued, paced",
         "Marks never-queued (archive_status NULL) rows of SUCCEEDED generations PENDING "
-        "and sends their messages, a page at a time, oldest generation first (row first, "
-        "then message, as `enqueue`). Before each page it reads the queue depth (visible, "
-        "in flight and delayed) and the upload lane's drain rate (its uploads in the last "
-        "15 minutes), and waits while the queue holds what the lane drains in "
-        "--max-queue-minutes (at least one page). It waits while the lane is paused, and "
-        "does not start while it is paused for an account problem unless --force. Progress "
-        "with rate and ETA on stderr. Ctrl-C stops after the page being sent (exit 130); "
+        "(and archive_backfilled) and sends their messages, a page at a time, oldest "
+        "generation first (row first, then message, as `enqueue`). Live records first: it "
+        "sends nothing while the lane is paused, a live record waits for it or slots are "
+        "booked ahead; with pacing (LSKY_RATE_LIMITS, as the archive function has it) only "
+        "into the room live demand leaves in every window; and it keeps no more history in "
+        "the lane than it uploads in --ahead-seconds. It does not start while the lane is "
+        "paused for an account problem unless --force. Progress with rate, ETA and what it "
+        "waits for on stderr, every second. At the range's end it counts again and takes "
+        "rows another transaction held. Ctrl-C stops after the page being sent (exit 130); "
         "run it again to go on: a queued row is never selected again.",
     )
     p.add_argument(
@@ -186,15 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_at_most(1000),
         default=100,
         metavar="N",
-        help="rows marked and sent together (default 100); also the queue depth always "
-        "allowed, which starts an idle lane",
+        help="rows marked and sent together at most (default 100)",
     )
     p.add_argument(
-        "--max-queue-minutes",
+        "--ahead-seconds",
         type=positive_number,
-        default=15.0,
-        metavar="MIN",
-        help="keep no more in the queue than the lane drains in MIN minutes (default 15)",
+        default=10.0,
+        metavar="SECONDS",
+        help="keep no more history in the lane than it uploads in SECONDS (at least 2 "
+        "records): what a live record may find ahead of it (default 10)",
     )
     p.add_argument(
         "--force",

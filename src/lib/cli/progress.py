@@ -1,17 +1,20 @@
-"""Progress of a long archive-ctl run on stderr: one line redrawn with \\r on a terminal,
-plain lines otherwise (logs, pipes). Meter and the line renderers are pure; Display
-only writes what they return."""
+"""Progress of a long archive-ctl run on stderr: one line redrawn with \\r on a terminal
+(fitted to its width, the reason it waits kept last to go), plain lines now and then
+otherwise (logs, pipes). Meter and the renderers are pure; Display only writes."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
 # Rates are measured over the last few minutes, so an ETA follows the pace of now.
 RATE_WINDOW_SECONDS = 300.0
 BAR_WIDTH = 24
+# Off a terminal, a progress line is printed this often (of the run's clock) at most.
+PLAIN_EVERY_SECONDS = 10.0
 
 
 def duration(seconds: float | None) -> str:
@@ -49,91 +52,120 @@ class Meter:
         while len(self._samples) > 2 and self._samples[1][0] <= now - RATE_WINDOW_SECONDS:
             self._samples.popleft()
 
-    def per_minute(self, now: float) -> float | None:
-        """Rows a minute over the last RATE_WINDOW_SECONDS; None before any time passed."""
+    def per_second(self, now: float) -> float | None:
+        """Rows a second over the last RATE_WINDOW_SECONDS; None before any time passed."""
         since, done_then = self._samples[0]
         if now <= since:
             return None
-        return (self.done - done_then) * 60.0 / (now - since)
+        return (self.done - done_then) / (now - since)
 
     def remaining(self) -> int | None:
         return None if self.total is None else max(self.total - self.done, 0)
 
-    def eta_seconds(self, now: float, drain_per_minute: float = 0.0) -> float | None:
-        """At the slower of the send rate and the lane's drain rate: pacing keeps the
-        sends from outrunning the lane for long."""
-        remaining = self.remaining()
-        if remaining is None:
-            return None
-        if remaining == 0:
-            return 0.0
-        rates = [r for r in (self.per_minute(now), drain_per_minute) if r is not None and r > 0]
-        return remaining * 60.0 / min(rates) if rates else None
+
+@dataclass(frozen=True)
+class Progress:
+    """What one progress line says."""
+
+    done: int
+    total: int | None
+    rate: str  # e.g. 12.5/min
+    eta: float | None  # seconds; None: unknown
+    note: str = ""  # what it waits for
+
+    def count(self, *, short: bool = False) -> str:
+        if self.total is None:
+            return f"{self.done} sent"
+        if short:
+            return f"{self.done}/{self.total}"
+        percent = 100.0 * self.done / self.total if self.total else 100.0
+        return f"{self.done}/{self.total} sent ({percent:.0f}%)"
+
+    def bar(self) -> str:
+        if not self.total:
+            return ""
+        filled = min(BAR_WIDTH, BAR_WIDTH * self.done // self.total)
+        return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
 
 
-def _count(meter: Meter) -> str:
-    if meter.total is None:
-        return f"{meter.done} sent"
-    percent = 100.0 * meter.done / meter.total if meter.total else 100.0
-    return f"{meter.done}/{meter.total} sent ({percent:.0f}%)"
+def plain_line(progress: Progress) -> str:
+    """One line for logs: `backfill: 300/5000 sent (6%), 12.5/min, ETA 6.3 h; waiting: ...`."""
+    line = f"backfill: {progress.count()}, {progress.rate}, ETA {duration(progress.eta)}"
+    return f"{line}; {progress.note}" if progress.note else line
 
 
-def _rate(rate: float | None) -> str:
-    return "-/min" if rate is None else f"{rate:.1f}/min"
-
-
-def plain_line(meter: Meter, now: float, drain_per_minute: float = 0.0) -> str:
-    """One line for logs: `backfill: 300/5000 sent (6%), 120.0/min, ETA 39 min`."""
-    eta = duration(meter.eta_seconds(now, drain_per_minute))
-    return f"backfill: {_count(meter)}, {_rate(meter.per_minute(now))}, ETA {eta}"
-
-
-def bar_line(meter: Meter, now: float, drain_per_minute: float = 0.0, note: str = "") -> str:
-    """The terminal line: `[######......] 300/5000 sent (6%)  120.0/min  ETA 39 min`."""
-    if meter.total:
-        filled = min(BAR_WIDTH, BAR_WIDTH * meter.done // meter.total)
-        bar = "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "] "
-    else:
-        bar = ""
-    eta = duration(meter.eta_seconds(now, drain_per_minute))
-    line = f"{bar}{_count(meter)}  {_rate(meter.per_minute(now))}  ETA {eta}"
-    return f"{line}  {note}" if note else line
+def bar_line(progress: Progress, width: int = 1000) -> str:
+    """The terminal line, at most `width` characters:
+    `[######......] 300/5000 sent (6%)  12.5/min  ETA 6.3 h  waiting: ...`. When it does
+    not fit, the bar goes first, then the percentage, the rate, the ETA and the count;
+    the reason it waits is cut only when it does not fit alone."""
+    eta = f"ETA {duration(progress.eta)}"
+    count, short = progress.count(), progress.count(short=True)
+    bar = progress.bar()
+    for parts in (
+        [f"{bar} {count}" if bar else count, progress.rate, eta],
+        [count, progress.rate, eta],
+        [short, progress.rate, eta],
+        [short, eta],
+        [short],
+        [],
+    ):
+        note = [progress.note] if progress.note else []
+        line = "  ".join([part for part in parts if part] + note)
+        if len(line) <= width:
+            return line
+    return progress.note[: max(width - 1, 0)] + "…"
 
 
 class Display:
     """Writes progress to `stream`: redraws one line on a terminal, else prints lines."""
 
-    def __init__(self, stream: TextIO, *, tty: bool, width: int = 100) -> None:
+    def __init__(
+        self, stream: TextIO, *, tty: bool, width: Callable[[], int] = lambda: 100
+    ) -> None:
         self.stream = stream
         self.tty = tty
-        self.width = width
+        self.width = width  # read at every redraw: a resized terminal is followed
         self._drawn = 0  # length of the terminal line drawn last
+        self._printed_at: float | None = None  # run clock of the last plain line
+        self._last_plain = ""
 
-    def show(self, meter: Meter, now: float, drain_per_minute: float, note: str = "") -> None:
+    def show(self, progress: Progress, now: float) -> None:
         if self.tty:
-            self._draw(bar_line(meter, now, drain_per_minute, note))
-        else:
-            line = plain_line(meter, now, drain_per_minute)
-            self._print(f"{line}; {note}" if note else line)
+            self._draw(bar_line(progress, max(self.width() - 1, 20)))
+            return
+        self._last_plain = plain_line(progress)
+        if self._printed_at is None or now - self._printed_at >= PLAIN_EVERY_SECONDS:
+            self._print(self._last_plain)
+            self._printed_at = now
 
     def message(self, text: str) -> None:
         """A line of its own (kept above the progress line on a terminal)."""
-        self.finish()
+        self._end_line()
         self._print(text)
 
     def finish(self) -> None:
+        """End the progress: the terminal line stays; off a terminal, the last state is
+        printed if it was not."""
+        if not self.tty and self._last_plain:
+            self._print(self._last_plain)
+            self._last_plain = ""
+        self._end_line()
+
+    def _end_line(self) -> None:
         if self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
             self._drawn = 0
 
     def _draw(self, line: str) -> None:
-        line = line[: max(self.width - 1, 20)]
         # Pad over the rest of a longer previous line rather than rely on escape codes.
         self.stream.write("\r" + line + " " * max(self._drawn - len(line), 0))
         self.stream.flush()
         self._drawn = len(line)
 
     def _print(self, line: str) -> None:
+        if line == self._last_plain:
+            self._last_plain = ""  # printed: `finish` need not repeat it
         self.stream.write(line + "\n")
         self.stream.flush()

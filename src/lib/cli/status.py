@@ -8,20 +8,23 @@ never-queued rows, which have no index, so it scans the table.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli import lane as lanes
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
-from lib.cli.pacing import backlog_eta_seconds, per_minute
-from lib.cli.progress import duration
-from lib.platform.config import lock_ttl_seconds
+from lib.cli.status_lane import (
+    NEVER_QUEUED_LIMIT,
+    Backlog,
+    LaneReport,
+    backlog,
+    lane_lines,
+    lane_report,
+)
+from lib.platform.config import lock_ttl_seconds, pacing_limits
 from lib.platform.db import describe
-from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
 from lib.state.sweeps import StagedSummary
 
@@ -50,32 +53,6 @@ class QueueDepth:
     @property
     def total(self) -> int:
         return self.visible + self.in_flight + self.delayed
-
-
-@dataclass(frozen=True)
-class LaneReport:
-    """The upload lane: its pause (fields None while open) and its drain rate."""
-
-    name: str
-    paused: bool
-    paused_until: str | None  # ISO time, or "infinity": until cleared
-    paused_for_seconds: float | None  # None while open or until cleared
-    reason: str | None
-    window: str | None
-    paused_since: str | None
-    detail: str | None
-    recent_uploads: int  # in the last drain_window_seconds
-    drain_window_seconds: int
-    drain_per_minute: float
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """Rows still to upload (PENDING or RUNNING), and how long they take at the drain
-    rate after the current pause; None when that cannot be told."""
-
-    records: int
-    eta_seconds: float | None
 
 
 @dataclass
@@ -111,37 +88,6 @@ def archive_counts(
         altered=records.altered_counts(),
         waiting=waiting,
     )
-
-
-def lane_report(lane: LaneState) -> LaneReport:
-    pause = lanes.pause_of(lane)
-    recent = lane.drain_uploads
-    return LaneReport(
-        name=lanes.LANE,
-        paused=pause is not None,
-        paused_until=pause.until if pause else None,
-        paused_for_seconds=(
-            round(pause.remaining_seconds, 1)
-            if pause and math.isfinite(pause.remaining_seconds)
-            else None
-        ),
-        reason=pause.reason if pause else None,
-        window=pause.window if pause else None,
-        paused_since=pause.since if pause else None,
-        detail=pause.detail if pause else None,
-        recent_uploads=recent,
-        drain_window_seconds=DRAIN_WINDOW_SECONDS,
-        drain_per_minute=round(per_minute(recent, DRAIN_WINDOW_SECONDS), 2),
-    )
-
-
-def backlog(archive: LiveCounts, lane: LaneState) -> Backlog:
-    # Rows, not messages: a queued row's message is in the queue as well (counting both
-    # would count it twice), and a parked row has none but still needs its upload.
-    records = archive.pending + archive.running
-    rate = per_minute(lane.drain_uploads, DRAIN_WINDOW_SECONDS)
-    eta = backlog_eta_seconds(records, rate, paused_for_seconds=max(lane.paused_for_seconds, 0))
-    return Backlog(records=records, eta_seconds=None if eta is None else round(eta, 1))
 
 
 def queue_depth(client: SQSClient, name: str, url: str) -> QueueDepth:
@@ -209,7 +155,7 @@ def render(status: Status) -> str:
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
-    lines += _lane_lines(status.lane, status.backlog)
+    lines += lane_lines(status.lane, status.backlog)
     if status.queues:
         lines.append("queues (SQS, approximate)")
         lines.append(f"  {'':<6} {'visible':>8} {'in flight':>10} {'delayed':>8}   url")
@@ -221,42 +167,6 @@ def render(status: Status) -> str:
     return "\n".join(lines)
 
 
-def _lane_lines(lane: LaneReport | None, work: Backlog | None) -> list[str]:
-    if lane is None:
-        return []
-    lines = [f"upload lane ({lane.name})"]
-    if lane.paused and lane.paused_until is not None:
-        pause = lanes.Pause(
-            until=lane.paused_until,
-            reason=lane.reason,
-            window=lane.window,
-            since=lane.paused_since,
-            detail=lane.detail,
-            remaining_seconds=math.inf
-            if lane.paused_for_seconds is None
-            else lane.paused_for_seconds,
-        )
-        lines.append("  " + lanes.describe(pause))
-        if lane.detail:
-            lines.append(f"  detail: {lane.detail}")
-    else:
-        lines.append("  open")
-    lines.append(
-        f"  drain: {lane.recent_uploads} upload{'' if lane.recent_uploads == 1 else 's'} "
-        "in the last "
-        f"{duration(lane.drain_window_seconds)} ({lane.drain_per_minute:.1f}/min)"
-    )
-    if work is not None:
-        if work.eta_seconds is not None:
-            eta = duration(work.eta_seconds)
-        elif lane.paused_until == lanes.UNTIL_CLEARED:
-            eta = "- (the lane is paused until cleared)"
-        else:
-            eta = f"- (nothing uploaded in the last {duration(lane.drain_window_seconds)})"
-        lines.append(f"  backlog: {work.records} records PENDING or RUNNING, ETA {eta}")
-    return lines
-
-
 def run(ctx: Context) -> int:
     args = ctx.args
     lock_ttl = lock_ttl_seconds()
@@ -266,14 +176,26 @@ def run(ctx: Context) -> int:
         staged=ctx.sweeps().staged_summary(),
     )
     code = EXIT_OK
+    limits = pacing_limits()
     try:
-        lane = ctx.lanes().state()
+        lane_store = ctx.lanes()
+        lane = lane_store.state()
+        longest = max((seconds for seconds, _ in limits), default=0)
+        entries = lane_store.ledger(longest) if limits else []
+        never_queued = records.count_never_queued(limit=NEVER_QUEUED_LIMIT) if limits else 0
     except pg8000.exceptions.DatabaseError as error:
         report.notes.append(f"upload lane not shown: {describe(error)} (run `archive-ctl migrate`)")
         code = EXIT_ERROR
     else:
-        report.lane = lane_report(lane)
-        report.backlog = backlog(report.archive, lane)
+        work = backlog(report.archive, lane, limits=limits, entries=entries)
+        report.lane = lane_report(
+            lane,
+            backlog_records=work.records,
+            limits=limits,
+            entries=entries,
+            never_queued=never_queued,
+        )
+        report.backlog = work
     queue_url = ctx.queue_url()
     if queue_url is None:
         report.notes.append("queue depths not shown: set ARCHIVE_QUEUE_URL or pass --queue-url")

@@ -263,6 +263,12 @@ def max_retry_after_seconds(env: Mapping[str, str]) -> int:
     )
 
 
+def pacing_limits(env: Mapping[str, str] | None = None) -> tuple[tuple[int, int], ...]:
+    """LSKY_RATE_LIMITS alone (archive-ctl's `status` and `backfill`): (window seconds,
+    uploads) pairs; empty when pacing is off."""
+    return rate_limits(os.environ if env is None else env)
+
+
 def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:
     """ARCHIVE_LOCK_TTL_SECONDS alone, for readers that need no other setting."""
     env = os.environ if env is None else env

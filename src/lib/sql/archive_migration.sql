@@ -48,6 +48,10 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_wait_reaso
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_sent JSONB;
 -- The first claim that could upload: an image on Lsky older than this is not ours to adopt.
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_first_claimed_at TIMESTAMPTZ;
+-- `archive-ctl backfill` queued the row (history), not the generation service (live): the
+-- lane serves live rows first (the sweeper sends them first; a backfill takes only the
+-- capacity live demand leaves). Set once, never cleared.
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_backfilled BOOLEAN NOT NULL DEFAULT false;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -65,6 +69,12 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_parked_
     ON image_generation_records (archive_next_run_at)
     WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
       AND archive_wait_reason IS NOT NULL;
+
+-- PENDING rows a backfill queued: the sweeper reads them after the live ones, and
+-- `archive-ctl backfill` counts those in the lane, without reading the live backlog.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfilled_idx
+    ON image_generation_records (archive_next_run_at)
+    WHERE archive_status = 'PENDING' AND archive_backfilled;
 
 -- Operators list and replay failures by generation time (`requeue --failed --since`).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
@@ -158,3 +168,7 @@ CREATE TABLE IF NOT EXISTS image_archive_upload_hours (
     uploads INT NOT NULL,
     PRIMARY KEY (lane, hour)
 );
+
+-- Of an hour's uploads, those of backfilled records: live demand over a day, week or month
+-- window is the rest (`archive-ctl status` and `backfill`).
+ALTER TABLE image_archive_upload_hours ADD COLUMN IF NOT EXISTS backfill_uploads INT NOT NULL DEFAULT 0;

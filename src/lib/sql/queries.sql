@@ -250,7 +250,7 @@ SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
 FROM picked
 WHERE r.id = picked.id
 RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
-          r.archive_next_run_at
+          r.archive_next_run_at, r.archive_backfilled
 
 -- name: recover_expired_locks
 -- Two statements rather than an OR with IS NULL, which would turn the index range scan
@@ -292,40 +292,28 @@ FROM picked
 WHERE r.id = picked.id
 RETURNING r.id;
 
--- name: take_lost
--- Lost messages: due more than the grace period ago and not sent within the requeue
--- interval; and rows we parked (no message out, a wait reason) as soon as they are due.
--- Two range reads, each of one partial index. Keyset paging on the due time (:after).
--- A row whose generation is not SUCCEEDED can never be claimed: it is concluded as
+-- name: lost_row
+-- A lost message: due more than the grace period ago and not sent within the requeue
+-- interval (a range of the PENDING partial index, keyset-paged on the due time, :after).
+archive_status = 'PENDING'
+AND archive_next_run_at >= CAST(:after AS timestamptz)
+AND archive_next_run_at < now() - make_interval(secs => :grace)
+AND (archive_enqueued_at IS NULL
+     OR archive_enqueued_at < now() - make_interval(secs => :interval))
+
+-- name: parked_row
+-- A row we parked (no message out, a wait reason), due within the grace period (older
+-- ones are lost rows too): a range of the parked partial index.
+archive_status = 'PENDING' AND archive_enqueued_at IS NULL
+AND archive_wait_reason IS NOT NULL
+AND archive_next_run_at >= GREATEST(CAST(:after AS timestamptz),
+                                    now() - make_interval(secs => :grace))
+AND archive_next_run_at < now()
+
+-- name: take_picked
+-- The body shared by take_lost and take_lost_backfilled: the picked rows are stamped and
+-- sent. A row whose generation is not SUCCEEDED can never be claimed: it is concluded as
 -- FAILED instead of sent forever.
-WITH lost AS (
-    SELECT id, archive_enqueued_at
-    FROM image_generation_records
-    WHERE archive_status = 'PENDING'
-      AND archive_next_run_at >= CAST(:after AS timestamptz)
-      AND archive_next_run_at < now() - make_interval(secs => :grace)
-      AND (archive_enqueued_at IS NULL
-           OR archive_enqueued_at < now() - make_interval(secs => :interval))
-    ORDER BY archive_next_run_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-),
-parked AS (
-    -- Parked rows due within the grace period (older ones are `lost` rows too).
-    SELECT id, archive_enqueued_at
-    FROM image_generation_records
-    WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
-      AND archive_wait_reason IS NOT NULL
-      AND archive_next_run_at >= GREATEST(CAST(:after AS timestamptz),
-                                          now() - make_interval(secs => :grace))
-      AND archive_next_run_at < now()
-    ORDER BY archive_next_run_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
-)
 UPDATE image_generation_records AS r
 SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILED' END,
     archive_error = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_error
@@ -337,7 +325,56 @@ SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILE
 FROM picked
 WHERE r.id = picked.id
 RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
-          r.archive_next_run_at;
+          r.archive_next_run_at, r.archive_backfilled
+
+-- name: take_lost
+-- Live rows' lost messages, then rows we parked as soon as they are due: two range reads,
+-- of the PENDING and the parked partial indexes (a backfilled row in the range is passed
+-- over: take_lost_backfilled sends those, after the live ones).
+WITH lost AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE {{lost_row}} AND NOT archive_backfilled
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+parked AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE {{parked_row}} AND NOT archive_backfilled
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
+)
+{{take_picked}};
+
+-- name: take_lost_backfilled
+-- The same for rows a backfill queued (archive_backfilled), which the sweeper sends after
+-- the live ones: range reads of their own partial index only.
+WITH lost AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE {{lost_row}} AND archive_backfilled
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+parked AS (
+    SELECT id, archive_enqueued_at
+    FROM image_generation_records
+    WHERE {{parked_row}} AND archive_backfilled
+    ORDER BY archive_next_run_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
+)
+{{take_picked}};
 
 -- name: restore_stamps
 -- Put back the stamps of rows whose send failed, only where the stamp is still ours.
@@ -657,6 +694,24 @@ RETURNING at;
 SELECT COALESCE(sum(n), 0) FROM ({{ledger_entries}}) AS e
 WHERE at > now() - make_interval(secs => :seconds) AND at <= now();
 
+-- name: lane_ledger
+-- `archive-ctl status` and `backfill` with pacing on: the ledger's entries of the last
+-- :seconds and its booked slots, as (seconds from now: negative done or under way, positive
+-- booked; uploads; of which backfilled records). An entry without a record, or whose record
+-- is gone, counts as live; hours rolled up count at the hour's end, as in ledger_entries.
+SELECT CAST(EXTRACT(EPOCH FROM u.at - now()) AS double precision), 1,
+       CASE WHEN r.archive_backfilled THEN 1 ELSE 0 END
+FROM image_archive_uploads AS u
+LEFT JOIN image_generation_records AS r ON r.id = u.record_id
+WHERE u.lane = 'lsky' AND u.at > now() - make_interval(secs => :seconds)
+UNION ALL
+SELECT CAST(EXTRACT(EPOCH FROM h.hour + interval '1 hour' - now()) AS double precision),
+       h.uploads, h.backfill_uploads
+FROM image_archive_upload_hours AS h
+WHERE h.lane = 'lsky'
+  AND h.hour + interval '1 hour' > now() - make_interval(secs => :seconds)
+ORDER BY 1;
+
 -- name: window_frees_at
 -- When a window Lsky named (:seconds, :limit uploads) frees its next slot by the ledger:
 -- the limit-th newest upload in it ages out. NULL: the ledger holds fewer uploads than
@@ -676,13 +731,20 @@ WITH old AS (
     WHERE ctid IN (SELECT ctid FROM image_archive_uploads
                    WHERE at < now() - interval '2 hours' AND state <> 'booked'
                    LIMIT :limit)
-    RETURNING lane, at
+    RETURNING lane, at, record_id
 ),
 hours AS (
-    INSERT INTO image_archive_upload_hours (lane, hour, uploads)
-    SELECT lane, date_trunc('hour', at), count(*) FROM old GROUP BY 1, 2
+    -- backfill_uploads: of them, uploads of backfilled records (live demand is the rest).
+    INSERT INTO image_archive_upload_hours (lane, hour, uploads, backfill_uploads)
+    SELECT old.lane, date_trunc('hour', old.at), count(*),
+           count(*) FILTER (WHERE r.archive_backfilled)
+    FROM old
+    LEFT JOIN image_generation_records AS r ON r.id = old.record_id
+    GROUP BY 1, 2
     ON CONFLICT (lane, hour)
-        DO UPDATE SET uploads = image_archive_upload_hours.uploads + EXCLUDED.uploads
+        DO UPDATE SET uploads = image_archive_upload_hours.uploads + EXCLUDED.uploads,
+                      backfill_uploads = image_archive_upload_hours.backfill_uploads
+                                         + EXCLUDED.backfill_uploads
     RETURNING 1
 ),
 expired AS (
@@ -734,7 +796,9 @@ LIMIT :limit;
 -- One backfill page, marked as mark_for_enqueue marks (PENDING, due now, stamped); the
 -- caller then sends the messages. Keyset paging after (:after_started, :after_id) keeps
 -- each page an index range read. A marked row leaves the selection and rows another
--- transaction holds are skipped, so concurrent runs or a re-run never mark a row twice.
+-- transaction holds are skipped, so concurrent runs or a re-run never mark a row twice
+-- (the caller counts the range again at its end, for the rows skipped). archive_backfilled
+-- makes the row history: served after live records.
 WITH picked AS (
     SELECT id
     FROM image_generation_records
@@ -747,7 +811,8 @@ WITH picked AS (
 UPDATE image_generation_records AS r
 SET archive_status = 'PENDING',
     archive_next_run_at = now(),
-    archive_enqueued_at = now()
+    archive_enqueued_at = now(),
+    archive_backfilled = true
 FROM picked
 WHERE r.id = picked.id AND r.archive_status IS NULL
 RETURNING r.id, r.started_at, r.archive_enqueued_at;
@@ -759,12 +824,52 @@ RETURNING r.id, r.started_at, r.archive_enqueued_at;
 UPDATE image_generation_records
 SET archive_status = NULL,
     archive_next_run_at = NULL,
-    archive_enqueued_at = NULL
+    archive_enqueued_at = NULL,
+    archive_backfilled = false
 WHERE id = ANY(CAST(:ids AS bigint[]))
-  AND archive_status = 'PENDING'
+  AND archive_status = 'PENDING' AND archive_backfilled
   AND archive_enqueued_at = CAST(:stamp AS timestamptz)
   AND archive_next_run_at = CAST(:stamp AS timestamptz)
 RETURNING id;
+
+-- name: lane_demand
+-- `archive-ctl backfill`: what the lane holds before history may have more. Live rows (not
+-- archive_backfilled) waiting for the lane (a host pause, a pacing slot), and live rows due
+-- now (RUNNING, or PENDING and due) that hold no slot yet; backfilled rows queued (PENDING
+-- other than in backoff), and backfilled rows in the lane (those, or RUNNING) holding no
+-- slot. Range reads of the PENDING and RUNNING partial indexes, at most :limit rows.
+WITH lane AS (
+    SELECT id, archive_status, archive_backfilled, archive_wait_reason,
+           COALESCE(archive_next_run_at <= now(), true) AS due
+    FROM image_generation_records
+    WHERE archive_status = 'PENDING'
+    UNION ALL
+    SELECT id, archive_status, archive_backfilled, archive_wait_reason, true
+    FROM image_generation_records
+    WHERE archive_status = 'RUNNING'
+    LIMIT :limit
+),
+seen AS (
+    SELECT lane.archive_backfilled AS history, lane.due,
+           lane.archive_status = 'RUNNING' AS running,
+           COALESCE(lane.archive_wait_reason IN ('paced', 'paused'), false) AS waiting,
+           COALESCE(lane.archive_wait_reason = 'backoff', false) AS backoff,
+           EXISTS (SELECT 1 FROM image_archive_uploads AS u
+                   WHERE u.record_id = lane.id AND u.state <> 'done') AS slotted
+    FROM lane
+)
+SELECT count(*) FILTER (WHERE NOT history AND waiting),
+       count(*) FILTER (WHERE NOT history AND due AND NOT waiting AND NOT slotted),
+       count(*) FILTER (WHERE history AND NOT running AND NOT backoff),
+       count(*) FILTER (WHERE history AND NOT backoff AND NOT slotted)
+FROM seen;
+
+-- name: count_never_queued
+-- `archive-ctl status`: never-queued SUCCEEDED generations (what a backfill would take),
+-- counted on the backfill's partial index alone and only up to :limit.
+SELECT count(*) FROM (SELECT 1 FROM image_generation_records
+                      WHERE status = 'SUCCEEDED' AND archive_status IS NULL
+                      LIMIT :limit) AS never_queued;
 
 -- name: altered_counts
 -- `archive-ctl status`: archives whose stored bytes Lsky changed, all time and archived in

@@ -44,6 +44,16 @@ class LaneState:
         return self.drain_uploads / DRAIN_WINDOW_SECONDS
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """Uploads the ledger holds at one time (an hour's count at the hour's end), or a booked
+    slot: `at` in seconds from now (negative: done or under way; positive: booked)."""
+
+    at: float
+    uploads: int
+    backfill: int  # of them, uploads of backfilled records (history); the rest is live
+
+
 def lane_state(row: Sequence[Any]) -> LaneState:
     """From the columns (paused_for, reason, window, now, detail, since, queue_end[, until,
     booked, drain_uploads]) that the claim and `lane_state` select."""

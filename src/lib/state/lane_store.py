@@ -13,7 +13,7 @@ from datetime import datetime
 
 from lib.platform.errors import ServiceError
 from lib.platform.redact import outside_text
-from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, lane_state
+from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, LedgerEntry, lane_state
 from lib.state.queries import Statements
 
 # A slot lost to another container is asked for again this often, after a short random
@@ -126,6 +126,14 @@ class LaneStore(Statements):
     def uploads_within(self, seconds: float) -> int:
         [[count]] = self._run("uploads_within", seconds=seconds, record_id=None)
         return int(count)
+
+    def ledger(self, seconds: float) -> list[LedgerEntry]:
+        """The ledger's entries of the last `seconds` and its booked slots, oldest first,
+        with how many of each are backfilled records' (status and backfill, with pacing)."""
+        return [
+            LedgerEntry(at=float(at), uploads=int(uploads), backfill=int(backfill))
+            for at, uploads, backfill in self._run("lane_ledger", seconds=seconds)
+        ]
 
     def window_frees_at(self, seconds: float, limit: int) -> datetime | None:
         """When the ledger says a window Lsky named frees a slot; None: not known."""

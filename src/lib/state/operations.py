@@ -63,6 +63,20 @@ class WaitingCount:
     rows: int
 
 
+@dataclass(frozen=True)
+class LaneDemand:
+    """The records the upload lane holds, live and backfilled (`lane_demand`)."""
+
+    live_waiting: int  # live rows waiting for the lane: a host pause, a pacing slot
+    live_due: int  # live rows due now (queued or running) that hold no upload slot yet
+    backfill_queued: int  # backfilled rows PENDING (queued, or waiting), not in backoff
+    backfill_unslotted: int  # backfilled rows PENDING or RUNNING that hold no upload slot
+
+
+# Rows `lane_demand` reads at most: past that, the lane is busy enough for a backfill to wait.
+DEMAND_READ_LIMIT = 10_000
+
+
 class OperatorRecords(Statements):
     def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
         return [
@@ -158,6 +172,15 @@ class OperatorRecords(Statements):
         """Make rows a backfill page marked with `stamp` never-queued again; returns those
         put back (a row someone touched since keeps its state)."""
         return [int(row[0]) for row in self._run("unmark_backfill", ids=record_ids, stamp=stamp)]
+
+    def lane_demand(self, *, limit: int = DEMAND_READ_LIMIT) -> LaneDemand:
+        [[waiting, due, queued, unslotted]] = self._run("lane_demand", limit=limit)
+        return LaneDemand(int(waiting), int(due), int(queued), int(unslotted))
+
+    def count_never_queued(self, *, limit: int) -> int:
+        """Never-queued SUCCEEDED generations, counted up to `limit`."""
+        [[total]] = self._run("count_never_queued", limit=limit)
+        return int(total)
 
     @staticmethod
     def _backfill_range(

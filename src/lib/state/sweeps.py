@@ -23,6 +23,7 @@ class SweptRow:
     previous_enqueued_at: datetime | None  # put back when the send fails
     enqueued_at: datetime | None  # the statement's stamp (its now())
     next_run_at: datetime | None = None
+    backfilled: bool = False  # queued by a backfill: sent after the live rows
 
     @property
     def to_send(self) -> bool:
@@ -46,8 +47,9 @@ def _swept(rows: list[list[Any]]) -> list[SweptRow]:
             previous_enqueued_at=previous,
             enqueued_at=stamp,
             next_run_at=due if isinstance(due, datetime) else None,
+            backfilled=bool(backfilled),
         )
-        for record_id, status, previous, stamp, due in rows
+        for record_id, status, previous, stamp, due, backfilled in rows
     ]
 
 
@@ -68,16 +70,24 @@ class SweepRecords(Statements):
         return _swept(self._run("recover_lockless", limit=limit, max_attempts=max_attempts))
 
     def take_lost(
-        self, *, limit: int, grace_seconds: int, interval_seconds: int, after: datetime | None
+        self,
+        *,
+        limit: int,
+        grace_seconds: int,
+        interval_seconds: int,
+        after: datetime | None,
+        backfilled: bool = False,
     ) -> list[SweptRow]:
-        rows = self._run(
-            "take_lost",
-            limit=limit,
-            grace=grace_seconds,
-            interval=interval_seconds,
-            after=BEGINNING if after is None else after,
-        )
-        return _swept(rows)
+        """Lost and parked rows, live ones or (`backfilled`) those a backfill queued."""
+        params: dict[str, Any] = {
+            "limit": limit,
+            "grace": grace_seconds,
+            "interval": interval_seconds,
+            "after": BEGINNING if after is None else after,
+        }
+        if backfilled:
+            return _swept(self._run("take_lost_backfilled", **params))
+        return _swept(self._run("take_lost", **params))
 
     def date_undated(self, *, limit: int) -> int:
         return len(self._run("date_undated", limit=limit))
