@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -24,15 +25,23 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_QUEUE_ARN",
+    "HANG_SECONDS",
     "FakeLambdaContext",
     "QueueCounts",
     "assert_nothing_sent_to_lsky",
+    "db_now",
     "fetch_image",
     "fetch_record",
     "queue_attrs",
+    "seconds_ago",
     "seed_record",
     "sqs_event",
+    "wait_until",
 ]
+
+# How long a test waits for an event before calling it a hang. Never a measure of speed: a
+# test waits for what it needs (a row, a log line, a request), however slow the machine.
+HANG_SECONDS = 60.0
 
 DEFAULT_QUEUE_ARN = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue"
 
@@ -223,3 +232,29 @@ def set_uploads(conn: Any, count: int, *, within_seconds: float = 800, ago: floa
         span=within_seconds,
         ago=ago,
     )
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str = "the condition",
+    *,
+    timeout: float = HANG_SECONDS,
+    interval: float = 0.02,
+) -> None:
+    """Poll `condition` until it is true; fail after `timeout` (a hang, not slowness)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened in {timeout:.0f} s: {what}"
+        time.sleep(interval)
+
+
+def db_now(conn: Any) -> datetime:
+    """The database's clock (the one the handlers' SQL stamps rows with)."""
+    [[now]] = conn.run("SELECT clock_timestamp()")
+    return now
+
+
+def seconds_ago(conn: Any, stamp: datetime) -> float:
+    """How long before the database's now() `stamp` is."""
+    [[seconds]] = conn.run("SELECT EXTRACT(EPOCH FROM now() - CAST(:t AS timestamptz))", t=stamp)
+    return float(seconds)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from devkit.sqs import QueuePair, receive_as_lambda_event
 from lib.archive import runtime
 from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
-from tests.support import FakeLambdaContext, queue_attrs, sqs_event
+from tests.support import HANG_SECONDS, FakeLambdaContext, queue_attrs, sqs_event
 
 TOKEN = DEFAULT_TOKEN
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,22 +119,54 @@ def archive(
         yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw)
 
 
+# A short invocation (the `short_invocation` fixture): with the reserves shrunk, its
+# attempt has about 2 s to transfer and 3 s left to conclude once that deadline passed.
+SHORT_INVOCATION_SECONDS = 5.0
+SHORT_FINISH_RESERVE_MS = 3_000
+
+
+@pytest.fixture
+def short_invocation(monkeypatch: pytest.MonkeyPatch) -> Callable[[], FakeLambdaContext]:
+    """Shrink the time guard's reserves so an attempt can run out of time in seconds;
+    returns a maker of such invocations' contexts. Their clock starts when the worker first
+    looks at it, so neither the test's setup nor a slow moment before the handler ran eats
+    the budget. What then holds the transfer past its deadline must be an event (a held
+    Lsky answer, a gated upstream), never a number of seconds raced against the budget."""
+    from lib.archive import budget, schedule, transfer
+
+    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
+    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", SHORT_FINISH_RESERVE_MS)
+    monkeypatch.setattr(budget, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
+    monkeypatch.setattr(budget, "UPLOAD_OVERHEAD_SECONDS", 0.2)
+    return lambda: FakeLambdaContext(timeout_seconds=SHORT_INVOCATION_SECONDS, from_first_look=True)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """An event a test opens when it is ready (Behaviour.held, an upstream route's gate);
+    opened at the end in any case, so nothing held outlives the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
 @dataclass
 class Child:
     """The archive handler running in a subprocess (tests.integration.invoke_child)."""
 
     process: subprocess.Popen[str]
-    out: str = ""
+    out: str | None = None
 
-    def response(self, timeout: float = 30) -> dict[str, Any]:
+    def response(self, timeout: float = HANG_SECONDS) -> dict[str, Any]:
         out = self.output(timeout)
         lines = [line for line in out.splitlines() if line.startswith("RESPONSE ")]
         assert lines, f"the child printed no response (exit {self.process.returncode}):\n{out}"
         result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESPONSE "))
         return result
 
-    def output(self, timeout: float = 30) -> str:
-        if self.process.returncode is None:
+    def output(self, timeout: float = HANG_SECONDS) -> str:
+        """Everything the child printed, once it has exited (read once, however it ended)."""
+        if self.out is None:
             self.out, _ = self.process.communicate(timeout=timeout)
         return self.out
 

@@ -6,43 +6,25 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from devkit import images
 from devkit.lsky import Behaviour
 from devkit.upstream import StreamBody
-from lib.archive import budget as timeguard
-from lib.archive import schedule, transfer
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness, start_child
 from tests.support import (
+    HANG_SECONDS,
     FakeLambdaContext,
     assert_nothing_sent_to_lsky,
     fetch_record,
     seed_record,
+    wait_until,
 )
 
 PNG = images.png(8, 8)
-
-
-def wait_for(condition: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(interval)
-
-
-@pytest.fixture
-def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shrink the time guard's reserves so seconds-long invocations can be tested."""
-    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
-    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", 200)
-    monkeypatch.setattr(timeguard, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
-    monkeypatch.setattr(timeguard, "UPLOAD_OVERHEAD_SECONDS", 0.2)
 
 
 # -- the time guard --------------------------------------------------------------------
@@ -73,7 +55,9 @@ def test_a_transfer_found_too_big_for_the_time_left_spends_the_attempt(
     upstream.add("/big.png", StreamBody.of(lambda: images.png_stream(size=size), size))
     seed_record(db, 61, image_url=upstream.url("/big.png"), attempts=1)
 
-    response = archive.deliver(encode(61), FakeLambdaContext(timeout_seconds=40))
+    response = archive.deliver(
+        encode(61), FakeLambdaContext(timeout_seconds=40, from_first_look=True)
+    )
 
     assert len(response["batchItemFailures"]) == 1
     row = fetch_record(db, 61)
@@ -85,36 +69,48 @@ def test_a_transfer_found_too_big_for_the_time_left_spends_the_attempt(
     assert archive.log_for("archive attempt failed, will retry")["outcome"] == "retry"
 
 
-def test_slow_redirects_then_no_time_spend_the_attempt(
-    small_budget: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+def test_redirects_that_outlast_the_deadline_spend_the_attempt(
+    short_invocation: Callable[[], FakeLambdaContext],
+    gate: threading.Event,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
 ) -> None:
-    # Each hop answers just under the read timeout; by the last one the deadline is gone.
-    # Before the fix that was "no time" and gave the attempt back, forever.
+    # The download has begun (a hop answered) when the time runs out on the next hop,
+    # held until after the deadline. Before the fix that was "no time" and gave the attempt
+    # back, forever.
     upstream.add("/final.png", images.png(size=10_000))
-    upstream.add("/hop2", redirect_to="/final.png", delay=0.85)
-    upstream.add("/hop1", redirect_to="/hop2", delay=0.85)
+    upstream.add("/hop2", redirect_to="/final.png", gate=gate)
+    upstream.add("/hop1", redirect_to="/hop2")
     seed_record(db, 63, image_url=upstream.url("/hop1"))
 
-    archive.deliver(encode(63), FakeLambdaContext(timeout_seconds=2.0))
+    archive.deliver(encode(63), short_invocation())
 
     row = fetch_record(db, 63)
     assert row["archive_attempts"] == 1  # spent, not given back
     assert row["archive_status"] == "PENDING"
     assert "download failed" in row["archive_error"]
+    assert upstream.hits("/hop2") == 1
+    assert upstream.hits("/final.png") == 0
     assert lsky.upload_count == 0
 
 
 def test_a_slow_drip_download_ends_at_the_deadline_and_spends_the_attempt(
-    small_budget: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+    short_invocation: Callable[[], FakeLambdaContext],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
 ) -> None:
+    # 20 s of dripping: only the attempt's deadline (about 2 s) can end it.
     upstream.add("/drip.png", images.png(size=100_000), drip_bytes_per_sec=5_000)
     seed_record(db, 62, image_url=upstream.url("/drip.png"))
+    context = short_invocation()
 
-    started = time.monotonic()
-    response = archive.deliver(encode(62), FakeLambdaContext(timeout_seconds=2.0))
-    elapsed = time.monotonic() - started
+    response = archive.deliver(encode(62), context)
 
-    assert elapsed < 2.0  # the invocation was never held past its own timeout
+    assert context.get_remaining_time_in_millis() > 0  # never held past its own timeout
     assert len(response["batchItemFailures"]) == 1
     row = fetch_record(db, 62)
     assert row["archive_status"] == "PENDING"
@@ -125,23 +121,29 @@ def test_a_slow_drip_download_ends_at_the_deadline_and_spends_the_attempt(
 
 
 def test_a_slow_lsky_is_cut_at_the_time_left_not_its_read_timeout(
-    small_budget: None, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+    short_invocation: Callable[[], FakeLambdaContext],
+    gate: threading.Event,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
 ) -> None:
     seed_record(db, 63, image_url=upstream.add("/s.png", PNG))
-    lsky.script(Behaviour.slow(1.8))
+    lsky.script(Behaviour.held(gate))  # no answer before the test says so
+    context = short_invocation()
 
-    started = time.monotonic()
-    response = archive.deliver(encode(63), FakeLambdaContext(timeout_seconds=1.5))
-    elapsed = time.monotonic() - started
+    response = archive.deliver(encode(63), context)
 
-    assert elapsed < 1.5
+    # Cut at the attempt's deadline (about 2 s), not at Lsky's 60 s read timeout.
+    assert context.get_remaining_time_in_millis() > 0
     assert len(response["batchItemFailures"]) == 1
     row = fetch_record(db, 63)
     assert row["archive_status"] == "PENDING"
     assert row["archive_attempts"] == 1
     assert "timed out waiting for Lsky" in row["archive_error"]
-    # Let the stand-in finish its sleeping request before the next test resets it.
-    wait_for(lambda: lsky.upload_count == 1)
+    # Let the stand-in finish the held request before the next test resets it.
+    gate.set()
+    assert lsky.wait_for_uploads(1, timeout=HANG_SECONDS)
 
 
 # -- the database ----------------------------------------------------------------------
@@ -176,18 +178,19 @@ def test_database_down_then_back_loses_nothing(
 
 
 def test_connection_killed_during_an_attempt_is_reopened_for_its_outcome(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
+    gate: threading.Event, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
 ) -> None:
     seed_record(db, 71, image_url=upstream.add("/k.png", PNG))
-    lsky.script(Behaviour.slow(0.6))
+    lsky.script(Behaviour.held(gate))
 
     def kill_backends() -> None:
-        # While Lsky works on the upload: the claim is done, the outcome not yet written.
-        wait_for(lambda: lsky.pending_script == 0, timeout=5)
+        # While Lsky holds the upload: the claim is done, the outcome not yet written.
+        assert lsky.wait_for_bodies(1, timeout=HANG_SECONDS)
         db.run(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE application_name = 'image-archive'"
         )
+        gate.set()
 
     killer = threading.Thread(target=kill_backends)
     killer.start()
@@ -205,20 +208,25 @@ def test_connection_killed_during_an_attempt_is_reopened_for_its_outcome(
 
 
 def test_a_worker_killed_mid_upload_is_taken_over_and_its_upload_adopted(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, tmp_path: Path
+    gate: threading.Event,
+    archive_env: Any,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    tmp_path: Path,
 ) -> None:
     archive_env(ARCHIVE_LOCK_TTL_SECONDS="2")
     seed_record(db, 80, image_url=upstream.add("/m.png", PNG))
-    lsky.script(Behaviour.slow(1.0))
+    lsky.script(Behaviour.held(gate))
     archive.send(encode(80))
     event = archive.receive()
 
     child = start_child(event, tmp_path, "killed")
-    # Mid-upload: claimed, downloaded, and Lsky has taken the request (its script popped).
-    wait_for(lambda: lsky.pending_script == 0, timeout=20)
-    time.sleep(0.1)
+    # Mid-upload: claimed, downloaded, and Lsky holds the whole request unanswered.
+    assert lsky.wait_for_bodies(1, timeout=HANG_SECONDS)
     os.kill(child.process.pid, signal.SIGKILL)
-    child.process.wait(timeout=5)
+    child.process.wait(timeout=HANG_SECONDS)
 
     row = fetch_record(db, 80)
     assert row["archive_status"] == "RUNNING"
@@ -226,9 +234,10 @@ def test_a_worker_killed_mid_upload_is_taken_over_and_its_upload_adopted(
     assert row["archive_locked_by"]
     assert row["archive_may_be_hosted"] is True  # set by the claim, never cleared
     # Lsky finishes the killed attempt's upload with no one to read the answer.
-    assert lsky.wait_for_uploads(1, timeout=5)
+    gate.set()
+    assert lsky.wait_for_uploads(1, timeout=HANG_SECONDS)
     # No one concludes it until the lock expires; then the redelivered message takes over.
-    wait_for(lambda: expired(db, 80, ttl=2), timeout=5, interval=0.1)
+    wait_until(lambda: expired(db, 80, ttl=2), "the killed attempt's lock expired")
     [record] = event["Records"]
     archive.sqs.change_message_visibility(
         QueueUrl=archive.queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
@@ -261,12 +270,18 @@ def expired(db: Any, record_id: int, *, ttl: int) -> bool:
 
 
 def test_one_record_delivered_to_several_invocations_at_once_is_uploaded_once(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, tmp_path: Path
+    gate: threading.Event,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+    tmp_path: Path,
 ) -> None:
     copies = 4
     seed_record(db, 81, image_url=upstream.add("/c.png", PNG))
-    # The winner's upload takes a second, so the others claim while it is in flight.
-    lsky.script(Behaviour.slow(1.0))
+    # Lsky holds the winner's upload until every other copy is done, so the others claim
+    # while it is in flight.
+    lsky.script(Behaviour.held(gate))
     for _ in range(copies):
         archive.send(encode(81))
     records: list[dict[str, Any]] = []
@@ -276,13 +291,22 @@ def test_one_record_delivered_to_several_invocations_at_once_is_uploaded_once(
             break
     assert len(records) == copies
 
-    gate = tmp_path / "go"
+    start = tmp_path / "go"
     children = [
-        start_child({"Records": [record]}, tmp_path, f"c{n}", gate=gate)
+        start_child({"Records": [record]}, tmp_path, f"c{n}", gate=start)
         for n, record in enumerate(records)
     ]
-    wait_for(lambda: all((tmp_path / f"c{n}.ready").exists() for n in range(copies)), 30)
-    gate.touch()  # all at once
+    wait_until(
+        lambda: all((tmp_path / f"c{n}.ready").exists() for n in range(copies)),
+        "every copy's process is ready",
+    )
+    start.touch()  # all at once
+    wait_until(
+        lambda: sum(child.process.poll() is not None for child in children) == copies - 1,
+        "every copy but the winner's is done",
+    )
+    assert lsky.bodies_received == 1  # the winner's upload, still held
+    gate.set()
     responses = [child.response() for child in children]
 
     assert responses == [{"batchItemFailures": []}] * copies  # all acknowledged

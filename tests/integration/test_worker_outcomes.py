@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -19,36 +18,31 @@ from lib.platform.db import Database
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords, Recorded
 from tests.integration.conftest import ArchiveHarness
-from tests.support import emf_metrics, fetch_record, seed_record
+from tests.support import HANG_SECONDS, emf_metrics, fetch_record, seed_record, wait_until
 
 PNG = images.png(size=3_000)
 
 
-def when(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
-
-
 def test_a_retry_whose_lock_passed_on_is_reported_as_lost_not_as_a_retry(
+    gate: threading.Event,
     archive: ArchiveHarness,
     db: Any,
     upstream: Any,
     pg_dsn: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The upstream answers 503 slowly; meanwhile the lock passes to another attempt.
-    upstream.add("/slow.png", PNG, delay=1.0, fail_first=1)
+    # The upstream holds its 503; meanwhile the lock passes to another attempt.
+    upstream.add("/slow.png", PNG, gate=gate, fail_first=1)
     seed_record(db, 80, image_url=upstream.url("/slow.png"))
     other = connect(pg_dsn)
 
     def take_over() -> None:
-        when(lambda: upstream.hits("/slow.png") >= 1)
+        wait_until(lambda: upstream.hits("/slow.png") >= 1, "the download was asked for")
         other.run(
             "UPDATE image_generation_records SET archive_locked_by = 'another-attempt' "
             "WHERE id = 80"
         )
+        gate.set()
 
     thread = threading.Thread(target=take_over)
     thread.start()
@@ -165,16 +159,17 @@ def test_an_escaping_exception_is_logged_before_powertools_fails_the_record(
 
 
 def test_an_upload_whose_success_cannot_be_recorded_leaves_its_url_in_the_log(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, pg_dsn: str
+    gate: threading.Event, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, pg_dsn: str
 ) -> None:
     upstream.add("/o.png", PNG)
     seed_record(db, 87, image_url=upstream.url("/o.png"))
-    lsky.script(Behaviour.slow(1.0))  # time to take the table away during the upload
+    lsky.script(Behaviour.held(gate))  # the table is taken away during the upload
     admin = connect(pg_dsn)
 
     def outage() -> None:
-        when(lambda: lsky.bodies_received >= 1)
+        assert lsky.wait_for_bodies(1, timeout=HANG_SECONDS)
         admin.run("ALTER TABLE image_generation_records RENAME TO image_generation_records_away")
+        gate.set()
 
     thread = threading.Thread(target=outage)
     thread.start()
