@@ -32,6 +32,7 @@ __all__ = [
     "db_now",
     "fetch_image",
     "fetch_record",
+    "make_due",
     "queue_attrs",
     "seconds_ago",
     "seed_record",
@@ -252,6 +253,14 @@ def db_now(conn: Any) -> datetime:
     """The database's clock (the one the handlers' SQL stamps rows with)."""
     [[now]] = conn.run("SELECT clock_timestamp()")
     return now
+
+
+def make_due(conn: Any, record_id: int) -> None:
+    """The row's backoff is over: due now (the clock moved on, without waiting for it)."""
+    conn.run(
+        "UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = :id",
+        id=record_id,
+    )
 
 
 def seconds_ago(conn: Any, stamp: datetime) -> float:

@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import struct
+import threading
+import time
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,7 +23,15 @@ from devkit.lsky import Behaviour, GuestMode, LskyStandIn
 from devkit.postgres import PostgresCluster, connect, find_bindir, schema_statements
 from devkit.sqs import MotoServer, QueuePair, create_queue_pair, receive_as_lambda_event
 from devkit.upstream import StreamBody, UpstreamServer
-from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record, sqs_event
+from tests.support import (
+    HANG_SECONDS,
+    FakeLambdaContext,
+    fetch_record,
+    queue_attrs,
+    seed_record,
+    sqs_event,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -221,6 +231,25 @@ def test_change_message_visibility_is_observed(sqs: SQSClient, queues: QueuePair
     assert again["attributes"]["ApproximateReceiveCount"] == "2"
 
 
+def test_moto_keeps_what_each_sqs_request_asked_for(
+    moto: MotoServer, sqs: SQSClient, queues: QueuePair
+) -> None:
+    sqs.send_message(QueueUrl=queues.url, MessageBody='{"recordId": "1"}')
+    [record] = receive_as_lambda_event(sqs, queues, wait_seconds=0)["Records"]
+    sqs.change_message_visibility(
+        QueueUrl=queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=42
+    )
+    [change] = moto.sqs_calls("ChangeMessageVisibility", QueueUrl=queues.url)
+    assert change == {
+        "QueueUrl": queues.url,
+        "ReceiptHandle": record["receiptHandle"],
+        "VisibilityTimeout": 42,
+    }
+    [sent] = moto.sqs_calls("SendMessage", QueueUrl=queues.url)
+    assert sent["MessageBody"] == '{"recordId": "1"}'
+    assert moto.sqs_calls("ChangeMessageVisibility", QueueUrl=queues.url + "-other") == []
+
+
 def test_redrive_to_dlq_after_max_receive_count(sqs: SQSClient, queues: QueuePair) -> None:
     pair = create_queue_pair(sqs, queues.name + "-short", max_receive_count=2)
     sqs.send_message(QueueUrl=pair.url, MessageBody='{"recordId": "7"}')
@@ -266,6 +295,14 @@ def test_fake_lambda_context() -> None:
     assert 0 < first.get_remaining_time_in_millis() <= 120_000
     assert second.get_remaining_time_in_millis() == 0
     assert first.invoked_function_arn.endswith(":function:ArchiveFunction")
+
+
+def test_a_context_counting_from_the_first_look_has_its_whole_budget_then() -> None:
+    context = FakeLambdaContext(timeout_seconds=0.2, from_first_look=True)
+    time.sleep(0.3)  # the test's own setup, longer than the whole budget
+    assert 0 < context.get_remaining_time_in_millis() <= 200
+    time.sleep(0.3)
+    assert context.get_remaining_time_in_millis() == 0  # counting since the first look
 
 
 # -- images ---------------------------------------------------------------------------------
@@ -403,6 +440,25 @@ def test_upstream_streaming_and_chunked(upstream: UpstreamServer, http: Any) -> 
 def test_upstream_drip_and_delay_deliver_the_body(upstream: UpstreamServer, http: Any) -> None:
     url = upstream.add("/slow", b"s" * 2000, drip_bytes_per_sec=200_000, delay=0.01)
     assert http.request("GET", url).data == b"s" * 2000
+
+
+def test_upstream_gate_holds_each_request_until_it_opens(
+    upstream: UpstreamServer, http: Any
+) -> None:
+    gate = threading.Event()
+    url = upstream.add("/held", b"body", gate=gate)
+    answers: list[bytes] = []
+    client = threading.Thread(target=lambda: answers.append(http.request("GET", url).data))
+    client.start()
+    try:
+        wait_until(lambda: upstream.hits("/held") == 1, "the request arrived")
+        client.join(timeout=0.2)
+        assert client.is_alive()  # held: no answer yet
+        assert answers == []
+    finally:
+        gate.set()
+    client.join(timeout=HANG_SECONDS)
+    assert answers == [b"body"]
 
 
 def test_upstream_reset_forgets_routes(upstream: UpstreamServer, http: Any) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from devkit.lsky import DEFAULT_TOKEN
 from devkit.postgres import connect
-from devkit.sqs import QueuePair, receive_as_lambda_event
+from devkit.sqs import MotoServer, QueuePair, receive_as_lambda_event
 from lib.archive import runtime
 from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
@@ -33,6 +33,7 @@ class ArchiveHarness(LogAssertions):
     queues: QueuePair
     env: dict[str, str]
     raw_logs: list[str]
+    moto: MotoServer
 
     def send(self, body: str) -> str:
         return str(self.sqs.send_message(QueueUrl=self.queues.url, MessageBody=body)["MessageId"])
@@ -65,6 +66,20 @@ class ArchiveHarness(LogAssertions):
         response = self.invoke(event, context)
         self.settle(event, response)
         return response
+
+    def fast_forward(self, event: dict[str, Any]) -> None:
+        """The hold on the event's messages runs out now, as it would once the visibility
+        the handler set had passed: the test moves the clock on instead of waiting."""
+        for record in event["Records"]:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
+            )
+
+    def holds(self) -> list[int]:
+        """Every visibility (seconds) set on this queue's messages, in order (what the
+        handler asked SQS to hold them for, read from the requests moto served)."""
+        calls = self.moto.sqs_calls("ChangeMessageVisibility", QueueUrl=self.queues.url)
+        return [int(call["VisibilityTimeout"]) for call in calls]
 
     def visible(self, url: str | None = None) -> int:
         return queue_attrs(self.sqs, url or self.queues.url).visible
@@ -112,11 +127,11 @@ def archive_env(
 
 @pytest.fixture
 def archive(
-    archive_env: Callable[..., dict[str, str]], sqs: Any, queues: QueuePair
+    archive_env: Callable[..., dict[str, str]], sqs: Any, queues: QueuePair, moto: MotoServer
 ) -> Iterator[ArchiveHarness]:
     env = archive_env()
     with capture_logs() as raw:
-        yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw)
+        yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw, moto=moto)
 
 
 # A short invocation (the `short_invocation` fixture): with the reserves shrunk, its

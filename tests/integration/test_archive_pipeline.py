@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from lib.archive import runtime
 from lib.archive.message import encode
 from lib.platform.errors import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
-from tests.support import emf_metrics, fetch_record, seed_record
+from tests.support import db_now, emf_metrics, fetch_record, make_due, seed_record
 
 PNG = images.png(8, 8)
 
@@ -97,13 +98,17 @@ def test_any_batch_size_reports_only_the_failed_items(
 def test_retryable_failure_sets_backoff_on_row_and_message(
     archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
 ) -> None:
-    archive_env(ARCHIVE_RETRY_DELAYS="2,3")
+    archive_env(ARCHIVE_RETRY_DELAYS="120,300")
     upstream.add("/gen/3.png", PNG)
     seed_record(db, 3, image_url=upstream.url("/gen/3.png"))
     lsky.script(lsky_behaviour("http_500"))
 
-    before = time.time()
-    response = archive.deliver(encode(3))
+    archive.send(encode(3))
+    event = archive.receive()
+    before = db_now(db)
+    response = archive.invoke(event)
+    after = db_now(db)
+    archive.settle(event, response)
 
     [failure] = response["batchItemFailures"]
     row = fetch_record(db, 3)
@@ -111,13 +116,17 @@ def test_retryable_failure_sets_backoff_on_row_and_message(
     assert row["archive_attempts"] == 1
     assert "HTTP 500" in row["archive_error"]
     assert row["archive_locked_by"] is None
-    delay = row["archive_next_run_at"].timestamp() - before
-    assert 1.0 <= delay <= 4.0
+    backoff = timedelta(seconds=120)
+    assert before + backoff <= row["archive_next_run_at"] <= after + backoff
     assert row["status"] == "SUCCEEDED"
+    assert archive.log_for("archive attempt failed, will retry")["retry_in_seconds"] == 120
 
-    # The message is hidden for the first delay (2 s), then comes back for attempt 2.
+    # The message is hidden for the first delay, then comes back for attempt 2: the clock
+    # is moved on (the hold runs out, the row is due) instead of waiting two minutes.
+    assert archive.holds() == [120]
     assert archive.receive(wait_seconds=0)["Records"] == []
-    time.sleep(2.2)
+    archive.fast_forward(event)
+    make_due(db, 3)
     event = archive.receive(wait_seconds=2)
     [again] = event["Records"]
     assert again["messageId"] == failure["itemIdentifier"]
@@ -127,7 +136,6 @@ def test_retryable_failure_sets_backoff_on_row_and_message(
     row = fetch_record(db, 3)
     assert row["archive_status"] == "SUCCEEDED"
     assert row["archive_attempts"] == 2
-    assert archive.log_for("archive attempt failed, will retry")["retry_in_seconds"] == 2
 
 
 def test_last_attempt_fails_the_row_and_acknowledges(
@@ -178,13 +186,16 @@ def test_429_retry_after_longer_than_the_schedule_is_honoured(
     archive_env(ARCHIVE_RETRY_DELAYS="1")
     upstream.add("/gen/6.png", PNG)
     seed_record(db, 6, image_url=upstream.url("/gen/6.png"))
-    lsky.script(lsky_behaviour("http_429", retry_after=4))
+    lsky.script(lsky_behaviour("http_429", retry_after=90))
 
-    before = time.time()
+    before = db_now(db)
     assert len(archive.deliver(encode(6))["batchItemFailures"]) == 1
     row = fetch_record(db, 6)
-    assert row["archive_next_run_at"].timestamp() - before >= 3.5
-    time.sleep(1.5)  # past the scheduled 1 s, inside Retry-After's 4 s
+    # Not the scheduled 1 s: the host's 90 s, for the row and for its message.
+    assert row["archive_next_run_at"] >= before + timedelta(seconds=90)
+    held = archive.log_for("upload lane paused; message held")["retry_in_seconds"]
+    assert archive.holds() == [held]
+    assert held >= 90
     assert archive.receive(wait_seconds=0)["Records"] == []
 
 
@@ -320,14 +331,17 @@ def test_database_down_redelivers_without_spending_an_attempt(
 ) -> None:
     upstream.add("/d.png", PNG)
     seed_record(db, 30, image_url=upstream.url("/d.png"))
-    archive_env(DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="2")
+    archive_env(
+        DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="60"
+    )
 
     response = archive.deliver(encode(30))
     assert len(response["batchItemFailures"]) == 1
     assert fetch_record(db, 30)["archive_attempts"] == 0
     assert archive.log_for("database unavailable; message will be redelivered")
     assert "postgres@" not in json.dumps(archive.logs())
-    assert archive.receive(wait_seconds=0)["Records"] == []  # held for the lock TTL + margin
+    assert archive.holds() == [65]  # held for the lock TTL + margin
+    assert archive.receive(wait_seconds=0)["Records"] == []
 
 
 # The invocation fails before any metric is added; Powertools warns that it has none.
@@ -434,15 +448,21 @@ def test_a_copy_arriving_during_the_backoff_is_held_until_due(
     upstream.add("/e.png", PNG)
     seed_record(db, 60, image_url=upstream.url("/e.png"), attempts=1, next_run_at=-60)
     before = fetch_record(db, 60)
+    due = before["archive_next_run_at"]
 
+    asked = db_now(db)
     response = archive.deliver(encode(60))
+    answered = db_now(db)
 
     assert len(response["batchItemFailures"]) == 1  # kept, not dropped
     assert fetch_record(db, 60) == before  # no attempt spent, nothing changed
     assert upstream.hits("/e.png") == 0
     assert lsky.upload_count == 0
     held = archive.log_for("message arrived before the row is due; held back")
-    assert 55 <= held["retry_in_seconds"] <= 61
+    # Held until the row is due: what was left of its 60 s when the handler looked.
+    left = [math.ceil((due - at).total_seconds()) for at in (answered, asked)]
+    assert left[0] <= held["retry_in_seconds"] <= left[1]
+    assert archive.holds() == [held["retry_in_seconds"]]
     assert archive.receive(wait_seconds=0)["Records"] == []
 
 

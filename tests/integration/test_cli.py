@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 from devkit import images
 from devkit.postgres import apply_schema, connect
-from devkit.sqs import QueuePair
+from devkit.sqs import MotoServer, QueuePair
 from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.cli import main as cli
@@ -379,12 +378,15 @@ def test_a_failed_send_leaves_the_row_pending_and_the_sweeper_sends_it(
     assert row["archive_status"] == "PENDING"
     assert row["archive_enqueued_at"] is None  # nothing is on its way: no reason to wait
 
-    monkeypatch.setenv("ARCHIVE_SWEEP_GRACE_SECONDS", "1")
+    # The sweeper's grace period passes (the clock moved on: the row came due long ago).
+    db.run(
+        "UPDATE image_generation_records"
+        " SET archive_next_run_at = archive_next_run_at - interval '1 day' WHERE id = 1"
+    )
     runtime.reset()
     try:
         from handlers.sweeper import lambda_handler
 
-        time.sleep(1.2)  # past the grace period
         summary = lambda_handler({}, FakeLambdaContext(function_name="SweeperFunction"))
     finally:
         runtime.reset()
@@ -492,13 +494,11 @@ def fill_dlq(sqs: Any, queues: QueuePair, count: int) -> None:
 
 
 def test_redrive_falls_back_to_moving_by_hand_where_move_tasks_do_not_exist(
-    ctl: Ctl, sqs: Any, queues: QueuePair
+    ctl: Ctl, sqs: Any, queues: QueuePair, moto: MotoServer
 ) -> None:
     fill_dlq(sqs, queues, 3)
 
-    started = time.monotonic()
     assert ctl("redrive-dlq") == EXIT_OK
-    elapsed = time.monotonic() - started
 
     assert "StartMessageMoveTask is not available at this endpoint" in ctl.out
     assert "moved 3 messages" in ctl.out
@@ -511,8 +511,14 @@ def test_redrive_falls_back_to_moving_by_hand_where_move_tasks_do_not_exist(
     }
     assert queue_attrs(sqs, queues.dlq_url).visible == 0
     assert queue_attrs(sqs, queues.dlq_url).not_visible == 0
-    # No botocore retry storm on moto's HTTP 500 before the fallback.
-    assert elapsed < 8
+    # No botocore retry storm on moto's HTTP 500 before the fallback. (Asked twice today,
+    # not once as lib.cli.redrive says: botocore's retries.max_attempts=1 is one retry.)
+    moves = [
+        call
+        for call in moto.sqs_calls("StartMessageMoveTask")
+        if call["SourceArn"].endswith(":" + queues.dlq_url.rsplit("/", 1)[1])
+    ]
+    assert 1 <= len(moves) <= 2
 
 
 def test_manual_redrive_is_bounded(ctl: Ctl, sqs: Any, queues: QueuePair) -> None:

@@ -26,7 +26,14 @@ from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
-from tests.support import FakeLambdaContext, fetch_record, lane_row, reset_lane, seed_record
+from tests.support import (
+    HANG_SECONDS,
+    FakeLambdaContext,
+    fetch_record,
+    lane_row,
+    reset_lane,
+    seed_record,
+)
 
 PNG = images.png(8, 8)
 # Slow enough that a trickled answer (a few hundred bytes) would take minutes.
@@ -78,7 +85,7 @@ def test_a_trickling_lsky_answer_ends_as_a_timeout_by_the_deadline(
     assert (failed.value.failure.stage, failed.value.failure.kind) == (stage, Kind.TIMEOUT)
     # The next exchange on the client's pool is not stuck on the shut connection.
     lsky.reset()
-    assert upload(client, time.monotonic() + 10)
+    assert upload(client, time.monotonic() + HANG_SECONDS)
 
 
 def test_a_trickling_upload_answer_is_concluded_before_the_invocation_ends(
@@ -93,7 +100,7 @@ def test_a_trickling_upload_answer_is_concluded_before_the_invocation_ends(
     lsky.trickle("/api/v1/upload", interval=INTERVAL)
     # The shortest invocation that still starts an attempt: its transfer deadline is what
     # is left after the worker's reserve for concluding.
-    context = FakeLambdaContext(timeout_seconds=MIN_ATTEMPT_MS / 1000 + 1)
+    context = FakeLambdaContext(timeout_seconds=MIN_ATTEMPT_MS / 1000 + 1, from_first_look=True)
 
     response = archive.deliver(encode(1), context)
 
@@ -124,7 +131,9 @@ def test_a_trickling_profile_leaves_the_sweep_time_for_its_pages(
     lsky.trickle("/api/v1/profile", interval=INTERVAL, from_body=True)
     # Three seconds for the probe beyond what the rest of the run keeps.
     context = FakeLambdaContext(
-        function_name="SweeperFunction", timeout_seconds=PROBE_RESERVE_MS / 1000 + 3
+        function_name="SweeperFunction",
+        timeout_seconds=PROBE_RESERVE_MS / 1000 + 3,
+        from_first_look=True,
     )
 
     summary = lambda_handler({}, context)
