@@ -32,10 +32,12 @@ __all__ = [
     "db_now",
     "fetch_image",
     "fetch_record",
+    "lock_expired",
     "make_due",
     "queue_attrs",
     "seconds_ago",
     "seed_record",
+    "seed_running",
     "sqs_event",
     "wait_until",
 ]
@@ -47,6 +49,9 @@ HANG_SECONDS = 60.0
 DEFAULT_QUEUE_ARN = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue"
 
 Timestamp = datetime | int | float | None
+
+# An image URL for records whose image is never fetched (a name that cannot resolve).
+UNREACHABLE_IMAGE_URL = "https://upstream.invalid/gen.png"
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -115,6 +120,31 @@ def seed_record(
         f"INSERT INTO image_generation_records ({', '.join(values)}) "
         f"VALUES ({', '.join(values.values())})",
         **params,
+    )
+
+
+def seed_running(
+    conn: Any,
+    record_id: int,
+    *,
+    image_url: str = UNREACHABLE_IMAGE_URL,
+    attempts: int = 1,
+    locked_by: str | None = "crashed-invocation",
+    locked_at: Timestamp = 3600,
+    **columns: Any,
+) -> None:
+    """A record under way: RUNNING on attempt `attempts`, its lock taken `locked_at` seconds
+    ago by `locked_by` (by default a worker that died an hour ago: the lock has expired).
+    Other columns as for `seed_record`."""
+    seed_record(
+        conn,
+        record_id,
+        image_url=image_url,
+        archive_status="RUNNING",
+        attempts=attempts,
+        locked_by=locked_by,
+        locked_at=locked_at,
+        **columns,
     )
 
 
@@ -261,6 +291,17 @@ def make_due(conn: Any, record_id: int) -> None:
         "UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = :id",
         id=record_id,
     )
+
+
+def lock_expired(conn: Any, record_id: int, *, ttl: float) -> bool:
+    """Whether the row's lock is older than `ttl` seconds (by the database's clock)."""
+    [[expired]] = conn.run(
+        "SELECT archive_locked_at < now() - make_interval(secs => CAST(:ttl AS double precision))"
+        " FROM image_generation_records WHERE id = :id",
+        id=record_id,
+        ttl=ttl,
+    )
+    return bool(expired)
 
 
 def seconds_ago(conn: Any, stamp: datetime) -> float:

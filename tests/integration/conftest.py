@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,6 +22,9 @@ from lib.archive import runtime
 from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
 from tests.support import HANG_SECONDS, FakeLambdaContext, queue_attrs, sqs_event
+
+if TYPE_CHECKING:
+    from tests.integration.world import World
 
 TOKEN = DEFAULT_TOKEN
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +45,16 @@ class ArchiveHarness(LogAssertions):
         return receive_as_lambda_event(
             self.sqs, self.queues, max_messages=max_messages, wait_seconds=wait_seconds
         )
+
+    def receive_all(self, count: int) -> list[dict[str, Any]]:
+        """Receive until `count` messages are in hand (moto hands out at most ten a call)."""
+        records: list[dict[str, Any]] = []
+        for _ in range(10):
+            records += self.receive(max_messages=10)["Records"]
+            if len(records) >= count:
+                break
+        assert len(records) == count, f"{len(records)} of {count} messages arrived"
+        return records
 
     def invoke(self, event: dict[str, Any], context: FakeLambdaContext | None = None) -> Any:
         from handlers.archive import lambda_handler
@@ -281,3 +294,17 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, db: Any, queues: Queue
     monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
     for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def world(
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+) -> World:
+    """The archive function's world with its builders (tests.integration.world.World)."""
+    from tests.integration.world import World
+
+    return World(archive=archive, db=db, upstream=upstream, lsky=lsky, settings=archive_env)

@@ -15,12 +15,14 @@ from devkit import images
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness
+from tests.integration.world import World
 from tests.support import (
     HANG_SECONDS,
     FakeLambdaContext,
     emf_metrics,
     fetch_record,
     lane_row,
+    lock_expired,
     reset_lane,
     seed_record,
     wait_until,
@@ -210,32 +212,15 @@ def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
 
 
 def test_a_database_outage_between_upload_and_success_write(
-    gate: threading.Event,
-    archive_env: Any,
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: LskyStandIn,
+    world: World, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
-    archive_env(ARCHIVE_LOCK_TTL_SECONDS="2")
+    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2")
     seed(db, upstream, 6)
-    lsky.script(Behaviour.held(gate))
 
-    def outage() -> None:
-        # While Lsky holds the upload: the claim is done, the success write is next.
-        assert lsky.wait_for_bodies(1, timeout=HANG_SECONDS)
-        db.run("ALTER TABLE image_generation_records RENAME TO image_generation_records_gone")
-        gate.set()
-
-    breaker = threading.Thread(target=outage)
-    breaker.start()
-    archive.send(encode(6))
-    event = archive.receive()
-    try:
+    with world.records_table_gone_during_the_upload():
+        archive.send(encode(6))
+        event = archive.receive()
         response = archive.invoke(event)
-    finally:
-        breaker.join()
-        db.run("ALTER TABLE image_generation_records_gone RENAME TO image_generation_records")
 
     assert len(response["batchItemFailures"]) == 1
     assert archive.log_for("archived on Lsky, but the success could not be recorded; "
@@ -245,9 +230,7 @@ def test_a_database_outage_between_upload_and_success_write(
     assert len(lsky.image_records()) == 1
 
     # The database is back; the lock expires and the message returns (fast-forwarded).
-    wait_until(lambda: bool(db.run(
-        "SELECT archive_locked_at < now() - interval '2 seconds' "
-        "FROM image_generation_records WHERE id = 6")[0][0]), "the lock expired")  # fmt: skip
+    wait_until(lambda: lock_expired(db, 6, ttl=2), "the lock expired")
     archive.fast_forward(event)
     assert archive.invoke(archive.receive(wait_seconds=2)) == {"batchItemFailures": []}
 

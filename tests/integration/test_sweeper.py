@@ -35,6 +35,7 @@ from tests.support import (
     fetch_record,
     seconds_ago,
     seed_record,
+    seed_running,
     set_uploads,
     wait_until,
 )
@@ -151,12 +152,8 @@ def test_fresh_rows_are_left_alone(sweep: SweepHarness, db: Any) -> None:
     seed_record(db, 1, image_url=URL, next_run_at=-60, attempts=1)  # backoff still running
     seed_record(db, 2, image_url=URL, next_run_at=100)  # due, within the grace period
     seed_record(db, 3, image_url=URL, next_run_at=1000, enqueued_at=100)  # sent recently
-    seed_record(  # lock still valid
-        db, 4, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="w", locked_at=10
-    )
-    seed_record(  # lock about to expire, not yet
-        db, 5, image_url=URL, archive_status="RUNNING", attempts=3, locked_by="w", locked_at=170
-    )
+    seed_running(db, 4, locked_at=10)  # lock still valid
+    seed_running(db, 5, attempts=3, locked_at=170)  # lock about to expire, not yet
     seed_record(db, 6, image_url=URL, archive_status="SUCCEEDED", next_run_at=None)
     seed_record(db, 7, image_url=URL, archive_status="FAILED", attempts=3, archive_error="x")
     seed_record(db, 8, image_url=URL, archive_status=None)  # never queued
@@ -224,13 +221,10 @@ def test_crashed_worker_row_is_recovered_then_archived(
     sweep_env(LSKY_TOKEN=lsky.token)  # whatever token the stand-in was started with
     upstream.add("/gen/9.png", PNG)
     # Attempt 1 started 1000 s ago and its worker died: the lock (TTL 180 s) expired.
-    seed_record(
+    seed_running(
         db,
         9,
         image_url=upstream.url("/gen/9.png"),
-        archive_status="RUNNING",
-        attempts=1,
-        locked_by="dead-request/dead-message",
         locked_at=1000,
         next_run_at=1000,
         enqueued_at=1000,
@@ -274,17 +268,7 @@ def test_exhausted_row_is_failed(
     expected: str,
 ) -> None:
     sweep_env(ARCHIVE_MAX_ATTEMPTS=max_attempts)
-    seed_record(
-        db,
-        3,
-        image_url=URL,
-        archive_status="RUNNING",
-        attempts=3,
-        locked_by="w",
-        locked_at=600,
-        next_run_at=600,
-        enqueued_at=900,
-    )
+    seed_running(db, 3, attempts=3, locked_at=600, next_run_at=600, enqueued_at=900)
 
     summary = sweep.run()
 
@@ -310,9 +294,7 @@ def test_exhausted_row_is_failed(
 
 
 def test_running_row_without_a_lock_time_is_taken_over(sweep: SweepHarness, db: Any) -> None:
-    seed_record(
-        db, 4, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="w", locked_at=None
-    )
+    seed_running(db, 4, locked_at=None)
 
     summary = sweep.run()
 
@@ -333,12 +315,8 @@ def test_sqs_down_loses_nothing(
 ) -> None:
     seed_record(db, 1, image_url=URL, next_run_at=1000)  # lost, never enqueued
     seed_record(db, 2, image_url=URL, next_run_at=3000, enqueued_at=2000)  # lost again
-    seed_record(  # crashed
-        db, 3, image_url=URL, archive_status="RUNNING", attempts=2, locked_at=1000, next_run_at=1000
-    )
-    seed_record(  # crashed on its last attempt
-        db, 4, image_url=URL, archive_status="RUNNING", attempts=3, locked_at=1000
-    )
+    seed_running(db, 3, attempts=2, locked_by=None, locked_at=1000, next_run_at=1000)  # crashed
+    seed_running(db, 4, attempts=3, locked_by=None, locked_at=1000)  # on its last attempt
     before = all_rows(db)
     sweep_env(AWS_ENDPOINT_URL_SQS=UNREACHABLE_SQS)
 
@@ -370,9 +348,7 @@ def test_sqs_down_loses_nothing(
 def test_sqs_down_after_taking_over_an_expired_lock(
     sweep_env: Callable[..., None], sweep: SweepHarness, db: Any, moto: Any
 ) -> None:
-    seed_record(
-        db, 3, image_url=URL, archive_status="RUNNING", attempts=2, locked_at=1000, next_run_at=1000
-    )
+    seed_running(db, 3, attempts=2, locked_by=None, locked_at=1000, next_run_at=1000)
     sweep_env(AWS_ENDPOINT_URL_SQS=UNREACHABLE_SQS)
 
     summary = sweep.run()
@@ -480,7 +456,7 @@ def test_small_pages(sweep: SweepHarness, db: Any) -> None:
 
 def test_stops_before_the_time_runs_out(sweep: SweepHarness, db: Any) -> None:
     seed_record(db, 1, image_url=URL, next_run_at=1000)
-    seed_record(db, 2, image_url=URL, archive_status="RUNNING", attempts=1, locked_at=1000)
+    seed_running(db, 2, locked_by=None, locked_at=1000)
     before = all_rows(db)
 
     summary = sweep.run(FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=10))
@@ -557,7 +533,7 @@ def test_handler_emits_metrics_and_logs_the_summary(
     sweep: SweepHarness, db: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seed_record(db, 1, image_url=URL, next_run_at=1000)
-    seed_record(db, 2, image_url=URL, archive_status="RUNNING", attempts=3, locked_at=1000)
+    seed_running(db, 2, attempts=3, locked_by=None, locked_at=1000)
     seed_record(db, 3, image_url=URL, next_run_at=700, enqueued_at=60)
     oldest_due = fetch_record(db, 1)["archive_next_run_at"]
 
