@@ -191,16 +191,16 @@ def _upstream_server() -> Iterator[UpstreamServer]:
     yield from _serving(UpstreamServer, "the upstream image server")
 
 
+@pytest.fixture(scope="session")
+def _lsky_server() -> Iterator[LskyStandIn]:
+    yield from _serving(LskyStandIn, "the Lsky stand-in")
+
+
 @pytest.fixture
 def upstream(_upstream_server: UpstreamServer) -> UpstreamServer:
     """The upstream image server with no routes and zero hits."""
     _upstream_server.reset()
     return _upstream_server
-
-
-@pytest.fixture(scope="session")
-def _lsky_server() -> Iterator[LskyStandIn]:
-    yield from _serving(LskyStandIn, "the Lsky stand-in")
 
 
 @pytest.fixture

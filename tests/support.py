@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from devkit.context import LambdaContext
@@ -24,8 +27,10 @@ if TYPE_CHECKING:
     from lib.transfer.download import DownloadedImage, Downloader
 
 __all__ = [
+    "ARCHIVE_INDEXES",
     "DEFAULT_QUEUE_ARN",
     "HANG_SECONDS",
+    "LSKY_FILE_FIELDS",
     "FakeLambdaContext",
     "QueueCounts",
     "assert_nothing_sent_to_lsky",
@@ -33,14 +38,18 @@ __all__ = [
     "fetch_image",
     "fetch_record",
     "lock_expired",
+    "lsky_file",
     "make_due",
     "queue_attrs",
+    "run_python",
     "seconds_ago",
     "seed_record",
     "seed_running",
     "sqs_event",
     "wait_until",
 ]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # How long a test waits for an event before calling it a hang. Never a measure of speed: a
 # test waits for what it needs (a row, a log line, a request), however slow the machine.
@@ -49,6 +58,16 @@ HANG_SECONDS = 60.0
 DEFAULT_QUEUE_ARN = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue"
 
 Timestamp = datetime | int | float | None
+
+# The archive's indexes on image_generation_records, in the order the migration builds them.
+ARCHIVE_INDEXES = (
+    "image_generation_records_archive_pending_idx",
+    "image_generation_records_archive_running_idx",
+    "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_backfill_idx",
+    "image_generation_records_archive_altered_idx",
+    "image_generation_records_archive_staged_idx",
+)
 
 # An image URL for records whose image is never fetched (a name that cannot resolve).
 UNREACHABLE_IMAGE_URL = "https://upstream.invalid/gen.png"
@@ -308,3 +327,44 @@ def seconds_ago(conn: Any, stamp: datetime) -> float:
     """How long before the database's now() `stamp` is."""
     [[seconds]] = conn.run("SELECT EXTRACT(EPOCH FROM now() - CAST(:t AS timestamptz))", t=stamp)
     return float(seconds)
+
+
+def run_python(
+    *args: str, env: Mapping[str, str], timeout: float = HANG_SECONDS
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` (this interpreter) in the repository's root with exactly `env`, its
+    output captured as text; a non-zero exit is the caller's to judge."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+# The fields Lsky Pro's API gives of any stored file, in its order: the upload answer has
+# them between key, name, pathname and its links; the image list between key, name and
+# width, height, dates, pathname, links.
+LSKY_FILE_FIELDS = ("origin_name", "size", "mimetype", "extension", "md5", "sha1")
+
+
+def lsky_file(name: str, *, key: str, **fields: Any) -> dict[str, Any]:
+    """A stored file as Lsky's API describes it (an upload answer's `data`, an item of the
+    image list): `name` stored on 2026-12-02; `fields` add to it or replace its values."""
+    pathname = f"2026/12/02/{name}"
+    described = {
+        "key": key,
+        "name": name,
+        "pathname": pathname,
+        "origin_name": "alice_1_20261202T000000Z.png",
+        "size": 1.2,
+        "mimetype": "image/png",
+        "extension": "png",
+        "md5": "m",
+        "sha1": "s",
+        "links": {"url": f"https://img.example.com/i/{pathname}"},
+    }
+    return {**described, **fields}

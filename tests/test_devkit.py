@@ -9,7 +9,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from devkit.sqs import MotoServer, QueuePair, create_queue_pair, receive_as_lamb
 from devkit.upstream import StreamBody, UpstreamServer
 from tests.support import (
     HANG_SECONDS,
+    LSKY_FILE_FIELDS,
     FakeLambdaContext,
     fetch_record,
     queue_attrs,
@@ -510,18 +511,7 @@ def test_lsky_success_envelope(http: Any, lsky: LskyStandIn) -> None:
     assert payload["status"] is True
     assert payload["message"] == "上传成功"
     info = payload["data"]
-    assert list(info) == [
-        "key",
-        "name",
-        "pathname",
-        "origin_name",
-        "size",
-        "mimetype",
-        "extension",
-        "md5",
-        "sha1",
-        "links",
-    ]
+    assert list(info) == ["key", "name", "pathname", *LSKY_FILE_FIELDS, "links"]
     assert len(info["key"]) == 6
     assert info["origin_name"] == "42_cat.png"
     assert info["pathname"].endswith("/" + info["name"])
@@ -612,69 +602,46 @@ def _json(response: Any) -> Any:
     return json.loads(response.data)
 
 
-@pytest.mark.parametrize(
-    ("behaviour", "status", "check"),
-    [
-        pytest.param(
-            Behaviour.status_false("图片上传失败"),
-            200,
-            lambda r: _json(r) == {"status": False, "message": "图片上传失败", "data": {}},
-            id="status_false",
-        ),
-        pytest.param(
-            Behaviour.unauthorized(),
-            401,
-            lambda r: _json(r)["message"] == "Authentication failed.",
-            id="401",
-        ),
-        pytest.param(
-            Behaviour.forbidden(),
-            403,
-            lambda r: _json(r) == {"status": False, "message": "管理员未启用 API", "data": {}},
-            id="403",
-        ),
-        pytest.param(
-            Behaviour.too_large(),
-            413,
-            lambda r: (
-                b"<center>nginx</center>" in r.data and r.headers["Content-Type"] == "text/html"
-            ),
-            id="413",
-        ),
-        pytest.param(
-            Behaviour.rate_limited(retry_after=17),
-            429,
-            lambda r: (
-                _json(r)["message"] == "Too Many Attempts."
-                and r.headers["Retry-After"] == "17"
-                and r.headers["X-RateLimit-Remaining"] == "0"
-                and "X-RateLimit-Limit" in r.headers
-            ),
-            id="429",
-        ),
-        pytest.param(
-            Behaviour.server_error(),
-            500,
-            lambda r: _json(r) == {"message": "Server Error"},
-            id="500",
-        ),
-        pytest.param(
-            Behaviour.html_200(),
-            200,
-            lambda r: (
-                r.data.lstrip().startswith(b"<!DOCTYPE html>")
-                and r.headers["Content-Type"].startswith("text/html")
-            ),
-            id="html_200",
-        ),
-        pytest.param(
-            Behaviour.slow(0.05),
-            200,
-            lambda r: _json(r)["status"] is True,
-            id="slow",
-        ),
-    ],
-)
+def _refused(message: str) -> Callable[[Any], bool]:
+    return lambda r: _json(r) == {"status": False, "message": message, "data": {}}
+
+
+def _says(message: str) -> Callable[[Any], bool]:
+    return lambda r: _json(r)["message"] == message
+
+
+def _nginx_413(r: Any) -> bool:
+    return b"<center>nginx</center>" in r.data and r.headers["Content-Type"] == "text/html"
+
+
+def _throttled_for_17_s(r: Any) -> bool:
+    return (
+        _json(r)["message"] == "Too Many Attempts."
+        and r.headers["Retry-After"] == "17"
+        and r.headers["X-RateLimit-Remaining"] == "0"
+        and "X-RateLimit-Limit" in r.headers
+    )
+
+
+def _html_page(r: Any) -> bool:
+    html = r.headers["Content-Type"].startswith("text/html")
+    return html and r.data.lstrip().startswith(b"<!DOCTYPE html>")
+
+
+# id: (the scripted behaviour, the HTTP status it answers, what its answer must be)
+SCRIPTED: dict[str, tuple[Behaviour, int, Callable[[Any], bool]]] = {
+    "status_false": (Behaviour.status_false("图片上传失败"), 200, _refused("图片上传失败")),
+    "401": (Behaviour.unauthorized(), 401, _says("Authentication failed.")),
+    "403": (Behaviour.forbidden(), 403, _refused("管理员未启用 API")),
+    "413": (Behaviour.too_large(), 413, _nginx_413),
+    "429": (Behaviour.rate_limited(retry_after=17), 429, _throttled_for_17_s),
+    "500": (Behaviour.server_error(), 500, lambda r: _json(r) == {"message": "Server Error"}),
+    "html_200": (Behaviour.html_200(), 200, _html_page),
+    "slow": (Behaviour.slow(0.05), 200, lambda r: _json(r)["status"] is True),
+}
+
+
+@pytest.mark.parametrize(("behaviour", "status", "check"), SCRIPTED.values(), ids=list(SCRIPTED))
 def test_lsky_scripted_behaviours(
     http: Any, lsky: LskyStandIn, behaviour: Behaviour, status: int, check: Any
 ) -> None:

@@ -21,7 +21,7 @@ import urllib3
 from devkit import images
 from devkit.images import PNG_SIGNATURE
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
-from tests.support import HANG_SECONDS
+from tests.support import HANG_SECONDS, LSKY_FILE_FIELDS
 
 
 @pytest.fixture(scope="module")
@@ -199,12 +199,7 @@ PAGE_KEYS = [
 ITEM_KEYS = [
     "key",
     "name",
-    "origin_name",
-    "size",
-    "mimetype",
-    "extension",
-    "md5",
-    "sha1",
+    *LSKY_FILE_FIELDS,
     "width",
     "height",
     "human_date",

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +25,7 @@ from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
-from tests.support import emf_metrics, fetch_record, seed_record
+from tests.support import emf_metrics, fetch_record, run_python, seed_record
 
 IMAGE = images.png(16, 16, size=300_000, seed=3)
 SHA = hashlib.sha256(IMAGE).hexdigest()
@@ -473,19 +471,13 @@ def peak_growth_in_a_child(warm_id: int, record_id: int) -> int:
     """Peak RSS growth of one archive of `record_id`, in a fresh process warmed up by an
     archive of `warm_id` (tests.integration.staging_memory_child)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.staging_memory_child",
-            *map(str, (warm_id, record_id)),
-        ],
-        cwd=ROOT,
+    child = run_python(
+        "-m",
+        "tests.integration.staging_memory_child",
+        str(warm_id),
+        str(record_id),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=180,
-        check=False,
     )
     lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
     assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
