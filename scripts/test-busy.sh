@@ -18,6 +18,7 @@ spinners=()
 stop_spinners() {
   for pid in "${spinners[@]}"; do
     kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true  # reaped: nothing of them is left
   done
 }
 trap stop_spinners EXIT
@@ -27,6 +28,7 @@ for ((i = 0; i < busy; i++)); do
   (while :; do :; done) &
   spinners+=("$!")
 done
+echo "== spinning: ${spinners[*]}"
 
 failed=()
 for ((run = 1; run <= runs; run++)); do
