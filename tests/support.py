@@ -210,14 +210,7 @@ class QueueCounts(NamedTuple):
 
 def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
     """ApproximateNumberOfMessages{,NotVisible,Delayed} (exact on moto)."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     return QueueCounts(
         visible=int(attributes["ApproximateNumberOfMessages"]),
         not_visible=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
@@ -334,14 +327,9 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """`python ARGS` (this interpreter) in the repository's root with exactly `env`, its
     output captured as text; a non-zero exit is the caller's to judge."""
+    where = {"cwd": ROOT, "env": dict(env), "timeout": timeout}
     return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=dict(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+        [sys.executable, *args], capture_output=True, text=True, check=False, **where
     )
 
 
