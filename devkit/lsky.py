@@ -102,6 +102,7 @@ API_DISABLED_MESSAGE = "管理员未启用 API"
 DEFAULT_CAPACITY_KB = 1048576.0  # what the profile reports when capacity_kb is None
 NOT_PROCESSED = frozenset({"ico", "gif", "svg"})  # store() skips re-encode and watermark
 RATE_LIMITED = "rate_limited"  # UploadAttempt.outcome of a window-limiter refusal
+HELD_AT_MOST_SECONDS = 120.0  # Behaviour.held: a gate nobody sets cannot hang a test run
 
 NGINX_413 = (
     b"<html>\r\n<head><title>413 Request Entity Too Large</title></head>\r\n<body>\r\n"
@@ -135,6 +136,8 @@ class Behaviour:
     kind: Kind = Kind.SUCCESS
     message: str = ""
     delay: float = 0.0  # seconds to sleep after reading the request
+    # Held after reading the request until this event is set (at most HELD_AT_MOST_SECONDS).
+    gate: threading.Event | None = field(default=None, compare=False)
     retry_after: int | str = 60  # seconds, or any text a proxy may send (an HTTP date)
     store: bool = False  # keep the file although the answer is a failure
     partial: bool = True  # DROP: half a response first (else none at all)
@@ -206,6 +209,16 @@ class Behaviour:
         or not the client is still connected: a client killed during the wait
         still leaves a stored image (see `wait_for_bodies`, `wait_for_uploads`)."""
         return replace(then or cls.success(), delay=seconds)
+
+    @classmethod
+    def held(cls, gate: threading.Event, then: Behaviour | None = None) -> Behaviour:
+        """Hold the answer after the whole request body was read until `gate` is set,
+        then handle the upload as `then` (default: success). What `slow` does, with the
+        test deciding when instead of a number of seconds: the client can run out of time
+        while it waits, or the test can act "during the upload", however slow the
+        machine. Like `slow`, the store happens whether or not the client is still
+        connected. A gate never set lets go after HELD_AT_MOST_SECONDS (a hang bound)."""
+        return replace(then or cls.success(), gate=gate)
 
     def echoing_authorization(self, part: str = "header") -> Behaviour:
         """This behaviour with the request's Authorization header (part="header") or the
@@ -1176,6 +1189,8 @@ class _Handler(QuietHandler):
         behaviour = self.owner._next_behaviour()
         if behaviour.delay:
             time.sleep(behaviour.delay)  # the client may be gone by now: carry on
+        if behaviour.gate is not None:
+            behaviour.gate.wait(HELD_AT_MOST_SECONDS)  # likewise
         if behaviour.kind is Kind.SUCCESS:
             return self._succeed(request)
         stored = None

@@ -8,7 +8,9 @@ names (tests do) rather than relying on a fresh server being empty.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
 import logging
 import re
@@ -47,17 +49,30 @@ _CREDENTIAL_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/[^/]+/([^/]+)/aws4_requ
 
 
 class _RequestCounter:
-    """WSGI middleware in front of moto: counts the requests it serves per AWS service."""
+    """WSGI middleware in front of moto: counts the requests it serves per AWS service, and
+    keeps each SQS request's action and parameters (SQS speaks JSON: small bodies)."""
 
     def __init__(self, app: Callable[..., Any]) -> None:
         self.app = app
         self.counts: Counter[str] = Counter()
+        self.sqs_calls: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         match = _CREDENTIAL_SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+        service = match.group(1) if match else "unsigned"
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        call = None
+        if service == "sqs" and target.startswith("AmazonSQS."):
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            body = environ["wsgi.input"].read(length)
+            environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
+            with contextlib.suppress(ValueError):
+                call = (target.removeprefix("AmazonSQS."), dict(json.loads(body or b"{}")))
         with self._lock:
-            self.counts[match.group(1) if match else "unsigned"] += 1
+            self.counts[service] += 1
+            if call is not None:
+                self.sqs_calls.append(call)
         return self.app(environ, start_response)
 
 
@@ -78,6 +93,18 @@ class MotoServer:
         """Requests served so far for `service` ("s3", "sqs"), by their signature."""
         with self._counter._lock:
             return self._counter.counts[service]
+
+    def sqs_calls(self, action: str, **matching: Any) -> list[dict[str, Any]]:
+        """The parameters of every SQS `action` request served so far (e.g.
+        "ChangeMessageVisibility"), in order; `matching` keeps those whose parameters have
+        these values (QueueUrl=...: one test's queue)."""
+        with self._counter._lock:
+            calls = list(self._counter.sqs_calls)
+        return [
+            params
+            for name, params in calls
+            if name == action and all(params.get(k) == v for k, v in matching.items())
+        ]
 
     def stop(self) -> None:
         if not self._stopped:

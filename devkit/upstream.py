@@ -19,7 +19,9 @@ from urllib.parse import urlsplit
 
 from devkit._http import BackgroundServer, QuietHandler
 
-__all__ = ["RequestRecord", "Route", "StreamBody", "UpstreamServer"]
+__all__ = ["HELD_AT_MOST_SECONDS", "RequestRecord", "Route", "StreamBody", "UpstreamServer"]
+
+HELD_AT_MOST_SECONDS = 120.0  # a route's gate nobody sets cannot hang a test run
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Route:
     content_length: int | None = None
     redirect_to: str | None = None
     chunked: bool = False
+    gate: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class UpstreamServer(BackgroundServer):
         content_length: int | None = None,
         redirect_to: str | None = None,
         chunked: bool = False,
+        gate: threading.Event | None = None,
     ) -> str:
         """Register (or replace) a route; returns its absolute URL.
 
@@ -116,6 +120,9 @@ class UpstreamServer(BackgroundServer):
           connection is closed after a lie so keep-alive cannot desync.
         - redirect_to: answer 302 (or `status` if it is a 3xx) to this URL/path.
         - chunked: Transfer-Encoding: chunked, no Content-Length at all.
+        - gate: hold each request before the status line until this event is set (at
+          most HELD_AT_MOST_SECONDS): a server as slow as the test needs, whatever the
+          machine's speed (`hits` counts a held request already).
         """
         route = Route(
             body=body,
@@ -132,6 +139,7 @@ class UpstreamServer(BackgroundServer):
             content_length=content_length,
             redirect_to=redirect_to,
             chunked=chunked,
+            gate=gate,
         )
         with self._lock:
             self._routes[_route_key(path)] = route
@@ -181,6 +189,8 @@ class _Handler(QuietHandler):
             return
         if route.delay:
             time.sleep(route.delay)
+        if route.gate is not None:
+            route.gate.wait(HELD_AT_MOST_SECONDS)
         if hit <= route.fail_first:
             self._simple(route.fail_status, b"upstream temporarily unavailable\n")
             return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -176,14 +176,24 @@ def staging_bucket(s3: Any) -> Iterator[str]:
 # -- HTTP servers ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def _upstream_server() -> Iterator[UpstreamServer]:
+def _serving(make: Callable[[], Any], what: str) -> Iterator[Any]:
+    """A session's stand-in, started (or the tests failed with why) and stopped at the end."""
     try:
-        server = UpstreamServer().start()
+        server = make().start()
     except Exception as exc:
-        pytest.fail(f"cannot start the upstream image server: {exc}", pytrace=False)
+        pytest.fail(f"cannot start {what}: {exc}", pytrace=False)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def _upstream_server() -> Iterator[UpstreamServer]:
+    yield from _serving(UpstreamServer, "the upstream image server")
+
+
+@pytest.fixture(scope="session")
+def _lsky_server() -> Iterator[LskyStandIn]:
+    yield from _serving(LskyStandIn, "the Lsky stand-in")
 
 
 @pytest.fixture
@@ -191,16 +201,6 @@ def upstream(_upstream_server: UpstreamServer) -> UpstreamServer:
     """The upstream image server with no routes and zero hits."""
     _upstream_server.reset()
     return _upstream_server
-
-
-@pytest.fixture(scope="session")
-def _lsky_server() -> Iterator[LskyStandIn]:
-    try:
-        server = LskyStandIn().start()
-    except Exception as exc:
-        pytest.fail(f"cannot start the Lsky stand-in: {exc}", pytrace=False)
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from devkit.context import LambdaContext
@@ -23,20 +27,52 @@ if TYPE_CHECKING:
     from lib.transfer.download import DownloadedImage, Downloader
 
 __all__ = [
+    "ARCHIVE_INDEXES",
     "DEFAULT_QUEUE_ARN",
+    "HANG_SECONDS",
+    "LSKY_FILE_FIELDS",
     "FakeLambdaContext",
     "QueueCounts",
     "assert_nothing_sent_to_lsky",
+    "db_now",
     "fetch_image",
     "fetch_record",
+    "lock_expired",
+    "lsky_file",
+    "make_due",
     "queue_attrs",
+    "run_python",
+    "seconds_ago",
     "seed_record",
+    "seed_running",
     "sqs_event",
+    "wait_until",
 ]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# How long a test waits for an event before calling it a hang. Never a measure of speed: a
+# test waits for what it needs (a row, a log line, a request), however slow the machine.
+HANG_SECONDS = 60.0
 
 DEFAULT_QUEUE_ARN = f"arn:aws:sqs:{DEFAULT_REGION}:{DEFAULT_ACCOUNT}:archive-queue"
 
 Timestamp = datetime | int | float | None
+
+# The archive's indexes on image_generation_records, in the order the migration builds them.
+ARCHIVE_INDEXES = (
+    "image_generation_records_archive_pending_idx",
+    "image_generation_records_archive_running_idx",
+    "image_generation_records_archive_parked_idx",
+    "image_generation_records_archive_backfilled_idx",
+    "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_backfill_idx",
+    "image_generation_records_archive_altered_idx",
+    "image_generation_records_archive_staged_idx",
+)
+
+# An image URL for records whose image is never fetched (a name that cannot resolve).
+UNREACHABLE_IMAGE_URL = "https://upstream.invalid/gen.png"
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -108,6 +144,31 @@ def seed_record(
     )
 
 
+def seed_running(
+    conn: Any,
+    record_id: int,
+    *,
+    image_url: str = UNREACHABLE_IMAGE_URL,
+    attempts: int = 1,
+    locked_by: str | None = "crashed-invocation",
+    locked_at: Timestamp = 3600,
+    **columns: Any,
+) -> None:
+    """A record under way: RUNNING on attempt `attempts`, its lock taken `locked_at` seconds
+    ago by `locked_by` (by default a worker that died an hour ago: the lock has expired).
+    Other columns as for `seed_record`."""
+    seed_record(
+        conn,
+        record_id,
+        image_url=image_url,
+        archive_status="RUNNING",
+        attempts=attempts,
+        locked_by=locked_by,
+        locked_at=locked_at,
+        **columns,
+    )
+
+
 def fetch_image(downloader: Downloader, url: str, *, deadline: float) -> DownloadedImage:
     """The whole image in hand, as the worker gets it: open (guard, redirects, sniff), then
     hold (lib.transfer.held)."""
@@ -151,14 +212,7 @@ class QueueCounts(NamedTuple):
 
 def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
     """ApproximateNumberOfMessages{,NotVisible,Delayed} (exact on moto)."""
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=[
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ],
-    )["Attributes"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     return QueueCounts(
         visible=int(attributes["ApproximateNumberOfMessages"]),
         not_visible=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
@@ -223,3 +277,84 @@ def set_uploads(conn: Any, count: int, *, within_seconds: float = 800, ago: floa
         span=within_seconds,
         ago=ago,
     )
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str = "the condition",
+    *,
+    timeout: float = HANG_SECONDS,
+    interval: float = 0.02,
+) -> None:
+    """Poll `condition` until it is true; fail after `timeout` (a hang, not slowness)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened in {timeout:.0f} s: {what}"
+        time.sleep(interval)
+
+
+def db_now(conn: Any) -> datetime:
+    """The database's clock (the one the handlers' SQL stamps rows with)."""
+    [[now]] = conn.run("SELECT clock_timestamp()")
+    return now
+
+
+def make_due(conn: Any, record_id: int) -> None:
+    """The row's backoff is over: due now (the clock moved on, without waiting for it)."""
+    conn.run(
+        "UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = :id",
+        id=record_id,
+    )
+
+
+def lock_expired(conn: Any, record_id: int, *, ttl: float) -> bool:
+    """Whether the row's lock is older than `ttl` seconds (by the database's clock)."""
+    [[expired]] = conn.run(
+        "SELECT archive_locked_at < now() - make_interval(secs => CAST(:ttl AS double precision))"
+        " FROM image_generation_records WHERE id = :id",
+        id=record_id,
+        ttl=ttl,
+    )
+    return bool(expired)
+
+
+def seconds_ago(conn: Any, stamp: datetime) -> float:
+    """How long before the database's now() `stamp` is."""
+    [[seconds]] = conn.run("SELECT EXTRACT(EPOCH FROM now() - CAST(:t AS timestamptz))", t=stamp)
+    return float(seconds)
+
+
+def run_python(
+    *args: str, env: Mapping[str, str], timeout: float = HANG_SECONDS
+) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` (this interpreter) in the repository's root with exactly `env`, its
+    output captured as text; a non-zero exit is the caller's to judge."""
+    where = {"cwd": ROOT, "env": dict(env), "timeout": timeout}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, check=False, **where
+    )
+
+
+# The fields Lsky Pro's API gives of any stored file, in its order: the upload answer has
+# them between key, name, pathname and its links; the image list between key, name and
+# width, height, dates, pathname, links.
+LSKY_FILE_FIELDS = ("origin_name", "size", "mimetype", "extension", "md5", "sha1")
+
+
+def lsky_file(name: str, *, key: str, **fields: Any) -> dict[str, Any]:
+    """A stored file as Lsky's API describes it (an upload answer's `data`, an item of the
+    image list): `name` stored on 2026-12-02; `fields` add to it or replace its values."""
+    pathname = f"2026/12/02/{name}"
+    described = {
+        "key": key,
+        "name": name,
+        "pathname": pathname,
+        "origin_name": "alice_1_20261202T000000Z.png",
+        "size": 1.2,
+        "mimetype": "image/png",
+        "extension": "png",
+        "md5": "m",
+        "sha1": "s",
+        "links": {"url": f"https://img.example.com/i/{pathname}"},
+    }
+    return {**described, **fields}

@@ -6,8 +6,10 @@ import hashlib
 import json
 import os
 import struct
+import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,16 @@ from devkit.lsky import Behaviour, GuestMode, LskyStandIn
 from devkit.postgres import PostgresCluster, connect, find_bindir, schema_statements
 from devkit.sqs import MotoServer, QueuePair, create_queue_pair, receive_as_lambda_event
 from devkit.upstream import StreamBody, UpstreamServer
-from tests.support import FakeLambdaContext, fetch_record, queue_attrs, seed_record, sqs_event
+from tests.support import (
+    HANG_SECONDS,
+    LSKY_FILE_FIELDS,
+    FakeLambdaContext,
+    fetch_record,
+    queue_attrs,
+    seed_record,
+    sqs_event,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -221,6 +232,25 @@ def test_change_message_visibility_is_observed(sqs: SQSClient, queues: QueuePair
     assert again["attributes"]["ApproximateReceiveCount"] == "2"
 
 
+def test_moto_keeps_what_each_sqs_request_asked_for(
+    moto: MotoServer, sqs: SQSClient, queues: QueuePair
+) -> None:
+    sqs.send_message(QueueUrl=queues.url, MessageBody='{"recordId": "1"}')
+    [record] = receive_as_lambda_event(sqs, queues, wait_seconds=0)["Records"]
+    sqs.change_message_visibility(
+        QueueUrl=queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=42
+    )
+    [change] = moto.sqs_calls("ChangeMessageVisibility", QueueUrl=queues.url)
+    assert change == {
+        "QueueUrl": queues.url,
+        "ReceiptHandle": record["receiptHandle"],
+        "VisibilityTimeout": 42,
+    }
+    [sent] = moto.sqs_calls("SendMessage", QueueUrl=queues.url)
+    assert sent["MessageBody"] == '{"recordId": "1"}'
+    assert moto.sqs_calls("ChangeMessageVisibility", QueueUrl=queues.url + "-other") == []
+
+
 def test_redrive_to_dlq_after_max_receive_count(sqs: SQSClient, queues: QueuePair) -> None:
     pair = create_queue_pair(sqs, queues.name + "-short", max_receive_count=2)
     sqs.send_message(QueueUrl=pair.url, MessageBody='{"recordId": "7"}')
@@ -266,6 +296,14 @@ def test_fake_lambda_context() -> None:
     assert 0 < first.get_remaining_time_in_millis() <= 120_000
     assert second.get_remaining_time_in_millis() == 0
     assert first.invoked_function_arn.endswith(":function:ArchiveFunction")
+
+
+def test_a_context_counting_from_the_first_look_has_its_whole_budget_then() -> None:
+    context = FakeLambdaContext(timeout_seconds=0.2, from_first_look=True)
+    time.sleep(0.3)  # the test's own setup, longer than the whole budget
+    assert 0 < context.get_remaining_time_in_millis() <= 200
+    time.sleep(0.3)
+    assert context.get_remaining_time_in_millis() == 0  # counting since the first look
 
 
 # -- images ---------------------------------------------------------------------------------
@@ -405,6 +443,25 @@ def test_upstream_drip_and_delay_deliver_the_body(upstream: UpstreamServer, http
     assert http.request("GET", url).data == b"s" * 2000
 
 
+def test_upstream_gate_holds_each_request_until_it_opens(
+    upstream: UpstreamServer, http: Any
+) -> None:
+    gate = threading.Event()
+    url = upstream.add("/held", b"body", gate=gate)
+    answers: list[bytes] = []
+    client = threading.Thread(target=lambda: answers.append(http.request("GET", url).data))
+    client.start()
+    try:
+        wait_until(lambda: upstream.hits("/held") == 1, "the request arrived")
+        client.join(timeout=0.2)
+        assert client.is_alive()  # held: no answer yet
+        assert answers == []
+    finally:
+        gate.set()
+    client.join(timeout=HANG_SECONDS)
+    assert answers == [b"body"]
+
+
 def test_upstream_reset_forgets_routes(upstream: UpstreamServer, http: Any) -> None:
     url = upstream.add("/x", b"1")
     http.request("GET", url)
@@ -454,18 +511,7 @@ def test_lsky_success_envelope(http: Any, lsky: LskyStandIn) -> None:
     assert payload["status"] is True
     assert payload["message"] == "上传成功"
     info = payload["data"]
-    assert list(info) == [
-        "key",
-        "name",
-        "pathname",
-        "origin_name",
-        "size",
-        "mimetype",
-        "extension",
-        "md5",
-        "sha1",
-        "links",
-    ]
+    assert list(info) == ["key", "name", "pathname", *LSKY_FILE_FIELDS, "links"]
     assert len(info["key"]) == 6
     assert info["origin_name"] == "42_cat.png"
     assert info["pathname"].endswith("/" + info["name"])
@@ -556,69 +602,46 @@ def _json(response: Any) -> Any:
     return json.loads(response.data)
 
 
-@pytest.mark.parametrize(
-    ("behaviour", "status", "check"),
-    [
-        pytest.param(
-            Behaviour.status_false("图片上传失败"),
-            200,
-            lambda r: _json(r) == {"status": False, "message": "图片上传失败", "data": {}},
-            id="status_false",
-        ),
-        pytest.param(
-            Behaviour.unauthorized(),
-            401,
-            lambda r: _json(r)["message"] == "Authentication failed.",
-            id="401",
-        ),
-        pytest.param(
-            Behaviour.forbidden(),
-            403,
-            lambda r: _json(r) == {"status": False, "message": "管理员未启用 API", "data": {}},
-            id="403",
-        ),
-        pytest.param(
-            Behaviour.too_large(),
-            413,
-            lambda r: (
-                b"<center>nginx</center>" in r.data and r.headers["Content-Type"] == "text/html"
-            ),
-            id="413",
-        ),
-        pytest.param(
-            Behaviour.rate_limited(retry_after=17),
-            429,
-            lambda r: (
-                _json(r)["message"] == "Too Many Attempts."
-                and r.headers["Retry-After"] == "17"
-                and r.headers["X-RateLimit-Remaining"] == "0"
-                and "X-RateLimit-Limit" in r.headers
-            ),
-            id="429",
-        ),
-        pytest.param(
-            Behaviour.server_error(),
-            500,
-            lambda r: _json(r) == {"message": "Server Error"},
-            id="500",
-        ),
-        pytest.param(
-            Behaviour.html_200(),
-            200,
-            lambda r: (
-                r.data.lstrip().startswith(b"<!DOCTYPE html>")
-                and r.headers["Content-Type"].startswith("text/html")
-            ),
-            id="html_200",
-        ),
-        pytest.param(
-            Behaviour.slow(0.05),
-            200,
-            lambda r: _json(r)["status"] is True,
-            id="slow",
-        ),
-    ],
-)
+def _refused(message: str) -> Callable[[Any], bool]:
+    return lambda r: _json(r) == {"status": False, "message": message, "data": {}}
+
+
+def _says(message: str) -> Callable[[Any], bool]:
+    return lambda r: _json(r)["message"] == message
+
+
+def _nginx_413(r: Any) -> bool:
+    return b"<center>nginx</center>" in r.data and r.headers["Content-Type"] == "text/html"
+
+
+def _throttled_for_17_s(r: Any) -> bool:
+    return (
+        _json(r)["message"] == "Too Many Attempts."
+        and r.headers["Retry-After"] == "17"
+        and r.headers["X-RateLimit-Remaining"] == "0"
+        and "X-RateLimit-Limit" in r.headers
+    )
+
+
+def _html_page(r: Any) -> bool:
+    html = r.headers["Content-Type"].startswith("text/html")
+    return html and r.data.lstrip().startswith(b"<!DOCTYPE html>")
+
+
+# id: (the scripted behaviour, the HTTP status it answers, what its answer must be)
+SCRIPTED: dict[str, tuple[Behaviour, int, Callable[[Any], bool]]] = {
+    "status_false": (Behaviour.status_false("图片上传失败"), 200, _refused("图片上传失败")),
+    "401": (Behaviour.unauthorized(), 401, _says("Authentication failed.")),
+    "403": (Behaviour.forbidden(), 403, _refused("管理员未启用 API")),
+    "413": (Behaviour.too_large(), 413, _nginx_413),
+    "429": (Behaviour.rate_limited(retry_after=17), 429, _throttled_for_17_s),
+    "500": (Behaviour.server_error(), 500, lambda r: _json(r) == {"message": "Server Error"}),
+    "html_200": (Behaviour.html_200(), 200, _html_page),
+    "slow": (Behaviour.slow(0.05), 200, lambda r: _json(r)["status"] is True),
+}
+
+
+@pytest.mark.parametrize(("behaviour", "status", "check"), SCRIPTED.values(), ids=list(SCRIPTED))
 def test_lsky_scripted_behaviours(
     http: Any, lsky: LskyStandIn, behaviour: Behaviour, status: int, check: Any
 ) -> None:

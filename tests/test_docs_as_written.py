@@ -89,6 +89,33 @@ def test_a_sam_from_elsewhere_needs_no_sam_venv(fresh_clone: Path) -> None:
     assert first(lines, "/opt/sam/bin/sam validate") >= 0
 
 
+def test_the_busy_check_is_a_target_of_its_own_outside_make_test(fresh_clone: Path) -> None:
+    busy = dry_run(fresh_clone, "test-busy")
+    assert first(busy, "-m venv .venv") < first(busy, "scripts/test-busy.sh")
+    assert not [line for line in dry_run(fresh_clone, "test") if "test-busy" in line]
+
+
+@pytest.mark.parametrize(("pytest_command", "code"), [("true", 0), ("false", 1)])
+def test_the_busy_check_reports_its_runs_and_stops_its_spinners(
+    pytest_command: str, code: int
+) -> None:
+    env = {**os.environ, "BUSY": "2", "RUNS": "2", "PYTEST": shutil.which(pytest_command) or ""}
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "test-busy.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == code, result.stdout + result.stderr
+    assert result.stdout.count("== run ") == 2
+    [spinning] = re.findall(r"^== spinning: (.*)$", result.stdout, re.M)
+    pids = spinning.split()
+    assert len(pids) == 2
+    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []  # all stopped
+
+
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 
 

@@ -1,7 +1,8 @@
 """`make local` (python -m devkit.demo) as a user runs it: a subprocess, real services.
 
-The short mode is what CI runs: it must finish well under a minute, conclude every
-record, and print the summary the scenario predicts. Ctrl-C must leave nothing running.
+The short mode is what CI runs: it must conclude every record (within its own bound, the
+short profile's timeout) and print the summary the scenario predicts. Ctrl-C must leave
+nothing running. How long a run takes is not asserted: a busy machine only makes it slower.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devkit.demo import report, run, scenario
+from tests.support import HANG_SECONDS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# A line the demo prints when an invocation concluded a record: "#7    archived ...".
+OUTCOME_LINE = re.compile(r"#\d+\s{2,}\S")
 pytestmark = pytest.mark.slow
 
 
@@ -39,19 +42,16 @@ def demo_env() -> dict[str, str]:
 
 def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
-    started = time.monotonic()
     result = subprocess.run(
         demo_command(tmp_path, "--short", "--summary-json", str(summary_path)),
         cwd=REPO_ROOT,
         env=demo_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scenario.SHORT.timeout + HANG_SECONDS,  # the demo gives up by itself first
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
-    assert elapsed < 45, f"short mode took {elapsed:.0f}s"
 
     expected = scenario.Expected.of(scenario.plan(scenario.SHORT.records))
     summary: dict[str, Any] = json.loads(summary_path.read_text())
@@ -82,8 +82,11 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
         )
     ]
     # A line per event: each kind of outcome shows up.
-    for text in ("archived     attempt 1/3", "retry in 1 s", "FAILED", "malformed", "re-sent 1"):
+    for text in ("archived     attempt 1/3", "retry in 1 s", "FAILED", "malformed"):
         assert text in out, text
+    # The sweeper's lines: one sweep may find both of its rows, or each a sweep of its own.
+    resent = [int(n) for n in re.findall(r"re-sent (\d+) ", out)]
+    assert sum(resent) == expected.swept > 0, out
     # The archived files exist where the summary says, with the upstream's bytes.
     assert len(summary["files"]) == expected.archived
     for item in summary["files"]:
@@ -134,26 +137,24 @@ def test_ctrl_c_stops_everything_it_started(tmp_path: Path, target: str) -> None
     lines: list[str] = []
     try:
         assert process.stdout is not None
+        seeded = False
         for line in process.stdout:
             lines.append(line)
-            if " seed " in line:
-                break
-        time.sleep(1.0)  # mid-run: invocations in flight, the sweeper scheduled
-        interrupted = time.monotonic()
+            seeded = seeded or " seed " in line
+            if seeded and OUTCOME_LINE.search(line):
+                break  # mid-run: a record concluded, others in flight, the sweeper scheduled
         if target == "terminal":
             os.killpg(process.pid, signal.SIGINT)
         else:
             process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=30)
-        stopped_in = time.monotonic() - interrupted
+        rest, _ = process.communicate(timeout=HANG_SECONDS)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
     output = "".join(lines) + rest
     assert process.returncode == run.EXIT_INTERRUPTED, output
-    assert "summary (interrupted)" in output
-    assert stopped_in < 15
+    assert "summary (interrupted)" in output  # stopped by Ctrl-C, not by finishing
 
     ports = [int(p) for p in re.findall(r"http://127\.0\.0\.1:(\d+)", output)]
     cluster = re.search(r"127\.0\.0\.1:(\d+) \(throwaway cluster\)", output)

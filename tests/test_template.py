@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import yaml
 from lib.platform.config import FINISH_RESERVE_MS, load_settings, load_sweeper_settings
 from lib.platform.errors import ConfigError
 from tests.logcapture import capture_logs, parse
+from tests.support import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "template.yaml"
@@ -268,15 +268,7 @@ def test_handler_path_imports_and_resolves(function: str) -> None:
         f"handler = getattr(importlib.import_module({module!r}), {attribute!r}, None)\n"
         "sys.exit(0 if callable(handler) else 3)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_python("-c", probe, env=env)
     assert result.returncode != 3, f"{function}: {module} has no callable {attribute}"
     assert result.returncode == 0, f"{function}: importing {module} failed:\n{result.stderr}"
 

@@ -6,21 +6,25 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from devkit.lsky import DEFAULT_TOKEN
 from devkit.postgres import connect
-from devkit.sqs import QueuePair, receive_as_lambda_event
+from devkit.sqs import MotoServer, QueuePair, receive_as_lambda_event
 from lib.archive import runtime
 from lib.archive.message import encode
 from tests.logcapture import LogAssertions, capture_logs
-from tests.support import FakeLambdaContext, queue_attrs, reset_lane, sqs_event
+from tests.support import HANG_SECONDS, FakeLambdaContext, queue_attrs, reset_lane, sqs_event
+
+if TYPE_CHECKING:
+    from tests.integration.world import World
 
 TOKEN = DEFAULT_TOKEN
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +36,7 @@ class ArchiveHarness(LogAssertions):
     queues: QueuePair
     env: dict[str, str]
     raw_logs: list[str]
+    moto: MotoServer
 
     def send(self, body: str) -> str:
         return str(self.sqs.send_message(QueueUrl=self.queues.url, MessageBody=body)["MessageId"])
@@ -40,6 +45,16 @@ class ArchiveHarness(LogAssertions):
         return receive_as_lambda_event(
             self.sqs, self.queues, max_messages=max_messages, wait_seconds=wait_seconds
         )
+
+    def receive_all(self, count: int) -> list[dict[str, Any]]:
+        """Receive until `count` messages are in hand (moto hands out at most ten a call)."""
+        records: list[dict[str, Any]] = []
+        for _ in range(10):
+            records += self.receive(max_messages=10)["Records"]
+            if len(records) >= count:
+                break
+        assert len(records) == count, f"{len(records)} of {count} messages arrived"
+        return records
 
     def invoke(self, event: dict[str, Any], context: FakeLambdaContext | None = None) -> Any:
         from handlers.archive import lambda_handler
@@ -64,6 +79,20 @@ class ArchiveHarness(LogAssertions):
         response = self.invoke(event, context)
         self.settle(event, response)
         return response
+
+    def fast_forward(self, event: dict[str, Any]) -> None:
+        """The hold on the event's messages runs out now, as it would once the visibility
+        the handler set had passed: the test moves the clock on instead of waiting."""
+        for record in event["Records"]:
+            self.sqs.change_message_visibility(
+                QueueUrl=self.queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
+            )
+
+    def holds(self) -> list[int]:
+        """Every visibility (seconds) set on this queue's messages, in order (what the
+        handler asked SQS to hold them for, read from the requests moto served)."""
+        calls = self.moto.sqs_calls("ChangeMessageVisibility", QueueUrl=self.queues.url)
+        return [int(call["VisibilityTimeout"]) for call in calls]
 
     def visible(self, url: str | None = None) -> int:
         return queue_attrs(self.sqs, url or self.queues.url).visible
@@ -111,11 +140,42 @@ def archive_env(
 
 @pytest.fixture
 def archive(
-    archive_env: Callable[..., dict[str, str]], sqs: Any, queues: QueuePair
+    archive_env: Callable[..., dict[str, str]], sqs: Any, queues: QueuePair, moto: MotoServer
 ) -> Iterator[ArchiveHarness]:
     env = archive_env()
     with capture_logs() as raw:
-        yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw)
+        yield ArchiveHarness(sqs=sqs, queues=queues, env=env, raw_logs=raw, moto=moto)
+
+
+# A short invocation (the `short_invocation` fixture): with the reserves shrunk, its
+# attempt has about 2 s to transfer and 3 s left to conclude once that deadline passed.
+SHORT_INVOCATION_SECONDS = 5.0
+SHORT_FINISH_RESERVE_MS = 3_000
+
+
+@pytest.fixture
+def short_invocation(monkeypatch: pytest.MonkeyPatch) -> Callable[[], FakeLambdaContext]:
+    """Shrink the time guard's reserves so an attempt can run out of time in seconds;
+    returns a maker of such invocations' contexts. Their clock starts when the worker first
+    looks at it, so neither the test's setup nor a slow moment before the handler ran eats
+    the budget. What then holds the transfer past its deadline must be an event (a held
+    Lsky answer, a gated upstream), never a number of seconds raced against the budget."""
+    from lib.archive import budget, schedule, transfer
+
+    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
+    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", SHORT_FINISH_RESERVE_MS)
+    monkeypatch.setattr(budget, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
+    monkeypatch.setattr(budget, "UPLOAD_OVERHEAD_SECONDS", 0.2)
+    return lambda: FakeLambdaContext(timeout_seconds=SHORT_INVOCATION_SECONDS, from_first_look=True)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """An event a test opens when it is ready (Behaviour.held, an upstream route's gate);
+    opened at the end in any case, so nothing held outlives the test."""
+    event = threading.Event()
+    yield event
+    event.set()
 
 
 @dataclass
@@ -123,17 +183,18 @@ class Child:
     """The archive handler running in a subprocess (tests.integration.invoke_child)."""
 
     process: subprocess.Popen[str]
-    out: str = ""
+    out: str | None = None
 
-    def response(self, timeout: float = 30) -> dict[str, Any]:
+    def response(self, timeout: float = HANG_SECONDS) -> dict[str, Any]:
         out = self.output(timeout)
         lines = [line for line in out.splitlines() if line.startswith("RESPONSE ")]
         assert lines, f"the child printed no response (exit {self.process.returncode}):\n{out}"
         result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESPONSE "))
         return result
 
-    def output(self, timeout: float = 30) -> str:
-        if self.process.returncode is None:
+    def output(self, timeout: float = HANG_SECONDS) -> str:
+        """Everything the child printed, once it has exited (read once, however it ended)."""
+        if self.out is None:
             self.out, _ = self.process.communicate(timeout=timeout)
         return self.out
 
@@ -234,3 +295,17 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, pg_dsn: str, db: Any, queues: Queue
     monkeypatch.setenv("ARCHIVE_DLQ_URL", queues.dlq_url)
     for name in ("DB_SECRET_ARN", "DB_SSLMODE", "ARCHIVE_LOCK_TTL_SECONDS", "LSKY_RATE_LIMITS"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def world(
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+) -> World:
+    """The archive function's world with its builders (tests.integration.world.World)."""
+    from tests.integration.world import World
+
+    return World(archive=archive, db=db, upstream=upstream, lsky=lsky, settings=archive_env)

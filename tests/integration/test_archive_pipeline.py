@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,20 +16,20 @@ from lib.archive import runtime
 from lib.archive.message import encode
 from lib.platform.errors import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
-from tests.support import emf_metrics, fetch_record, seed_record
+from tests.integration.world import World
+from tests.support import db_now, emf_metrics, fetch_record, make_due, seed_record
 
 PNG = images.png(8, 8)
 
 
-def test_archives_a_record(archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any) -> None:
-    upstream.add("/gen/1.png", PNG)
-    started = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
-    seed_record(db, 1, username="alice", image_url=upstream.url("/gen/1.png"), started_at=started)
+def test_archives_a_record(world: World) -> None:
+    archive, lsky = world.archive, world.lsky
+    world.record(1, username="alice", started_at=datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC))
 
-    response = archive.deliver(encode(1))
+    response = world.deliver(1)
 
     assert response == {"batchItemFailures": []}
-    row = fetch_record(db, 1)
+    row = world.row(1)
     assert row["archive_status"] == "SUCCEEDED"
     assert row["status"] == "SUCCEEDED"
     assert row["archive_attempts"] == 1
@@ -57,93 +58,81 @@ def test_archives_a_record(archive: ArchiveHarness, db: Any, upstream: Any, lsky
     assert done["outcome"] == "archived"
 
 
-def test_strategy_and_album_are_sent_when_configured(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    archive_env(LSKY_STRATEGY_ID="3", LSKY_ALBUM_ID="9")
-    upstream.add("/gen/2.png", PNG)
-    seed_record(db, 2, image_url=upstream.url("/gen/2.png"))
+def test_strategy_and_album_are_sent_when_configured(world: World) -> None:
+    world.settings(LSKY_STRATEGY_ID="3", LSKY_ALBUM_ID="9")
+    world.record(2)
 
-    assert archive.deliver(encode(2)) == {"batchItemFailures": []}
-    [upload] = lsky.uploads
+    assert world.deliver(2) == {"batchItemFailures": []}
+    [upload] = world.lsky.uploads
     assert upload.fields["strategy_id"] == "3"
     assert upload.fields["album_id"] == "9"
 
 
-def test_any_batch_size_reports_only_the_failed_items(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    upstream.add("/ok.png", PNG)
-    upstream.add("/flaky.png", PNG, status=503)
-    seed_record(db, 10, image_url=upstream.url("/ok.png"))
-    seed_record(db, 11, image_url=upstream.url("/flaky.png"))
+def test_any_batch_size_reports_only_the_failed_items(world: World) -> None:
+    archive = world.archive
+    world.record(10)
+    world.record(11, route={"status": 503})
     for body in (encode(10), encode(11), '{"nope": 1}'):
         archive.send(body)
-    event: dict[str, Any] = {"Records": []}
-    for _ in range(5):
-        event["Records"] += archive.receive(max_messages=10)["Records"]
-        if len(event["Records"]) == 3:
-            break
-    assert len(event["Records"]) == 3
+    event = {"Records": archive.receive_all(3)}
 
     response = archive.invoke(event)
 
     by_body = {r["body"]: r["messageId"] for r in event["Records"]}
     assert response == {"batchItemFailures": [{"itemIdentifier": by_body[encode(11)]}]}
-    assert fetch_record(db, 10)["archive_status"] == "SUCCEEDED"
-    assert fetch_record(db, 11)["archive_status"] == "PENDING"
+    assert world.row(10)["archive_status"] == "SUCCEEDED"
+    assert world.row(11)["archive_status"] == "PENDING"
 
 
-def test_retryable_failure_sets_backoff_on_row_and_message(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    archive_env(ARCHIVE_RETRY_DELAYS="2,3")
-    upstream.add("/gen/3.png", PNG)
-    seed_record(db, 3, image_url=upstream.url("/gen/3.png"))
-    lsky.script(lsky_behaviour("http_500"))
+def test_retryable_failure_sets_backoff_on_row_and_message(world: World) -> None:
+    archive, db = world.archive, world.db
+    world.settings(ARCHIVE_RETRY_DELAYS="120,300")
+    world.record(3)
+    world.lsky.script(lsky_behaviour("http_500"))
 
-    before = time.time()
-    response = archive.deliver(encode(3))
+    archive.send(encode(3))
+    event = archive.receive()
+    before = db_now(db)
+    response = archive.invoke(event)
+    after = db_now(db)
+    archive.settle(event, response)
 
     [failure] = response["batchItemFailures"]
-    row = fetch_record(db, 3)
+    row = world.row(3)
     assert row["archive_status"] == "PENDING"
     assert row["archive_attempts"] == 1
     assert "HTTP 500" in row["archive_error"]
     assert row["archive_locked_by"] is None
-    delay = row["archive_next_run_at"].timestamp() - before
-    assert 1.0 <= delay <= 4.0
+    backoff = timedelta(seconds=120)
+    assert before + backoff <= row["archive_next_run_at"] <= after + backoff
     assert row["status"] == "SUCCEEDED"
+    assert archive.log_for("archive attempt failed, will retry")["retry_in_seconds"] == 120
 
-    # The message is hidden for the first delay (2 s), then comes back for attempt 2.
+    # The message is hidden for the first delay, then comes back for attempt 2: the clock
+    # is moved on (the hold runs out, the row is due) instead of waiting two minutes.
+    assert archive.holds() == [120]
     assert archive.receive(wait_seconds=0)["Records"] == []
-    time.sleep(2.2)
+    archive.fast_forward(event)
+    make_due(db, 3)
     event = archive.receive(wait_seconds=2)
     [again] = event["Records"]
     assert again["messageId"] == failure["itemIdentifier"]
     assert again["attributes"]["ApproximateReceiveCount"] == "2"
 
     assert archive.invoke(event) == {"batchItemFailures": []}
-    row = fetch_record(db, 3)
-    assert row["archive_status"] == "SUCCEEDED"
-    assert row["archive_attempts"] == 2
-    assert archive.log_for("archive attempt failed, will retry")["retry_in_seconds"] == 2
+    assert world.state(3) == ("SUCCEEDED", 2)
 
 
-def test_last_attempt_fails_the_row_and_acknowledges(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    upstream.add("/gen/4.png", PNG, status=503)
-    seed_record(db, 4, image_url=upstream.url("/gen/4.png"), attempts=2)
+def test_last_attempt_fails_the_row_and_acknowledges(world: World) -> None:
+    archive = world.archive
+    url = world.record(4, route={"status": 503}, attempts=2)
 
-    assert archive.deliver(encode(4)) == {"batchItemFailures": []}
+    assert world.deliver(4) == {"batchItemFailures": []}
 
-    row = fetch_record(db, 4)
-    assert row["archive_status"] == "FAILED"
-    assert row["archive_attempts"] == 3
+    row = world.row(4)
+    assert (row["archive_status"], row["archive_attempts"]) == ("FAILED", 3)
     assert row["archive_error"] == (
-        f"download failed (HTTP 503): upstream answered HTTP 503 for "
-        f"{upstream.url('/gen/4.png')} [attempt 3/3]"
+        f"download failed (HTTP 503): upstream answered HTTP 503 for {url} [attempt 3/3]"
     )
     assert row["status"] == "SUCCEEDED"  # the generation itself is never touched
     assert archive.in_flight() == 0
@@ -158,33 +147,29 @@ def test_last_attempt_fails_the_row_and_acknowledges(
         ("http_413", "HTTP 413"),
     ],
 )
-def test_permanent_errors_fail_at_once(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, behaviour: str, fragment: str
-) -> None:
-    upstream.add("/gen/5.png", PNG)
-    seed_record(db, 5, image_url=upstream.url("/gen/5.png"))
-    lsky.script(lsky_behaviour(behaviour))
+def test_permanent_errors_fail_at_once(world: World, behaviour: str, fragment: str) -> None:
+    world.record(5)
+    world.lsky.script(lsky_behaviour(behaviour))
 
-    assert archive.deliver(encode(5)) == {"batchItemFailures": []}
-    row = fetch_record(db, 5)
-    assert row["archive_status"] == "FAILED"
-    assert row["archive_attempts"] == 1
-    assert fragment in row["archive_error"]
+    assert world.deliver(5) == {"batchItemFailures": []}
+    assert world.state(5) == ("FAILED", 1)
+    assert fragment in world.row(5)["archive_error"]
 
 
-def test_429_retry_after_longer_than_the_schedule_is_honoured(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    archive_env(ARCHIVE_RETRY_DELAYS="1")
-    upstream.add("/gen/6.png", PNG)
-    seed_record(db, 6, image_url=upstream.url("/gen/6.png"))
-    lsky.script(lsky_behaviour("http_429", retry_after=4))
+def test_429_retry_after_longer_than_the_schedule_is_honoured(world: World) -> None:
+    archive = world.archive
+    world.settings(ARCHIVE_RETRY_DELAYS="1")
+    world.record(6)
+    world.lsky.script(lsky_behaviour("http_429", retry_after=90))
 
-    before = time.time()
-    assert len(archive.deliver(encode(6))["batchItemFailures"]) == 1
-    row = fetch_record(db, 6)
-    assert row["archive_next_run_at"].timestamp() - before >= 3.5
-    time.sleep(1.5)  # past the scheduled 1 s, inside Retry-After's 4 s
+    before = db_now(world.db)
+    assert len(world.deliver(6)["batchItemFailures"]) == 1
+    row = world.row(6)
+    # Not the scheduled 1 s: the host's 90 s, for the row and for its message.
+    assert row["archive_next_run_at"] >= before + timedelta(seconds=90)
+    held = archive.log_for("upload lane paused; message held")["retry_in_seconds"]
+    assert archive.holds() == [held]
+    assert held >= 90
     assert archive.receive(wait_seconds=0)["Records"] == []
 
 
@@ -204,44 +189,29 @@ def test_429_retry_after_longer_than_the_schedule_is_honoured(
     ],
 )
 def test_duplicates_and_strays_are_acknowledged_without_work(
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    seed: dict[str, Any] | None,
-    reason: str,
+    world: World, seed: dict[str, Any] | None, reason: str
 ) -> None:
-    upstream.add("/gen/7.png", PNG)
-    if seed is not None:
-        seed_record(db, 7, image_url=upstream.url("/gen/7.png"), attempts=1, **seed)
-    before = fetch_record(db, 7) if seed is not None else None
+    if seed is None:
+        world.image(7)
+    else:
+        world.record(7, attempts=1, **seed)
+    before = world.row(7) if seed is not None else None
 
-    assert archive.deliver(encode(7)) == {"batchItemFailures": []}
+    assert world.deliver(7) == {"batchItemFailures": []}
 
-    assert upstream.hits("/gen/7.png") == 0
-    assert lsky.upload_count == 0
+    assert world.downloads(7) == 0
+    assert world.lsky.upload_count == 0
     if before is not None:
-        assert fetch_record(db, 7) == before
-    skipped = archive.log_for("message skipped")
+        assert world.row(7) == before
+    skipped = world.archive.log_for("message skipped")
     assert skipped["reason"] == reason
     assert skipped["outcome"] == "duplicate"
 
 
-def test_expired_lock_is_taken_over(archive: ArchiveHarness, db: Any, upstream: Any) -> None:
-    upstream.add("/gen/8.png", PNG)
-    seed_record(
-        db,
-        8,
-        image_url=upstream.url("/gen/8.png"),
-        archive_status="RUNNING",
-        attempts=1,
-        locked_by="crashed-invocation",
-        locked_at=3600,
-    )
-    assert archive.deliver(encode(8)) == {"batchItemFailures": []}
-    row = fetch_record(db, 8)
-    assert row["archive_status"] == "SUCCEEDED"
-    assert row["archive_attempts"] == 2
+def test_expired_lock_is_taken_over(world: World) -> None:
+    world.crashed(8, attempts=1)
+    assert world.deliver(8) == {"batchItemFailures": []}
+    assert world.state(8) == ("SUCCEEDED", 2)
 
 
 MALFORMED = [
@@ -295,39 +265,37 @@ def test_malformed_without_a_dlq_url_is_left_to_the_redrive_policy(
     assert [m["Body"] for m in parked.get("Messages", [])] == ["garbage"]
 
 
-def test_one_connection_per_container_and_reconnect_after_a_drop(
-    archive: ArchiveHarness, db: Any, upstream: Any
-) -> None:
-    upstream.add("/p.png", PNG)
+def test_one_connection_per_container_and_reconnect_after_a_drop(world: World) -> None:
     for record_id in (21, 22, 23):
-        seed_record(db, record_id, image_url=upstream.url("/p.png"))
-    archive.deliver(encode(21))
-    archive.deliver(encode(22))
+        world.record(record_id)
+    world.deliver(21)
+    world.deliver(22)
     database = runtime.archive_worker().records.db
     assert database.connections_opened == 1
 
-    db.run(
+    world.db.run(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE application_name = 'image-archive'"
     )
-    assert archive.deliver(encode(23)) == {"batchItemFailures": []}
-    assert fetch_record(db, 23)["archive_status"] == "SUCCEEDED"
+    assert world.deliver(23) == {"batchItemFailures": []}
+    assert world.row(23)["archive_status"] == "SUCCEEDED"
     assert database.connections_opened == 2
 
 
-def test_database_down_redelivers_without_spending_an_attempt(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any
-) -> None:
-    upstream.add("/d.png", PNG)
-    seed_record(db, 30, image_url=upstream.url("/d.png"))
-    archive_env(DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="2")
+def test_database_down_redelivers_without_spending_an_attempt(world: World) -> None:
+    archive = world.archive
+    world.record(30)
+    world.settings(
+        DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="60"
+    )
 
-    response = archive.deliver(encode(30))
+    response = world.deliver(30)
     assert len(response["batchItemFailures"]) == 1
-    assert fetch_record(db, 30)["archive_attempts"] == 0
+    assert world.row(30)["archive_attempts"] == 0
     assert archive.log_for("database unavailable; message will be redelivered")
     assert "postgres@" not in json.dumps(archive.logs())
-    assert archive.receive(wait_seconds=0)["Records"] == []  # held for the lock TTL + margin
+    assert archive.holds() == [65]  # held for the lock TTL + margin
+    assert archive.receive(wait_seconds=0)["Records"] == []
 
 
 # The invocation fails before any metric is added; Powertools warns that it has none.
@@ -340,12 +308,9 @@ def test_missing_setting_fails_the_invocation_with_its_name(
         archive.invoke(synthetic_event(archive, encode(1)))
 
 
-def test_metrics_are_emitted_as_emf(
-    archive: ArchiveHarness, db: Any, upstream: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
-    upstream.add("/m.png", PNG)
-    seed_record(db, 40, image_url=upstream.url("/m.png"))
-    archive.deliver(encode(40))
+def test_metrics_are_emitted_as_emf(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    world.record(40)
+    world.deliver(40)
     emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
     assert emf, "no EMF document printed"
     names = {
@@ -374,14 +339,7 @@ def lsky_behaviour(name: str, **kwargs: Any) -> Behaviour:
 
 
 def test_credentials_from_secrets_manager_are_cached(
-    archive_env: Any,
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    moto: Any,
-    pg_dsn: str,
-    monkeypatch: pytest.MonkeyPatch,
+    world: World, moto: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import boto3
     from aws_lambda_powertools.utilities import parameters
@@ -407,79 +365,66 @@ def test_credentials_from_secrets_manager_are_cached(
     token_secret = secrets.create_secret(
         Name=f"lsky-{time.time_ns()}", SecretString=json.dumps({"token": TOKEN})
     )["ARN"]
-    archive_env(
+    world.settings(
         DATABASE_URL=None,
         DB_SECRET_ARN=db_secret,
         LSKY_TOKEN=None,
         LSKY_TOKEN_SECRET_ARN=token_secret,
     )
-    upstream.add("/s.png", PNG)
-    seed_record(db, 50, image_url=upstream.url("/s.png"))
-    seed_record(db, 51, image_url=upstream.url("/s.png"))
+    world.record(50)
+    world.record(51)
 
-    assert archive.deliver(encode(50)) == {"batchItemFailures": []}
+    assert world.deliver(50) == {"batchItemFailures": []}
     # Gone from Secrets Manager: the warm container still has both values cached.
     secrets.delete_secret(SecretId=db_secret, ForceDeleteWithoutRecovery=True)
     secrets.delete_secret(SecretId=token_secret, ForceDeleteWithoutRecovery=True)
     runtime.archive_worker().records.db.close()  # force a reconnect, which reads the secret
-    assert archive.deliver(encode(51)) == {"batchItemFailures": []}
-    assert fetch_record(db, 51)["archive_status"] == "SUCCEEDED"
-    assert lsky.uploads[-1].authorization == f"Bearer {TOKEN}"
+    assert world.deliver(51) == {"batchItemFailures": []}
+    assert world.row(51)["archive_status"] == "SUCCEEDED"
+    assert world.lsky.uploads[-1].authorization == f"Bearer {TOKEN}"
     parameters.clear_caches()
 
 
-def test_a_copy_arriving_during_the_backoff_is_held_until_due(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    upstream.add("/e.png", PNG)
-    seed_record(db, 60, image_url=upstream.url("/e.png"), attempts=1, next_run_at=-60)
-    before = fetch_record(db, 60)
+def test_a_copy_arriving_during_the_backoff_is_held_until_due(world: World) -> None:
+    archive = world.archive
+    world.record(60, attempts=1, next_run_at=-60)
+    before = world.row(60)
+    due = before["archive_next_run_at"]
 
-    response = archive.deliver(encode(60))
+    asked = db_now(world.db)
+    response = world.deliver(60)
+    answered = db_now(world.db)
 
     assert len(response["batchItemFailures"]) == 1  # kept, not dropped
-    assert fetch_record(db, 60) == before  # no attempt spent, nothing changed
-    assert upstream.hits("/e.png") == 0
-    assert lsky.upload_count == 0
+    assert world.row(60) == before  # no attempt spent, nothing changed
+    assert world.downloads(60) == 0
+    assert world.lsky.upload_count == 0
     held = archive.log_for("message arrived before the row is due; held back")
-    assert 55 <= held["retry_in_seconds"] <= 61
+    # Held until the row is due: what was left of its 60 s when the handler looked.
+    left = [math.ceil((due - at).total_seconds()) for at in (answered, asked)]
+    assert left[0] <= held["retry_in_seconds"] <= left[1]
+    assert archive.holds() == [held["retry_in_seconds"]]
     assert archive.receive(wait_seconds=0)["Records"] == []
 
 
-def test_a_message_a_moment_before_the_due_time_is_on_time(
-    archive: ArchiveHarness, db: Any, upstream: Any
-) -> None:
-    upstream.add("/f.png", PNG)
-    seed_record(db, 61, image_url=upstream.url("/f.png"), attempts=1, next_run_at=-2)
-    assert archive.deliver(encode(61)) == {"batchItemFailures": []}
-    assert fetch_record(db, 61)["archive_status"] == "SUCCEEDED"
+def test_a_message_a_moment_before_the_due_time_is_on_time(world: World) -> None:
+    world.record(61, attempts=1, next_run_at=-2)
+    assert world.deliver(61) == {"batchItemFailures": []}
+    assert world.row(61)["archive_status"] == "SUCCEEDED"
 
 
 def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    capsys: pytest.CaptureFixture[str],
+    world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    upstream.add("/x.png", PNG)
-    seed_record(
-        db,
-        70,
-        image_url=upstream.url("/x.png"),
-        archive_status="RUNNING",
-        attempts=3,
-        locked_by="crashed-invocation",
-        locked_at=3600,
-    )
-    assert archive.deliver(encode(70)) == {"batchItemFailures": []}
-    row = fetch_record(db, 70)
-    assert row["archive_status"] == "FAILED"
-    assert row["archive_attempts"] == 3
+    archive = world.archive
+    world.crashed(70, attempts=3)
+    assert world.deliver(70) == {"batchItemFailures": []}
+    row = world.row(70)
+    assert (row["archive_status"], row["archive_attempts"]) == ("FAILED", 3)
     assert row["archive_error"] == "lock expired after the last attempt"
     assert row["archive_locked_by"] is None
-    assert upstream.hits("/x.png") == 0
-    assert lsky.upload_count == 0
+    assert world.downloads(70) == 0
+    assert world.lsky.upload_count == 0
     # Concluded by the claim itself: a failure (Failed), never a duplicate.
     line = archive.log_for("archive failed")
     assert (line["level"], line["outcome"]) == ("ERROR", "failed")
@@ -490,42 +435,31 @@ def test_an_expired_lock_on_the_last_attempt_fails_instead_of_running_a_fourth(
     assert "Duplicate" not in emitted
 
 
-def test_sslmode_require_against_a_server_without_tls_is_refused(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, pg_dsn: str
-) -> None:
-    upstream.add("/tls.png", PNG)
-    seed_record(db, 71, image_url=upstream.url("/tls.png"))
-    archive_env(DB_SSLMODE="require")  # the test cluster has no TLS
-    response = archive.deliver(encode(71))
+def test_sslmode_require_against_a_server_without_tls_is_refused(world: World) -> None:
+    world.record(71)
+    world.settings(DB_SSLMODE="require")  # the test cluster has no TLS
+    response = world.deliver(71)
     assert len(response["batchItemFailures"]) == 1
-    assert (
-        "Server refuses SSL"
-        in archive.log_for("database unavailable; message will be redelivered")["error"]
-    )
-    assert fetch_record(db, 71)["archive_attempts"] == 0
+    line = world.archive.log_for("database unavailable; message will be redelivered")
+    assert "Server refuses SSL" in line["error"]
+    assert world.row(71)["archive_attempts"] == 0
 
-    archive_env(DB_SSLMODE="prefer")  # falls back to plain, as libpq does
-    seed_record(db, 72, image_url=upstream.url("/tls.png"))
-    assert archive.deliver(encode(72)) == {"batchItemFailures": []}
+    world.settings(DB_SSLMODE="prefer")  # falls back to plain, as libpq does
+    world.record(72)
+    assert world.deliver(72) == {"batchItemFailures": []}
 
 
 def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
-    archive_env: Any,
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    capfd: pytest.CaptureFixture[str],
+    world: World, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    secret = "1|abc\ndef-secret-half"
-    archive_env(LSKY_TOKEN=secret)
-    upstream.add("/tok.png", PNG)
-    seed_record(db, 73, image_url=upstream.url("/tok.png"), attempts=2)
+    archive = world.archive
+    world.settings(LSKY_TOKEN="1|abc\ndef-secret-half")
+    world.record(73, attempts=2)
 
     # Our misconfiguration, not the record's fault: the attempt is given back (even the
     # last one) and the message redelivered; the setting is named, never its value.
-    assert len(archive.deliver(encode(73))["batchItemFailures"]) == 1
-    row = fetch_record(db, 73)
+    assert len(world.deliver(73)["batchItemFailures"]) == 1
+    row = world.row(73)
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 2)
     assert "LSKY_TOKEN holds characters a token cannot have" in row["archive_error"]
     assert not row["archive_error"].startswith(("upload", "download"))
@@ -540,7 +474,7 @@ def test_a_token_that_cannot_be_a_header_fails_clearly_without_quoting_it(
     out, err = capfd.readouterr()
     for text in (out, err, json.dumps(archive.logs()), row["archive_error"]):
         assert "def-secret-half" not in text
-    assert lsky.upload_count == 0
+    assert world.lsky.upload_count == 0
 
 
 def test_a_database_without_the_schema_is_logged_and_redelivered(

@@ -14,7 +14,7 @@ from lib.cli.context import EXIT_OK
 from tests.integration.lane_model import LaneModel
 from tests.integration.test_cli import URL, Ctl
 from tests.integration.test_cli_backfill import pause_lane
-from tests.support import seed_record, set_uploads
+from tests.support import seconds_ago, seed_record, set_uploads
 
 
 @pytest.fixture
@@ -79,16 +79,21 @@ def test_status_shows_a_pause_until_a_time(ctl: Ctl, db: Any) -> None:
     pause_lane(db, seconds=3600, reason="rate_limit", detail="每小时内你最多可以上传 100 张图片")
     db.run("UPDATE image_archive_lane SET pause_window = 'hour'")
 
+    until = lane_row(db)["until"]
+    left_before = -seconds_ago(db, until)
     assert ctl("status", "--json") == EXIT_OK, ctl.err
+    left_after = -seconds_ago(db, until)
     lane = json.loads(ctl.out)["lane"]
     assert lane["paused"] is True
-    assert lane["paused_until"] == lane_row(db)["until"].isoformat(timespec="seconds")
-    assert 3590 <= lane["paused_for_seconds"] <= 3600
+    assert lane["paused_until"] == until.isoformat(timespec="seconds")
+    # What was left of the hour when the command looked (whole seconds).
+    assert left_after - 1 <= lane["paused_for_seconds"] <= left_before + 1
+    assert left_before <= 3600
     assert (lane["reason"], lane["window"]) == ("rate_limit", "hour")
     assert lane["paused_since"] == lane_row(db)["since"].isoformat(timespec="seconds")
     assert lane["detail"] == "每小时内你最多可以上传 100 张图片"
     eta = json.loads(ctl.out)["backlog"]["eta_seconds"]
-    assert 3590 + 60 <= eta <= 3600 + 60  # the pause, then 6 records at 6 a minute
+    assert left_after + 60 - 1 <= eta <= left_before + 60 + 1  # the pause, then 6 at 6 a minute
 
     assert ctl("status") == EXIT_OK
     assert f"  paused until {lane['paused_until']} (for 60 min more): reason rate_limit, " in (

@@ -26,8 +26,9 @@ from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
+from tests.integration.world import World
 from tests.logcapture import capture_logs, parse
-from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record
+from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record, seed_running
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -98,10 +99,8 @@ def statements_records_runs() -> set[str]:
 def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> None:
     for record_id in (1, 2, 3, 4):
         seed_record(db, record_id, image_url=URL)
-    seed_record(
-        db, 5, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="x", locked_at=1000
-    )
-    seed_record(db, 6, image_url=URL, archive_status="RUNNING", attempts=1)
+    seed_running(db, 5, locked_at=1000)
+    seed_running(db, 6, locked_by=None, locked_at=None)
     seed_record(db, 7, image_url=URL, next_run_at=None)
     seed_record(db, 8, image_url=URL, next_run_at=5000, enqueued_at=None)
     seed_record(db, 9, image_url=URL, archive_status=None)
@@ -200,26 +199,17 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
     assert fetch_record(db, 1)["archive_status"] == "SUCCEEDED"
 
 
-def test_the_handlers_run_as_a_role_with_the_documented_grants(
-    role_dsn: str,
-    archive_env: Callable[..., dict[str, str]],
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-) -> None:
-    archive_env(DATABASE_URL=role_dsn)
-    seed_record(db, 21, image_url=upstream.add("/a.png", images.png(8, 8)))
-    seed_record(db, 22, image_url=upstream.add("/gone.png", b"", status=404))
-    seed_record(
-        db, 23, image_url=URL, archive_status="RUNNING", attempts=1, locked_by="x", locked_at=1000
-    )
+def test_the_handlers_run_as_a_role_with_the_documented_grants(role_dsn: str, world: World) -> None:
+    db = world.db
+    world.settings(DATABASE_URL=role_dsn)
+    world.record(21)
+    world.record(22, b"", route={"status": 404})
+    world.crashed(23, locked_at=1000)
 
     for record_id in (21, 22):
-        response = archive.deliver(encode(record_id))
-        assert response["batchItemFailures"] == []
-    assert fetch_record(db, 21)["archive_status"] == "SUCCEEDED"
-    assert fetch_record(db, 22)["archive_status"] == "FAILED"
+        assert world.deliver(record_id)["batchItemFailures"] == []
+    assert world.row(21)["archive_status"] == "SUCCEEDED"
+    assert world.row(22)["archive_status"] == "FAILED"
 
     from handlers.sweeper import lambda_handler
 

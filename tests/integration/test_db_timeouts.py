@@ -23,7 +23,7 @@ from lib.platform.db import (
 )
 from lib.platform.errors import DatabaseUnavailable
 from lib.state.records import ArchiveRecords
-from tests.support import fetch_record, seed_record
+from tests.support import HANG_SECONDS, fetch_record, seed_record, wait_until
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_statement_longer_than_the_connect_timeout_completes(database: Databas
     started = time.monotonic()
     database.run("SELECT pg_sleep(7)")
 
-    assert 7 <= time.monotonic() - started < 9
+    assert time.monotonic() - started >= 7  # it really ran that long (no bound above it)
     assert database.connections_opened == 1
     assert database.statements_run == 1
     assert socket_timeout(database) == HANDLER_SESSION.socket_timeout
@@ -59,12 +59,10 @@ def test_a_statement_past_the_statement_timeout_is_cancelled_and_not_retried(
 ) -> None:
     database = Database(DatabaseConfig(url=pg_dsn), session=Session(statement_timeout_ms=300))
     try:
-        started = time.monotonic()
         with pytest.raises(pg8000.exceptions.DatabaseError) as cancelled:
-            database.run("SELECT pg_sleep(3)")
+            database.run("SELECT pg_sleep(30)")
 
         assert cancelled.value.args[0]["C"] == "57014"  # query_canceled, by the server
-        assert time.monotonic() - started < 2
         assert database.statements_run == 1  # not run again as if the connection were lost
         # The session survives a cancelled statement: the next one uses the same connection.
         assert database.run("SELECT 1") == [[1]]
@@ -81,25 +79,41 @@ def test_a_claim_waiting_six_seconds_on_a_row_lock_completes_once(
     holder = connect(pg_dsn)
     holder.run("BEGIN")
     holder.run("SELECT id FROM image_generation_records WHERE id = 7 FOR UPDATE")
-    release = threading.Timer(6.0, holder.run, args=("COMMIT",))
-    release.start()
-    try:
-        started = time.monotonic()
-        claim = ArchiveRecords(database).claim(
-            7, owner="invocation-1", lock_ttl_seconds=180, max_attempts=3
+    claims: list[Any] = []
+    claimer = threading.Thread(
+        target=lambda: claims.append(
+            ArchiveRecords(database).claim(
+                7, owner="invocation-1", lock_ttl_seconds=180, max_attempts=3
+            )
         )
-        waited = time.monotonic() - started
+    )
+    try:
+        claimer.start()
+        wait_until(lambda: waiting_on_a_lock(db), "the claim queued behind the row lock")
+        time.sleep(6.0)  # longer than the connect timeout; far inside the statement timeout
+        assert claimer.is_alive()
+        assert waiting_on_a_lock(db), "the claim did not wait for the row lock"
+        holder.run("COMMIT")
+        claimer.join(timeout=HANG_SECONDS)
     finally:
-        release.join()
         holder.close()
 
-    assert waited >= 5.5, "the claim did not wait for the row lock"
+    [claim] = claims
     assert claim.task is not None
     assert claim.task.attempt == 1
     assert database.statements_run == 1
     assert database.connections_opened == 1
     row = fetch_record(db, 7)
     assert (row["archive_status"], row["archive_attempts"]) == ("RUNNING", 1)
+
+
+def waiting_on_a_lock(db: Any) -> bool:
+    """Whether the test's Database (application_name timeout-test) waits on a lock now."""
+    [[waiting]] = db.run(
+        "SELECT count(*) > 0 FROM pg_stat_activity"
+        " WHERE application_name = 'timeout-test' AND wait_event_type = 'Lock'"
+    )
+    return bool(waiting)
 
 
 def terminate(pg_dsn: str, database: Database) -> None:

@@ -22,6 +22,7 @@ from devkit.postgres import PostgresCluster, connect
 from lib.platform.config import load_database_config
 from lib.platform.db import Database
 from lib.platform.errors import DatabaseUnavailable
+from tests.support import HANG_SECONDS
 
 cryptography = pytest.importorskip("cryptography")
 
@@ -97,7 +98,7 @@ def _wait_for_tls(dsn: str) -> None:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_SECONDS
     while True:
         try:
             connect(dsn, ssl_context=context).close()

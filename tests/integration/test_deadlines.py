@@ -16,7 +16,6 @@ import pytest
 from devkit import images
 from devkit._http import BackgroundServer, QuietHandler
 from lib.archive import runtime
-from lib.archive.message import encode
 from lib.archive.schedule import MIN_ATTEMPT_MS
 from lib.platform.config import FINISH_RESERVE_MS
 from lib.platform.s3 import StagingBucket, StagingError
@@ -25,8 +24,13 @@ from lib.transfer.failures import ArchiveFailure, Kind, Stage
 from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
-from tests.integration.conftest import ArchiveHarness
-from tests.support import FakeLambdaContext, fetch_record, lane_row, reset_lane, seed_record
+from tests.integration.world import World
+from tests.support import (
+    HANG_SECONDS,
+    FakeLambdaContext,
+    lane_row,
+    reset_lane,
+)
 
 PNG = images.png(8, 8)
 # Slow enough that a trickled answer (a few hundred bytes) would take minutes.
@@ -78,33 +82,27 @@ def test_a_trickling_lsky_answer_ends_as_a_timeout_by_the_deadline(
     assert (failed.value.failure.stage, failed.value.failure.kind) == (stage, Kind.TIMEOUT)
     # The next exchange on the client's pool is not stuck on the shut connection.
     lsky.reset()
-    assert upload(client, time.monotonic() + 10)
+    assert upload(client, time.monotonic() + HANG_SECONDS)
 
 
-def test_a_trickling_upload_answer_is_concluded_before_the_invocation_ends(
-    archive_env: Callable[..., dict[str, str]],
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-) -> None:
-    reset_lane(db)
-    seed_record(db, 1, image_url=upstream.add("/trickle.png", PNG))
-    lsky.trickle("/api/v1/upload", interval=INTERVAL)
+def test_a_trickling_upload_answer_is_concluded_before_the_invocation_ends(world: World) -> None:
+    world.record(1)
+    world.lsky.trickle("/api/v1/upload", interval=INTERVAL)
     # The shortest invocation that still starts an attempt: its transfer deadline is what
     # is left after the worker's reserve for concluding.
-    context = FakeLambdaContext(timeout_seconds=MIN_ATTEMPT_MS / 1000 + 1)
+    context = FakeLambdaContext(timeout_seconds=MIN_ATTEMPT_MS / 1000 + 1, from_first_look=True)
 
-    response = archive.deliver(encode(1), context)
+    response = world.deliver(1, context)
 
     assert context.get_remaining_time_in_millis() > 0  # Lambda would not have killed it
     assert len(response["batchItemFailures"]) == 1  # redelivered after its retry delay
-    row = fetch_record(db, 1)
+    row = world.row(1)
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 1)
     assert "timed out" in row["archive_error"]
     # The body went out whole: Lsky may hold the image, the next attempt looks it up.
     assert row["archive_may_be_hosted"] is True
-    assert archive.log_for("archive attempt failed, will retry")["error_class"] == "transient"
+    line = world.archive.log_for("archive attempt failed, will retry")
+    assert line["error_class"] == "transient"
 
 
 def test_a_trickling_profile_leaves_the_sweep_time_for_its_pages(
@@ -124,7 +122,9 @@ def test_a_trickling_profile_leaves_the_sweep_time_for_its_pages(
     lsky.trickle("/api/v1/profile", interval=INTERVAL, from_body=True)
     # Three seconds for the probe beyond what the rest of the run keeps.
     context = FakeLambdaContext(
-        function_name="SweeperFunction", timeout_seconds=PROBE_RESERVE_MS / 1000 + 3
+        function_name="SweeperFunction",
+        timeout_seconds=PROBE_RESERVE_MS / 1000 + 3,
+        from_first_look=True,
     )
 
     summary = lambda_handler({}, context)

@@ -4,7 +4,7 @@ its name and adopted by the next attempt, never uploaded again (issue 13)."""
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -13,17 +13,19 @@ import pytest
 
 from devkit import images
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
-from lib.archive import budget as timeguard
-from lib.archive import schedule, transfer
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness
+from tests.integration.world import World
 from tests.support import (
+    HANG_SECONDS,
     FakeLambdaContext,
     emf_metrics,
     fetch_record,
     lane_row,
+    lock_expired,
     reset_lane,
     seed_record,
+    wait_until,
 )
 
 PNG = images.png(8, 8)
@@ -50,13 +52,6 @@ def assert_points_at_the_one_image(db: Any, lsky: LskyStandIn, record_id: int) -
     assert row["hosted_image_url"] == f"{lsky.public_url}/i/{image.pathname}"
     assert row["hosted_response"]["key"] == image.key
     assert row["archive_may_be_hosted"] is False
-
-
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -192,25 +187,24 @@ def test_a_stored_upload_whose_answer_was_lost_is_adopted(
 
 def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
     retry_at_once: None,
-    monkeypatch: pytest.MonkeyPatch,
+    short_invocation: Callable[[], FakeLambdaContext],
+    gate: threading.Event,
     archive: ArchiveHarness,
     db: Any,
     upstream: Any,
     lsky: LskyStandIn,
 ) -> None:
-    monkeypatch.setattr(schedule, "MIN_ATTEMPT_MS", 500)
-    monkeypatch.setattr(transfer, "FINISH_RESERVE_MS", 200)
-    monkeypatch.setattr(timeguard, "DOWNLOAD_OVERHEAD_SECONDS", 0.1)
-    monkeypatch.setattr(timeguard, "UPLOAD_OVERHEAD_SECONDS", 0.2)
     seed(db, upstream, 5)
-    # Lsky stores the file 1.8 s after reading the whole body; the attempt stops at 1.3 s.
-    lsky.script(Behaviour.slow(1.8))
+    # Lsky holds the whole body unanswered past the attempt's deadline, then stores it.
+    lsky.script(Behaviour.held(gate))
 
-    archive.deliver(encode(5), FakeLambdaContext(timeout_seconds=1.5))
+    archive.deliver(encode(5), short_invocation())
     row = fetch_record(db, 5)
     assert "timed out waiting for Lsky" in row["archive_error"]
     assert row["archive_may_be_hosted"] is True
-    assert lsky.wait_for_uploads(1, timeout=5)  # stored, with no one left to read the answer
+    gate.set()
+    # Stored, with no one left to read the answer.
+    assert lsky.wait_for_uploads(1, timeout=HANG_SECONDS)
 
     assert archive.deliver(encode(5)) == {"batchItemFailures": []}
     assert lsky.upload_count == 1
@@ -218,26 +212,15 @@ def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
 
 
 def test_a_database_outage_between_upload_and_success_write(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+    world: World, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
-    archive_env(ARCHIVE_LOCK_TTL_SECONDS="2")
+    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2")
     seed(db, upstream, 6)
-    lsky.script(Behaviour.slow(0.5))
 
-    def outage() -> None:
-        # While Lsky works on the upload: the claim is done, the success write is next.
-        wait_for(lambda: lsky.pending_script == 0)
-        db.run("ALTER TABLE image_generation_records RENAME TO image_generation_records_gone")
-
-    breaker = threading.Thread(target=outage)
-    breaker.start()
-    archive.send(encode(6))
-    event = archive.receive()
-    try:
+    with world.records_table_gone_during_the_upload():
+        archive.send(encode(6))
+        event = archive.receive()
         response = archive.invoke(event)
-    finally:
-        breaker.join()
-        db.run("ALTER TABLE image_generation_records_gone RENAME TO image_generation_records")
 
     assert len(response["batchItemFailures"]) == 1
     assert archive.log_for("archived on Lsky, but the success could not be recorded; "
@@ -247,13 +230,8 @@ def test_a_database_outage_between_upload_and_success_write(
     assert len(lsky.image_records()) == 1
 
     # The database is back; the lock expires and the message returns (fast-forwarded).
-    wait_for(lambda: bool(db.run(
-        "SELECT archive_locked_at < now() - interval '2 seconds' "
-        "FROM image_generation_records WHERE id = 6")[0][0]))  # fmt: skip
-    [record] = event["Records"]
-    archive.sqs.change_message_visibility(
-        QueueUrl=archive.queues.url, ReceiptHandle=record["receiptHandle"], VisibilityTimeout=0
-    )
+    wait_until(lambda: lock_expired(db, 6, ttl=2), "the lock expired")
+    archive.fast_forward(event)
     assert archive.invoke(archive.receive(wait_seconds=2)) == {"batchItemFailures": []}
 
     assert lsky.upload_count == 1

@@ -5,6 +5,7 @@ exception (with its chain) is searched, through success and failure paths."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
-from tests.support import fetch_image, fetch_record, reset_lane, seed_record
+from tests.support import HANG_SECONDS, fetch_image, fetch_record, reset_lane, seed_record
 
 TOKEN_SECRET = "tok-5ecret-Zq8Hx1Lm"
 TOKEN = f"42|{TOKEN_SECRET}"
@@ -158,21 +159,25 @@ def synthetic(archive: ArchiveHarness, record_id: int) -> dict[str, Any]:
     "path",
     ["closed", "refused-userinfo", "drop", "status-404", "not-image", "slow"],
 )
-def test_download_exceptions_carry_no_secret(upstream: Any, path: str) -> None:
+def test_download_exceptions_carry_no_secret(
+    upstream: Any, gate: threading.Event, path: str
+) -> None:
     import ipaddress
 
     allowed = (ipaddress.ip_network("127.0.0.0/8"),)
     upstream.add("/drop.png", images.png(size=200_000), drop_after=1000)
     upstream.add("/status-404.png", PNG, status=404)
     upstream.add("/not-image.png", b"<html>" + SIGNATURE.encode())
-    upstream.add("/slow.png", PNG, delay=2)
+    upstream.add("/slow.png", PNG, gate=gate)  # no answer before the deadline
     url = {
         "closed": "http://127.0.0.1:9/x.png",
         "refused-userinfo": f"http://u:{PASSWORD}@127.0.0.1:{upstream.port}/x.png",
     }.get(path, upstream.url(f"/{path}.png"))
     downloader = Downloader(max_bytes=10**6, allow_private_networks=allowed)
+    # Only the slow one waits for its deadline; the others fail on their own.
+    deadline = time.monotonic() + (0.5 if path == "slow" else HANG_SECONDS)
     with pytest.raises(ArchiveFailure) as excinfo:
-        fetch_image(downloader, signed(url), deadline=time.monotonic() + 0.5)
+        fetch_image(downloader, signed(url), deadline=deadline)
     assert not leaks(exception_text(excinfo.value))
 
 
@@ -189,7 +194,7 @@ def test_upload_exceptions_carry_no_secret(lsky: Any, behaviour: str) -> None:
     client = LskyClient(base_url=base, token=lambda force: TOKEN)
     image = DownloadedImage(file=io.BytesIO(PNG), size=len(PNG), image_type=PNG_TYPE)
     with pytest.raises(ArchiveFailure) as excinfo:
-        client.upload(image, filename="a.png", deadline=time.monotonic() + 5)
+        client.upload(image, filename="a.png", deadline=time.monotonic() + HANG_SECONDS)
     assert not leaks(exception_text(excinfo.value))
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +25,8 @@ from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
-from tests.support import emf_metrics, fetch_record, seed_record
+from tests.integration.world import World
+from tests.support import emf_metrics, fetch_record, make_due, run_python, seed_record
 
 IMAGE = images.png(16, 16, size=300_000, seed=3)
 SHA = hashlib.sha256(IMAGE).hexdigest()
@@ -68,14 +67,6 @@ def pause_for_an_hour(records: Records) -> None:
         reason="rate_limit",
         window="hour",
         detail="每小时内你最多可以上传 100 张图片",
-    )
-
-
-def make_due(db: Any, record_id: int) -> None:
-    """Time passes: the row's backoff (or parking) is over, as the sweeper would find it."""
-    db.run(
-        "UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = :id",
-        id=record_id,
     )
 
 
@@ -413,29 +404,19 @@ def test_when_s3_cannot_take_the_capture_the_record_waits_as_without_staging(
 
 
 def test_an_unreadable_staged_copy_spends_no_attempt_and_comes_back(
-    archive_env: Callable[..., dict[str, str]],
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    capsys: pytest.CaptureFixture[str],
+    world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    archive_env(ARCHIVE_STAGING_BUCKET="no-such-staging-bucket")
-    seed_record(
-        db,
-        9,
-        image_url=upstream.add("/gen/9.png", b"", status=403),
-        archive_staged_key="staged/9/abc.png",
-    )
+    world.settings(ARCHIVE_STAGING_BUCKET="no-such-staging-bucket")
+    world.record(9, b"", route={"status": 403}, archive_staged_key="staged/9/abc.png")
 
-    response = archive.deliver(encode(9))
+    response = world.deliver(9)
 
     assert len(response["batchItemFailures"]) == 1  # redelivered, like our own faults
-    row = fetch_record(db, 9)
+    row = world.row(9)
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
     assert row["archive_staged_key"] == "staged/9/abc.png"
     assert "staging error" in row["archive_error"]
-    assert upstream.hits("/gen/9.png") == 0  # the expired source is not a fallback for S3 down
+    assert world.downloads(9) == 0  # the expired source is not a fallback for S3 down
     assert emf_metrics(capsys).get("StagingError") == 1
 
 
@@ -513,19 +494,13 @@ def peak_growth_in_a_child(warm_id: int, record_id: int) -> int:
     """Peak RSS growth of one archive of `record_id`, in a fresh process warmed up by an
     archive of `warm_id` (tests.integration.staging_memory_child)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.staging_memory_child",
-            *map(str, (warm_id, record_id)),
-        ],
-        cwd=ROOT,
+    child = run_python(
+        "-m",
+        "tests.integration.staging_memory_child",
+        str(warm_id),
+        str(record_id),
         env=env,
-        capture_output=True,
-        text=True,
         timeout=180,
-        check=False,
     )
     lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
     assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]

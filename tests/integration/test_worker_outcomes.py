@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 import pytest
 
 from devkit import images
-from devkit.lsky import Behaviour
-from devkit.postgres import connect
 from lib.archive import naming
 from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
@@ -19,44 +16,27 @@ from lib.platform.db import Database
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords, Recorded
 from tests.integration.conftest import ArchiveHarness
+from tests.integration.world import World
 from tests.support import emf_metrics, fetch_record, seed_record
 
 PNG = images.png(size=3_000)
 
 
-def when(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never became true"
-        time.sleep(0.02)
-
-
 def test_a_retry_whose_lock_passed_on_is_reported_as_lost_not_as_a_retry(
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    pg_dsn: str,
-    capsys: pytest.CaptureFixture[str],
+    gate: threading.Event, world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The upstream answers 503 slowly; meanwhile the lock passes to another attempt.
-    upstream.add("/slow.png", PNG, delay=1.0, fail_first=1)
-    seed_record(db, 80, image_url=upstream.url("/slow.png"))
-    other = connect(pg_dsn)
+    # The upstream holds its 503; meanwhile the lock passes to another attempt.
+    world.record(80, PNG, route={"gate": gate, "fail_first": 1})
 
     def take_over() -> None:
-        when(lambda: upstream.hits("/slow.png") >= 1)
-        other.run(
+        world.db.run(
             "UPDATE image_generation_records SET archive_locked_by = 'another-attempt' "
             "WHERE id = 80"
         )
 
-    thread = threading.Thread(target=take_over)
-    thread.start()
-    try:
-        response = archive.deliver(encode(80))
-    finally:
-        thread.join()
-        other.close()
+    with world.meanwhile(lambda: world.downloads(80) >= 1, take_over, gate):
+        response = world.deliver(80)
+    archive, db = world.archive, world.db
 
     assert response == {"batchItemFailures": []}  # the new holder concludes the row
     row = fetch_record(db, 80)
@@ -124,14 +104,12 @@ def test_a_bug_gives_the_attempt_back_and_claims_no_stage(
     assert emf_metrics(capsys).get("InternalError") == 1
 
 
-def test_a_bad_secret_value_spends_no_attempt_across_the_backlog(
-    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any
-) -> None:
-    archive_env(LSKY_TOKEN="1|has a space")
-    upstream.add("/s.png", PNG)
+def test_a_bad_secret_value_spends_no_attempt_across_the_backlog(world: World) -> None:
+    archive, db, lsky = world.archive, world.db, world.lsky
+    world.settings(LSKY_TOKEN="1|has a space")
     for record_id in (83, 84, 85):
-        seed_record(db, record_id, image_url=upstream.url("/s.png"), attempts=2)
-        assert len(archive.deliver(encode(record_id))["batchItemFailures"]) == 1
+        world.record(record_id, PNG, attempts=2)
+        assert len(world.deliver(record_id)["batchItemFailures"]) == 1
     rows = [fetch_record(db, record_id) for record_id in (83, 84, 85)]
     assert {(r["archive_status"], r["archive_attempts"]) for r in rows} == {("PENDING", 2)}
     assert lsky.upload_count == 0
@@ -165,25 +143,13 @@ def test_an_escaping_exception_is_logged_before_powertools_fails_the_record(
 
 
 def test_an_upload_whose_success_cannot_be_recorded_leaves_its_url_in_the_log(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: Any, pg_dsn: str
+    world: World,
 ) -> None:
-    upstream.add("/o.png", PNG)
-    seed_record(db, 87, image_url=upstream.url("/o.png"))
-    lsky.script(Behaviour.slow(1.0))  # time to take the table away during the upload
-    admin = connect(pg_dsn)
+    archive, lsky = world.archive, world.lsky
+    world.record(87, PNG)
 
-    def outage() -> None:
-        when(lambda: lsky.bodies_received >= 1)
-        admin.run("ALTER TABLE image_generation_records RENAME TO image_generation_records_away")
-
-    thread = threading.Thread(target=outage)
-    thread.start()
-    try:
-        response = archive.deliver(encode(87))
-    finally:
-        thread.join()
-        admin.run("ALTER TABLE image_generation_records_away RENAME TO image_generation_records")
-        admin.close()
+    with world.records_table_gone_during_the_upload():
+        response = world.deliver(87)
 
     assert len(response["batchItemFailures"]) == 1
     line = archive.log_for(

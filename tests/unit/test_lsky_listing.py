@@ -10,23 +10,16 @@ import pytest
 from lib.archive import retry as policy
 from lib.transfer.failures import ArchiveFailure, Kind, Stage
 from lib.transfer.lsky_listing import hosted_url, parse_listing
+from tests.support import lsky_file
 
-ITEM = {
-    "key": "AbCdEf",
-    "name": "6743a1b2c3d4e.png",
-    "origin_name": "alice_1_20261202T000000Z.png",
-    "size": 1.2,
-    "mimetype": "image/png",
-    "extension": "png",
-    "md5": "m",
-    "sha1": "s",
-    "width": 8,
-    "height": 8,
-    "human_date": "3分钟前",
-    "date": "2026-12-02 08:00:00",
-    "pathname": "2026/12/02/6743a1b2c3d4e.png",
-    "links": {"url": "https://img.example.com/i/2026/12/02/6743a1b2c3d4e.png"},
-}
+ITEM = lsky_file(
+    "6743a1b2c3d4e.png",
+    key="AbCdEf",
+    width=8,
+    height=8,
+    human_date="3分钟前",
+    date="2026-12-02 08:00:00",
+)
 
 
 def page(*items: Any, last_page: Any = 1) -> bytes:

@@ -9,22 +9,16 @@ import pytest
 from lib.archive import retry as policy
 from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.lsky_upload import parse_upload_response
+from tests.support import lsky_file
 
 SUCCESS = {
     "status": True,
     "message": "上传成功",
-    "data": {
-        "key": "abc",
-        "name": "x.png",
-        "pathname": "2026/12/02/x.png",
-        "origin_name": "alice_1_20261202T000000Z.png",
-        "size": 1.2,
-        "mimetype": "image/png",
-        "extension": "png",
-        "md5": "m",
-        "sha1": "s",
-        "links": {"url": "https://img.example.com/i/2026/12/02/x.png", "html": "&lt;img&gt;"},
-    },
+    "data": lsky_file(
+        "x.png",
+        key="abc",
+        links={"url": "https://img.example.com/i/2026/12/02/x.png", "html": "&lt;img&gt;"},
+    ),
 }
 
 

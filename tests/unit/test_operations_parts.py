@@ -16,6 +16,7 @@ from lib.cli.args import parse_since, record_id
 from lib.cli.main import build_parser
 from lib.platform import schema as migrate
 from lib.platform.db import MIGRATION_SESSION, is_connection_lost
+from tests.support import ARCHIVE_INDEXES
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -108,15 +109,7 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     # 11 archive columns, may_be_hosted and altered (exactly-once), staged key and time.
     assert sum("ADD COLUMN" in s.sql for s in statements) == 20
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
-    assert migrate.concurrent_index_names(statements) == [
-        "image_generation_records_archive_pending_idx",
-        "image_generation_records_archive_running_idx",
-        "image_generation_records_archive_parked_idx",
-        "image_generation_records_archive_failed_idx",
-        "image_generation_records_archive_backfill_idx",
-        "image_generation_records_archive_altered_idx",
-        "image_generation_records_archive_staged_idx",
-    ]
+    assert migrate.concurrent_index_names(statements) == list(ARCHIVE_INDEXES)
     with_base = migrate.load(migrate.schema_files(with_base_schema=True))
     assert with_base[0].source.name == "base_schema.sql"
     assert with_base[-len(statements) :] == statements

@@ -9,14 +9,17 @@ from typing import Any
 def client(
     service: str, *, connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any
 ) -> Any:
-    """A client whose every call ends within about max_attempts x the timeouts."""
+    """A client whose every call ends within about max_attempts x the timeouts.
+
+    max_attempts counts every call, the first included (botocore's total_max_attempts: its
+    own max_attempts counts the retries only, so 1 there would still make two calls)."""
     import boto3  # noqa: PLC0415 - deferred, see the docstring
     from botocore.config import Config  # noqa: PLC0415
 
     settings = Config(
         connect_timeout=connect_timeout,
         read_timeout=read_timeout,
-        retries={"max_attempts": max_attempts, "mode": "standard"},
+        retries={"total_max_attempts": max_attempts, "mode": "standard"},
         **config,
     )
     # boto3's stubs type each service by its literal name; the callers name theirs.
