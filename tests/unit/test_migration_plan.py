@@ -34,7 +34,9 @@ def catalog_with(
     return mp.Catalog(
         tables=frozenset({mf.RECORDS, *tables}),
         columns=frozenset(
-            (mf.RECORDS, c.name) for c in DECLARATION.columns_of(mf.RECORDS)[:columns]
+            {(mf.RECORDS, c.name) for c in DECLARATION.columns_of(mf.RECORDS)[:columns]}
+            # A project table that exists has the columns later releases add to it.
+            | {(t, c.name) for t in tables for c in DECLARATION.columns_of(t)}
         ),
         indexes=found,
         constraints={} if constraint is None else {CONSTRAINT: constraint},
@@ -165,7 +167,13 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
 
     assert actions(plan) == [
         (mp.Action.ADD_COLUMNS, mf.RECORDS),
-        *[(mp.Action.CREATE_TABLE, t.name) for t in DECLARATION.tables],
+        *[
+            step
+            for t in DECLARATION.tables
+            for step in [(mp.Action.CREATE_TABLE, t.name)]
+            # A column a later release added to a project table: after its CREATE TABLE.
+            + [(mp.Action.ADD_COLUMNS, t.name)] * bool(DECLARATION.columns_of(t.name))
+        ],
         *[(mp.Action.SEED, s.table) for s in DECLARATION.seeds],
         *[
             (mp.Action.BUILD_INDEX if i.concurrently else mp.Action.BUILD_PLAIN_INDEX, i.name)
