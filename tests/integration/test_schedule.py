@@ -211,6 +211,43 @@ def test_slots_taken_at_once_by_many_containers_never_exceed_the_limit(
     assert len(set(booked)) == 5  # each its own slot: no two share one
 
 
+def booking_of(db: Any, record_id: int) -> datetime:
+    [[at]] = db.run(
+        "SELECT at FROM image_archive_uploads WHERE record_id = :id AND state = 'booked'",
+        id=record_id,
+    )
+    return at  # type: ignore[no-any-return]
+
+
+def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its_date(
+    lanes: LaneStore, db: Any
+) -> None:
+    def take(record_id: int, sleep_within: float = 0.0) -> Any:
+        return lanes.take_slot(
+            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
+            book_within=900, sleep_within=sleep_within,
+        )  # fmt: skip
+
+    assert take(1).answer is SlotAnswer.GO
+
+    # Bytes in hand, a slot ~3 s away it may sleep for: booked at the slot itself...
+    sleeper = take(2, sleep_within=5)
+    assert sleeper.answer is SlotAnswer.BOOKED
+    assert booking_of(db, 2) == sleeper.at
+    # ...while a message that will be held is booked at the whole second after its slot.
+    held = take(3)
+    assert held.answer is SlotAnswer.BOOKED
+    ahead = (booking_of(db, 3) - held.now).total_seconds()
+    assert ahead == round(ahead)
+    assert booking_of(db, 3) > held.at
+
+    # A later look at its own booking neither moves it on nor rounds it again (each look
+    # once pushed it by up to a second, and a sleeping attempt never caught its slot).
+    again = take(2)
+    assert again.answer is SlotAnswer.BOOKED
+    assert booking_of(db, 2) == sleeper.at == again.at
+
+
 # -- 5. an adoption takes no slot and logs no upload ---------------------------------------
 
 

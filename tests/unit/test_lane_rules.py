@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive import sweep_rules
+from lib.archive import pacing, sweep_rules
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
@@ -179,3 +179,20 @@ def test_the_requeue_interval_grows_with_the_backlog() -> None:
     # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
     assert sweep_rules.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
     assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900
+
+
+@pytest.mark.parametrize(
+    ("wait", "fetch", "fetches_now"),
+    [
+        (0.4, 0.0, True),  # a moment away: fetch, then a short sleep at most
+        (5.0, 5.0, True),  # the fetch covers the wait
+        (5.9, 5.0, True),  # ...all but a moment of it
+        (6.2, 5.0, False),  # a second invocation: no sleep longer than a moment
+        (30.0, 5.0, False),
+        (1.5, 0.01, False),  # a quick source does not stretch to a long wait
+    ],
+)
+def test_a_record_booked_before_fetching_fetches_now_when_the_fetch_covers_the_wait(
+    wait: float, fetch: float, fetches_now: bool
+) -> None:
+    assert pacing.fetch_first(wait, fetch_estimate=fetch) is fetches_now

@@ -34,14 +34,32 @@ def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
     return min(SLOT_MARGIN_SECONDS, shortest / 80)
 
 
+def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> float:
+    """The longest an attempt may wait for its slot in this invocation: with its bytes in
+    hand (fetched in `fetched_seconds`), SLEEP_LIMIT_SECONDS or as long as the fetch took
+    (waiting never exceeds the work it saves); before fetching, what the fetch is expected
+    to take (this container's recent fetches) and SLEEP_LIMIT_SECONDS more."""
+    if fetched_seconds is None:
+        return fetch_estimate + SLEEP_LIMIT_SECONDS
+    return max(SLEEP_LIMIT_SECONDS, fetched_seconds)
+
+
 def affordable_sleep(
     wait_seconds: float, *, deadline: float, size: int, staging: bool, fetch_seconds: float
 ) -> bool:
     """Whether an attempt holding `size` bytes, fetched in `fetch_seconds`, may sleep
-    `wait_seconds` for its slot: a wait no longer than SLEEP_LIMIT_SECONDS or the fetch
-    (waiting never exceeds the work it saves), and only what the budget can pay after the
-    upload (and, with staging on, after staging the bytes should the upload fail)."""
-    if wait_seconds > max(SLEEP_LIMIT_SECONDS, fetch_seconds):
+    `wait_seconds` for its slot: no longer than `longest_sleep`, and only what the budget
+    can pay after the upload (and, with staging on, after staging the bytes should the
+    upload fail)."""
+    if wait_seconds > longest_sleep(fetched_seconds=fetch_seconds, fetch_estimate=0.0):
         return False
     after = upload_needs(size) + (stage_needs(size) if staging else 0.0)
     return time_left(deadline) - wait_seconds >= after
+
+
+def fetch_first(wait_seconds: float, *, fetch_estimate: float) -> bool:
+    """Whether a record booked before fetching, `wait_seconds` from its slot, should fetch
+    now rather than hand its message back: the fetch covers the wait, but for a moment
+    the attempt may sleep once its bytes are in hand. Handing it back would cost a second
+    invocation that only fetches then."""
+    return wait_seconds <= longest_sleep(fetched_seconds=None, fetch_estimate=fetch_estimate)

@@ -197,6 +197,12 @@ class Transfer:
                 tolerance=pacing.SLOT_TOLERANCE_SECONDS,
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,
+                # A slot the attempt may sleep for is booked as it is, not rounded up to
+                # the whole seconds a held message would need.
+                sleep_within=pacing.longest_sleep(
+                    fetched_seconds=None if held is None else at.fetch_seconds,
+                    fetch_estimate=self.fetch_estimate,
+                ),
             )
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True
@@ -206,6 +212,13 @@ class Transfer:
                 staged = self._stage(at, held, "lane paused")
                 return schedule.wait_for_lane(seconds, at.message, staged=staged)
             wait = slot.wait_seconds
+            if (
+                held is None
+                and slot.answer is SlotAnswer.BOOKED
+                and pacing.fetch_first(wait, fetch_estimate=self.fetch_estimate)
+            ):
+                # Booked, its place in the queue kept: fetch now, take the slot after.
+                return None
             can_sleep = held is not None and pacing.affordable_sleep(
                 wait,
                 deadline=at.deadline,

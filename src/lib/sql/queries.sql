@@ -570,9 +570,12 @@ SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE l
 -- at which each window (:windows seconds, :limits uploads) holds fewer than its limit:
 -- the window's limit-th newest entry + window + :margin. The record's own booking stands
 -- (unless missed by more than :stale seconds), checked against the uploads made so far.
--- Due within :tolerance: taken now ('go'). Later: booked for the record at a whole number
--- of seconds from now (its message's visibility) when within :book_within seconds, else
--- only said; `at` is the slot itself (the booking is the whole second at or after it). While the lane is paused nothing is given, and `at` is the pause's end
+-- Due within :tolerance: taken now ('go'). Later: booked for the record when within
+-- :book_within seconds, else only said; `at` is the slot itself. A booking is dated when
+-- its upload will be: the slot itself when the attempt may sleep for it (within
+-- :sleep_within) or it is the record's own booking standing (dated when first made: never
+-- moved on by a later look), else the whole second at or after it (the message is held
+-- whole seconds). While the lane is paused nothing is given, and `at` is the pause's end
 -- (NULL: until cleared). Optimistic: the slot is written only if the lane's version is
 -- still the one read (every slot and every pause bumps it); `won` false: read again.
 WITH lane AS (
@@ -613,6 +616,8 @@ queue AS (
 slot AS (
     SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
            (SELECT at FROM mine) IS NOT NULL AS has_mine,
+           COALESCE((SELECT at FROM mine) >= now() - make_interval(secs => :stale), false)
+               AS standing,
            CASE WHEN (SELECT at FROM mine) >= now() - make_interval(secs => :stale)
                 THEN GREATEST((SELECT at FROM mine), (SELECT past FROM free))
                 ELSE GREATEST(now(), (SELECT at FROM queue), (SELECT all_ FROM free))
@@ -624,6 +629,7 @@ decision AS (
            CASE WHEN paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until END
                                   FROM lane)
                 WHEN at <= now() + make_interval(secs => :tolerance) THEN now()
+                WHEN standing OR at <= now() + make_interval(secs => :sleep_within) THEN at
                 ELSE now() + make_interval(secs => ceil(EXTRACT(EPOCH FROM at - now())))
            END AS at
     FROM slot

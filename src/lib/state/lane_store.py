@@ -87,6 +87,7 @@ class LaneStore(Statements):
         tolerance: float,
         stale: float,
         book_within: float,
+        sleep_within: float = 0.0,
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
         the take_slot statement for the rules. A slot another container took meanwhile
@@ -101,6 +102,7 @@ class LaneStore(Statements):
                 tolerance=tolerance,
                 stale=stale,
                 book_within=book_within,
+                sleep_within=sleep_within,
             )
             if won:
                 break
