@@ -13,7 +13,7 @@ So the database part is INCLUDED on the handler side only (two statements on a w
 connection), which makes the comparison stricter, not looser. No SQS call happens on
 either side (the happy path does not call SQS; the event is synthetic).
 
-A third side, interleaved with the two, runs the handler with the md5/sha1 of the
+A third side, interleaved with the two, runs the handler with the sha1 of the
 fidelity check switched off (lib.transfer.held.Digests.update only counting), which prices the
 hashing in the same process; and every request the handler sends to Lsky is counted.
 """
@@ -84,7 +84,8 @@ def _hashing_switch() -> Callable[[bool], contextlib.AbstractContextManager[None
 
 
 def _hashing_cpu_seconds() -> float | None:
-    """The hashing alone: md5 + sha1 + sha256 over 10 MB in 256 KiB chunks, median of 5."""
+    """The hashing alone: what the happy path takes (sha1) over 10 MB in 256 KiB chunks,
+    median of 5."""
     try:
         from lib.transfer.held import Digests  # noqa: PLC0415
     except ImportError:
@@ -208,7 +209,7 @@ def run(services: Services, reps: int = 21) -> list[Row]:
         rows.append(
             Row(
                 "2",
-                "md5, sha1, sha256 while spooling: the 10 MB archive with vs without hashing",
+                "sha1 while spooling: the 10 MB archive with vs without hashing",
                 f"{ms(handler)} vs {ms(without)} = {cost:.2f} x (paired median "
                 f"{paired_cost:.2f} x); the hashing alone {ms(cpu)} CPU",
                 f"<= {HASHING_TARGET_RATIO} x",

@@ -127,7 +127,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             error="HTTP 500",
             delay_seconds=30,
             staged=StagedCopy("staged/2/a.png", "0" * 64, 3),
-            sent=SentImage("m", "s", (1, 1)),
+            sent=SentImage("s", (1, 1)),
         )
         assert records.fail(tasks[3], owner="o", error="HTTP 404")
         assert records.release(tasks[4], owner="o", delay_seconds=5, wait_reason=WaitReason.NO_TIME)

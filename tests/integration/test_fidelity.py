@@ -1,4 +1,4 @@
-"""The archive says when Lsky altered the image: md5/sha1/size of the bytes streamed,
+"""The archive says when Lsky altered the image: sha1 and size of the bytes in hand,
 compared with Lsky's answer about the file it stored (issue 13)."""
 
 from __future__ import annotations
@@ -14,10 +14,6 @@ from devkit.upstream import StreamBody
 from lib.archive.message import encode
 from tests.integration.conftest import ArchiveHarness
 from tests.support import emf_metrics, fetch_record, seed_record
-
-
-def md5(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def sha1(data: bytes) -> str:
@@ -57,18 +53,11 @@ def test_identical_bytes_are_not_flagged(
     assert row["archive_altered"] is False
     [image] = lsky.image_records()
     assert row["hosted_response"]["_archive"] == {
-        "sent": {
-            "md5": md5(data),
-            "sha1": sha1(data),
-            "bytes": len(data),
-        },
+        "sent": {"sha1": sha1(data), "bytes": len(data)},
         "altered": False,
         "differs": [],
     }
-    assert (image.md5, image.sha1) == (
-        md5(data),
-        sha1(data),
-    )
+    assert image.sha1 == sha1(data)
     assert "ArchivedAltered" not in emf_metrics(capsys)
     assert ALTERED_LOG not in [line.get("message") for line in archive.logs()]
 
@@ -98,14 +87,14 @@ def test_a_re_encoding_or_watermarking_host_is_flagged(
     assert row["archive_altered"] is True
     note = row["hosted_response"]["_archive"]
     assert note["altered"] is True
-    assert note["differs"] == ["md5", "sha1", "size"]
-    assert note["sent"]["md5"] == md5(PNG)
+    assert note["differs"] == ["sha1", "size"]
+    assert note["sent"]["sha1"] == sha1(PNG)
     [image] = lsky.image_records()
-    assert row["hosted_response"]["md5"] == image.md5 != note["sent"]["md5"]
+    assert row["hosted_response"]["sha1"] == image.sha1 != note["sent"]["sha1"]
     warning = archive.log_for(ALTERED_LOG)
-    assert warning["differs"] == ["md5", "sha1", "size"]
-    assert warning["sent_md5"] == md5(PNG)
-    assert warning["hosted_md5"] == image.md5
+    assert warning["differs"] == ["sha1", "size"]
+    assert warning["sent_sha1"] == sha1(PNG)
+    assert warning["hosted_sha1"] == image.sha1
     assert warning["sent_bytes"] == len(PNG)
     assert emf_metrics(capsys)["ArchivedAltered"] == 1
 

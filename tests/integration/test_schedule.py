@@ -5,6 +5,7 @@ every hold is a visibility SQS accepts."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -396,7 +397,7 @@ def test_a_replaced_staged_copy_is_never_archived_and_spends_no_attempt(
     archive.deliver(encode(14))  # HTTP 500: the bytes in hand are staged, retried
     row = fetch_record(db, 14)
     key = row["archive_staged_key"]
-    assert row["archive_staged_sha256"]
+    assert row["archive_staged_sha256"] == hashlib.sha256(PNG).hexdigest()  # taken on the way
     assert row["archive_staged_bytes"] == len(PNG)
     s3.put_object(Bucket=staging_bucket, Key=key, Body=OTHER)  # replaced behind our back
     db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 14")

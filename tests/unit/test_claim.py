@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lib.state.claim import ClaimSnapshot, early_delay, skip_reason
+from lib.state.claim import ClaimSnapshot, SentImage, early_delay, skip_reason
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,22 @@ def test_early_delay_holds_only_pending_rows_not_yet_due(
     snapshot: ClaimSnapshot, hold: int | None
 ) -> None:
     assert early_delay(snapshot) == hold
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ({"sha1": "ab", "width": 4, "height": 3}, SentImage("ab", (4, 3))),
+        # An older release also wrote md5: read, not needed (sha1 decides).
+        ({"md5": "m", "sha1": "ab", "width": None, "height": None}, SentImage("ab", None)),
+        ({"md5": "m", "sha1": "", "width": 4, "height": 3}, None),  # nothing to compare by
+        ({"md5": "m"}, None),
+        ({"sha1": 5}, None),
+        (["ab"], None),
+        (None, None),
+    ],
+)
+def test_what_an_upload_sent_is_read_from_any_release_s_column(value: object, sent: object) -> None:
+    assert SentImage.from_json(value) == sent
+    if isinstance(sent, SentImage):
+        assert SentImage.from_json(sent.as_json()) == sent  # and written back the same

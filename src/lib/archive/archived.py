@@ -36,13 +36,13 @@ def report_copy(copied: Copied) -> None:
             "archived, but Lsky stored other bytes than the generated image",
             differs=list(fidelity.differs),
             sent_bytes=sent.size,
-            sent_md5=sent.md5,
-            hosted_md5=str(data.get("md5", "")),
+            sent_sha1=sent.sha1,
+            hosted_sha1=str(data.get("sha1", "")),
             hosted_size_kb=data.get("size"),
         )
         metrics.add_metric(name="ArchivedAltered", unit=MetricUnit.Count, value=1)
     elif fidelity is not None and fidelity.altered is None:
-        logger.warning("Lsky's answer has no md5, sha1 or size: the bytes were not compared")
+        logger.warning("Lsky's answer has no sha1 or size: the bytes were not compared")
     if copied.adopted:
         logger.info(
             "an earlier attempt had stored the image; adopted it instead of uploading",

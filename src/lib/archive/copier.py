@@ -119,7 +119,7 @@ class Copier:
         except ArchiveFailure as error:
             failure = error.failure
         else:
-            return Copied(hosted, held.size, sent=Digest(held.md5, held.sha1, held.size))
+            return Copied(hosted, held.size, sent=Digest(held.sha1, held.size))
         # Raised outside the except block: nothing else is chained to the failure.
         hosted_maybe = may_be_hosted(failure, body_complete=True)
         raise ArchiveFailure(replace(failure, may_be_hosted=hosted_maybe))
@@ -127,7 +127,7 @@ class Copier:
 
 def sent_of(held: HeldImage) -> SentImage:
     """What uploading `held` sends, as the look-up compares it."""
-    return SentImage(held.md5, held.sha1, held.dimensions())
+    return SentImage(held.sha1, held.dimensions())
 
 
 def file_name(task: Task, image_type: ImageType) -> str:

@@ -1,4 +1,4 @@
-"""Did Lsky keep the bytes we sent? md5/sha1/size of the bytes in hand (lib.transfer.held),
+"""Did Lsky keep the bytes we sent? sha1 and size of the bytes in hand (lib.transfer.held),
 compared with what Lsky reports of the file it stored (it may re-encode or watermark it).
 
 The comparison is pure; docs/archive.md ("The archived bytes") has the reasoning.
@@ -18,14 +18,13 @@ SIZE_TOLERANCE_KB = 0.005
 
 @dataclass(frozen=True)
 class Digest:
-    md5: str
     sha1: str
     size: int  # bytes
 
 
 @dataclass(frozen=True)
 class Fidelity:
-    compared: tuple[str, ...]  # which of md5, sha1, size Lsky reported
+    compared: tuple[str, ...]  # which of sha1, size Lsky reported
     differs: tuple[str, ...]  # which of those differ from what we sent
 
     @property
@@ -45,15 +44,15 @@ def _size_kb(value: Any) -> float | None:
 
 
 def compare(sent: Digest, hosted: Mapping[str, Any]) -> Fidelity:
-    """`sent` against the md5, sha1 and size (KB) in Lsky's answer about the stored file."""
+    """`sent` against the sha1 and size (KB) in Lsky's answer about the stored file (its
+    md5 would say what its sha1 says, and is not taken on our side)."""
     compared: list[str] = []
     differs: list[str] = []
-    for field, ours in (("md5", sent.md5), ("sha1", sent.sha1)):
-        theirs = hosted.get(field)
-        if isinstance(theirs, str) and theirs:
-            compared.append(field)
-            if theirs.strip().lower() != ours:
-                differs.append(field)
+    theirs = hosted.get("sha1")
+    if isinstance(theirs, str) and theirs:
+        compared.append("sha1")
+        if theirs.strip().lower() != sent.sha1:
+            differs.append("sha1")
     size_kb = _size_kb(hosted.get("size"))
     if size_kb is not None:
         compared.append("size")
@@ -65,7 +64,7 @@ def compare(sent: Digest, hosted: Mapping[str, Any]) -> Fidelity:
 def note(sent: Digest, fidelity: Fidelity) -> dict[str, Any]:
     """What the row keeps about it (hosted_response._archive): our side, and the verdict."""
     return {
-        "sent": {"md5": sent.md5, "sha1": sent.sha1, "bytes": sent.size},
+        "sent": {"sha1": sent.sha1, "bytes": sent.size},
         "altered": fidelity.altered,
         "differs": list(fidelity.differs),
     }

@@ -72,14 +72,14 @@ def not_ours(
 ) -> str | None:
     """Why a listed image with the record's name cannot be this record's upload, or None
     when it can: stored after the record's first claim, and holding the bytes we send
-    (the same md5 or sha1: the host kept them) or, re-encoded, the same dimensions."""
+    (the same sha1: the host kept them) or, re-encoded, the same dimensions."""
     stored = _listed_time(item.get("date"), host_timezone)
     earliest = None if first_claimed_at is None else first_claimed_at - SKEW
     if stored is not None and earliest is not None and stored < earliest:
         return f"stored at {stored.isoformat()}, before the record's first claim"
     if sent is None:
         return None  # nothing in hand to compare: the name and the time decide
-    if item.get("md5") == sent.md5 or item.get("sha1") == sent.sha1:
+    if isinstance(item.get("sha1"), str) and item["sha1"].strip().lower() == sent.sha1:
         return None
     width, height = item.get("width"), item.get("height")
     if isinstance(width, int) and isinstance(height, int) and sent.dimensions is not None:

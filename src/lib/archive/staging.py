@@ -105,14 +105,19 @@ class Staging:
             _failed(StagingError("not enough time left to stage the image in hand"), why)
             return None
         key = staged_key(task.record_id, held.image_type)
+        # The digest is taken on the way to the bucket: only a staged image pays for it.
+        digest = hashlib.sha256()
         try:
             stored = self.bucket.put(
-                key, held.chunks(), content_type=held.image_type.mime_type, deadline=deadline
+                key,
+                _hashed(held.chunks(), digest),
+                content_type=held.image_type.mime_type,
+                deadline=deadline,
             )
         except StagingError as error:
             _failed(error, why)
             return None
-        return _stored(StagedCopy(key, held.sha256, stored), why)
+        return _stored(StagedCopy(key, digest.hexdigest(), stored), why)
 
     def read_back(self, task: Task, deadline: float) -> HeldImage:
         """The row's staged copy, into a spool, checked against what was captured. Raises
@@ -127,7 +132,7 @@ class Staging:
         try:
             if time_left(deadline) < stage_needs(staged.size) + upload_needs(staged.size):
                 raise StagingError("not enough time left to read the staged copy and upload it")
-            held = hold(staged.chunks(), image_type)
+            held = hold(staged.chunks(), image_type, sha256=True)
         finally:
             staged.close()
         mismatch = _mismatch(task, held)

@@ -29,26 +29,26 @@ class StagedCopy:
 class SentImage:
     """What an upload sent, for comparing an image found on Lsky with (archive_sent)."""
 
-    md5: str
     sha1: str
     dimensions: tuple[int, int] | None
 
     def as_json(self) -> dict[str, Any]:
         width, height = self.dimensions or (None, None)
-        return {"md5": self.md5, "sha1": self.sha1, "width": width, "height": height}
+        return {"sha1": self.sha1, "width": width, "height": height}
 
     @classmethod
     def from_json(cls, value: Any) -> SentImage | None:
-        """From the column; None for anything an older release (or a hand) left there."""
+        """From the column (an older release also wrote md5: not needed, sha1 decides);
+        None for anything else an older release (or a hand) left there."""
         if not isinstance(value, dict):
             return None
-        md5, sha1 = value.get("md5"), value.get("sha1")
-        if not isinstance(md5, str) or not isinstance(sha1, str):
+        sha1 = value.get("sha1")
+        if not isinstance(sha1, str) or not sha1:
             return None
         width, height = value.get("width"), value.get("height")
         if isinstance(width, int) and isinstance(height, int):
-            return cls(md5, sha1, (width, height))
-        return cls(md5, sha1, None)
+            return cls(sha1, (width, height))
+        return cls(sha1, None)
 
 
 @dataclass(frozen=True)

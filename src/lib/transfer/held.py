@@ -1,5 +1,5 @@
 """The image's bytes in hand: the first download (or a staged copy read back), spooled
-once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, digests and
+once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, SHA-1 and
 dimensions, and read by every later step: never the source again (docs/transfer.md)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ READ_CHUNK_BYTES = 256 * 1024
 @dataclass
 class HeldImage(DownloadedImage):
     """A whole image in a spool file (see DownloadedImage), with what was taken of it on
-    the way in: md5 and sha1 (compared with Lsky's answer), sha256 (staged copies)."""
+    the way in: sha1 (compared with Lsky's answer), and sha256 for a staged copy read
+    back ("" otherwise: the happy path does not pay for it)."""
 
-    md5: str = ""
     sha1: str = ""
     sha256: str = ""
 
@@ -44,27 +44,27 @@ class HeldImage(DownloadedImage):
 
 
 class Digests:
-    """md5 and sha1 (compared with Lsky's answer) and sha256 (a staged copy's check) of
-    the chunks as they pass: one pass, nothing kept but the state."""
+    """sha1 (compared with Lsky's answer: Lsky reports md5 and sha1 of what it stored, and
+    either one gives the verdict; sha1 is the cheaper here) and, when asked, sha256 (a
+    staged copy's check) of the chunks as they pass: one pass, nothing kept but state."""
 
-    def __init__(self) -> None:
-        self.md5 = hashlib.md5(usedforsecurity=False)
+    def __init__(self, *, sha256: bool = False) -> None:
         self.sha1 = hashlib.sha1(usedforsecurity=False)
-        self.sha256 = hashlib.sha256()
+        self.sha256 = hashlib.sha256() if sha256 else None
         self.size = 0
 
     def update(self, chunk: bytes) -> None:
-        self.md5.update(chunk)
         self.sha1.update(chunk)
-        self.sha256.update(chunk)
+        if self.sha256 is not None:
+            self.sha256.update(chunk)
         self.size += len(chunk)
 
 
-def hold(chunks: Iterable[bytes], image_type: ImageType) -> HeldImage:
+def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False) -> HeldImage:
     """Spool `chunks` (the whole body: the caller's iterator enforces size and deadline),
-    hashing them on the way. The spool is closed again if the chunks fail."""
+    hashing them on the way (`sha256`: also that). The spool is closed if the chunks fail."""
     file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-    digests = Digests()
+    digests = Digests(sha256=sha256)
     try:
         for chunk in chunks:
             digests.update(chunk)
@@ -77,9 +77,8 @@ def hold(chunks: Iterable[bytes], image_type: ImageType) -> HeldImage:
         file=file,
         size=digests.size,
         image_type=image_type,
-        md5=digests.md5.hexdigest(),
         sha1=digests.sha1.hexdigest(),
-        sha256=digests.sha256.hexdigest(),
+        sha256=digests.sha256.hexdigest() if digests.sha256 is not None else "",
     )
 
 
