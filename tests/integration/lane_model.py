@@ -138,7 +138,7 @@ class LaneModel:
             record_id,
             limits=self.limits,
             margin=pacing.slot_margin(self.limits),
-            tolerance=pacing.SLOT_TOLERANCE_SECONDS,
+            tolerance=pacing.slot_tolerance(self.limits),
             stale=pacing.BOOKING_STALE_SECONDS,
             book_within=pacing.BOOK_WITHIN_SECONDS,
         )

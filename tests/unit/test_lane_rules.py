@@ -196,3 +196,20 @@ def test_a_record_booked_before_fetching_fetches_now_when_the_fetch_covers_the_w
     wait: float, fetch: float, fetches_now: bool
 ) -> None:
     assert pacing.fetch_first(wait, fetch_estimate=fetch) is fetches_now
+
+
+@pytest.mark.parametrize(
+    ("limits", "margin", "tolerance"),
+    [
+        ([(60, 20)], 0.75, 0.05),
+        ([(1, 3)], 0.0125, 0.003125),  # a one-second window: the margin is 12.5 ms
+        ([(3_600, 100), (20, 10)], 0.25, 0.05),  # the shortest window sets both
+        ([(86_400, 300)], 2.0, 0.05),
+    ],
+)
+def test_a_slot_is_never_taken_so_early_that_it_spends_its_margin(
+    limits: list[tuple[int, int]], margin: float, tolerance: float
+) -> None:
+    assert pacing.slot_margin(limits) == pytest.approx(margin)
+    assert pacing.slot_tolerance(limits) == pytest.approx(tolerance)
+    assert pacing.slot_tolerance(limits) < pacing.slot_margin(limits)

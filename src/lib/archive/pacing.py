@@ -14,7 +14,8 @@ from lib.archive.budget import stage_needs, time_left, upload_needs
 # that answers late): at most this, and an eightieth of the window (scaled-down windows
 # in tests and benchmarks), so the margin costs at most 1.25 % of the rate.
 SLOT_MARGIN_SECONDS = 2.0
-# A slot due within this is taken now (the two clocks' noise).
+# A slot due within this is taken now (the two clocks' noise), and within a quarter of the
+# margin at most: taken any earlier, it would spend the margin it was given.
 SLOT_TOLERANCE_SECONDS = 0.05
 # A booked slot missed by more than this is given up and a fresh one taken.
 BOOKING_STALE_SECONDS = 120.0
@@ -32,6 +33,12 @@ def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
     """The margin every window of `limits` keeps (the shortest window sets it)."""
     shortest = min(seconds for seconds, _ in limits)
     return min(SLOT_MARGIN_SECONDS, shortest / 80)
+
+
+def slot_tolerance(limits: Sequence[tuple[int, int]]) -> float:
+    """How early a slot may be taken: the clocks' noise, never more than a quarter of the
+    margin (a one-second window keeps 12.5 ms, and a slot taken 50 ms early was refused)."""
+    return min(SLOT_TOLERANCE_SECONDS, slot_margin(limits) / 4)
 
 
 def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> float:

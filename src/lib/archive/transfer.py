@@ -194,7 +194,7 @@ class Transfer:
                 at.task.record_id,
                 limits=limits,
                 margin=pacing.slot_margin(limits),
-                tolerance=pacing.SLOT_TOLERANCE_SECONDS,
+                tolerance=pacing.slot_tolerance(limits),
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,
                 # A slot the attempt may sleep for is booked as it is, not rounded up to
