@@ -299,6 +299,32 @@ def test_a_message_for_a_row_due_in_twelve_hours_parks_it_instead_of_holding(
     assert archive.log_for("message arrived long before the row is due; record parked")
 
 
+def test_a_message_is_held_twice_at_most_and_parks_the_row_on_its_third_receive(
+    archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    # Every receive counts towards the redrive policy's maxReceiveCount: a row that keeps
+    # its message waiting is parked on the third (docs/archive.md), never sent to the DLQ.
+    seed(db, upstream, 15, next_run_at=-120, enqueued_at=0)  # due in 2 min: short enough to hold
+    archive.send(encode(15))
+    for receive in (1, 2, 3):
+        event = archive.receive()
+        [record] = event["Records"]
+        assert record["attributes"]["ApproximateReceiveCount"] == str(receive)
+        archive.settle(event, archive.invoke(event))
+        row = fetch_record(db, 15)
+        if receive < 3:
+            assert row["archive_enqueued_at"] is not None  # held: its message is out
+            assert archive.in_flight() == 1
+            archive.fast_forward(event)
+    held = [seconds for seconds in archive.holds() if seconds]  # 0: the test's fast-forward
+    assert len(held) == 2
+    assert all(100 <= seconds <= 121 for seconds in held)  # until due, each time
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_enqueued_at"] is None  # parked: the sweeper sends it when due
+    assert archive.visible() + archive.in_flight() == 0  # the message was acknowledged
+    assert archive.log_for("message arrived long before the row is due; record parked")
+
+
 def test_a_hold_sqs_refuses_parks_the_row_at_its_due_time(
     archive: ArchiveHarness,
     db: Any,
