@@ -4,9 +4,8 @@ scaled down): bursts end with nothing FAILED and no attempt spent on the host's 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -15,9 +14,11 @@ from devkit.lsky import AccountState
 from lib.archive import lane as lane_rules
 from lib.archive import runtime
 from lib.archive.message import encode
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
 from lib.state.lane_store import LaneStore
-from tests.integration.conftest import ArchiveHarness
-from tests.support import FakeLambdaContext, emf_metrics, fetch_record, lane_row, seed_record
+from tests.integration.world import World
+from tests.support import FakeLambdaContext, emf_metrics, lane_row, seed_record
 
 PNG = images.png(size=2_000)
 MINUTE = 2.0  # the stand-in's (and our rules') minute, scaled down
@@ -33,49 +34,55 @@ def scaled_windows(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     return
 
 
-def drain(archive: ArchiveHarness, db: Any, ids: list[int], *, timeout: float) -> int:
+def drain(world: World, ids: list[int], *, timeout: float) -> int:
     """Deliver messages as the event source mapping would, one per invocation, until every
     row is concluded; returns the number of invocations."""
     invocations = 0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        states = {fetch_record(db, i)["archive_status"] for i in ids}
-        if states <= {"SUCCEEDED", "FAILED"}:
+        if {world.state(i)[0] for i in ids} <= {"SUCCEEDED", "FAILED"}:
             return invocations
-        event = archive.receive(wait_seconds=1)
+        event = world.archive.receive(wait_seconds=1)
         if not event["Records"]:
             continue
         invocations += 1
-        archive.settle(event, archive.invoke(event, FakeLambdaContext(timeout_seconds=60)))
-    raise AssertionError(
-        f"not concluded: { {i: fetch_record(db, i)['archive_status'] for i in ids} }"
-    )
+        response = world.archive.invoke(event, FakeLambdaContext(timeout_seconds=60))
+        world.archive.settle(event, response)
+    raise AssertionError(f"not concluded: { {i: world.state(i)[0] for i in ids} }")
 
 
-def burst(db: Any, archive: ArchiveHarness, upstream: Any, count: int) -> list[int]:
-    url = upstream.add("/burst.png", PNG)
+def burst(world: World, count: int) -> list[int]:
+    """`count` records queued at once (one message each), their image the same one."""
+    url = world.upstream.add("/burst.png", PNG)
     ids = list(range(500, 500 + count))
     for record_id in ids:
-        seed_record(db, record_id, image_url=url, enqueued_at=0)
-        archive.send(encode(record_id))
+        seed_record(world.db, record_id, image_url=url, enqueued_at=0)
+        world.archive.send(encode(record_id))
     return ids
 
 
+def paused(pg_dsn: str, seconds: float, **cause: str) -> datetime:
+    """The lane paused for `seconds` from now by another container; returns its end."""
+    lanes = LaneStore(Database(DatabaseConfig(url=pg_dsn)))
+    until = datetime.now(UTC) + timedelta(seconds=seconds)
+    try:
+        lanes.pause(until=until, **cause)  # type: ignore[arg-type]
+    finally:
+        lanes.db.close()
+    return until
+
+
 def test_a_burst_against_the_limiter_fails_nothing_and_spends_no_attempt(
-    scaled_windows: None,
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    capsys: pytest.CaptureFixture[str],
+    scaled_windows: None, world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    lsky = world.lsky
     lsky.config.window_scale = {"minute": MINUTE}
     lsky.config.rate_limits = {"minute": 3}
-    ids = burst(db, archive, upstream, 9)
+    ids = burst(world, 9)
 
-    invocations = drain(archive, db, ids, timeout=60)
+    invocations = drain(world, ids, timeout=60)
 
-    rows = [fetch_record(db, i) for i in ids]
+    rows = [world.row(i) for i in ids]
     assert {r["archive_status"] for r in rows} == {"SUCCEEDED"}
     assert {r["archive_attempts"] for r in rows} == {1}  # none spent on a limit
     assert lsky.max_in_window(MINUTE) <= 3
@@ -88,49 +95,38 @@ def test_a_burst_against_the_limiter_fails_nothing_and_spends_no_attempt(
     assert "Failed" not in metrics
 
 
-def test_with_pacing_the_limiter_never_refuses(
-    archive_env: Callable[..., dict[str, str]],
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-) -> None:
-    archive_env(LSKY_RATE_LIMITS="3/second")
+def test_with_pacing_the_limiter_never_refuses(world: World) -> None:
+    world.settings(LSKY_RATE_LIMITS="3/second")
+    lsky = world.lsky
     lsky.config.window_scale = {"minute": 1.0}
     lsky.config.rate_limits = {"minute": 3}
-    ids = burst(db, archive, upstream, 9)
+    ids = burst(world, 9)
 
-    invocations = drain(archive, db, ids, timeout=60)
+    invocations = drain(world, ids, timeout=60)
 
-    assert {fetch_record(db, i)["archive_status"] for i in ids} == {"SUCCEEDED"}
+    assert {world.state(i)[0] for i in ids} == {"SUCCEEDED"}
     assert lsky.rate_limited_count == 0
     assert lsky.max_in_window(1.0) <= 3
     assert invocations <= 9 * 2
 
 
 def test_an_account_problem_pauses_the_lane_until_the_probe_sees_it_healthy(
-    archive_env: Callable[..., dict[str, str]],
-    archive: ArchiveHarness,
-    db: Any,
-    upstream: Any,
-    lsky: Any,
-    capsys: pytest.CaptureFixture[str],
+    world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    db, lsky = world.db, world.lsky
     lsky.account_state = AccountState.QUOTA_FULL
-    url = upstream.add("/a.png", PNG)
-    seed_record(db, 601, image_url=url)
-    seed_record(db, 602, image_url=url)
+    world.record(601)
+    world.record(602)
 
-    assert archive.deliver(encode(601)) == {"batchItemFailures": []}  # parked, acked
-    assert archive.deliver(encode(602)) == {"batchItemFailures": []}  # never uploaded
+    assert world.deliver(601) == {"batchItemFailures": []}  # parked, acked
+    assert world.deliver(602) == {"batchItemFailures": []}  # never uploaded
     assert lsky.upload_count == 1
     lane = lane_row(db)
     assert lane["reason"] == "account"
     assert lane["paused_until"] is not None  # until cleared
     for record_id in (601, 602):
-        row = fetch_record(db, record_id)
-        assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
-        assert row["archive_enqueued_at"] is None  # parked: no message out for it
+        assert world.state(record_id) == ("PENDING", 0)
+        assert world.row(record_id)["archive_enqueued_at"] is None  # parked: no message out
     assert emf_metrics(capsys).get("AccountProblem") == 1
 
     # The sweeper probes Lsky's profile: still full, the pause stays.
@@ -151,55 +147,31 @@ def test_an_account_problem_pauses_the_lane_until_the_probe_sees_it_healthy(
     assert lane_row(db)["paused_until"] is None
 
 
-def test_a_pause_longer_than_a_hold_parks_the_row(
-    archive: ArchiveHarness, db: Any, upstream: Any, pg_dsn: str
-) -> None:
-    from lib.platform.config import DatabaseConfig
-    from lib.platform.db import Database
+def test_a_pause_longer_than_a_hold_parks_the_row(world: World, pg_dsn: str) -> None:
+    until = paused(pg_dsn, 7_200, reason="rate_limit", window="day", detail="每天内")
+    world.record(603, enqueued_at=0)
 
-    records = LaneStore(Database(DatabaseConfig(url=pg_dsn)))
-    until = datetime.now(UTC) + timedelta(hours=2)
-    try:
-        records.pause(until=until, reason="rate_limit", window="day", detail="每天内")
-    finally:
-        records.db.close()
-    seed_record(db, 603, image_url=upstream.add("/p.png", PNG), enqueued_at=0)
+    assert world.deliver(603) == {"batchItemFailures": []}
 
-    assert archive.deliver(encode(603)) == {"batchItemFailures": []}
-
-    row = fetch_record(db, 603)
-    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    row = world.row(603)
+    assert world.state(603) == ("PENDING", 0)
     assert row["archive_enqueued_at"] is None
     assert abs((row["archive_next_run_at"] - until).total_seconds()) < 5
-    assert (
-        archive.log_for("upload lane paused; record parked, the sweeper sends it when due")[
-            "outcome"
-        ]
-        == "parked"
+    parked = world.archive.log_for(
+        "upload lane paused; record parked, the sweeper sends it when due"
     )
+    assert parked["outcome"] == "parked"
 
 
 def test_a_short_pause_holds_the_message_without_touching_the_row(
-    archive: ArchiveHarness, db: Any, upstream: Any, pg_dsn: str
+    world: World, pg_dsn: str
 ) -> None:
-    from lib.platform.config import DatabaseConfig
-    from lib.platform.db import Database
+    paused(pg_dsn, 60, reason="rate_limit", window="minute", detail="每分钟内")
+    world.record(604, enqueued_at=0)
+    before = world.row(604)
 
-    records = LaneStore(Database(DatabaseConfig(url=pg_dsn)))
-    try:
-        records.pause(
-            until=datetime.now(UTC) + timedelta(seconds=60),
-            reason="rate_limit",
-            window="minute",
-            detail="每分钟内",
-        )
-    finally:
-        records.db.close()
-    seed_record(db, 604, image_url=upstream.add("/h.png", PNG), enqueued_at=0)
-    before = fetch_record(db, 604)
+    assert len(world.deliver(604)["batchItemFailures"]) == 1
 
-    assert len(archive.deliver(encode(604))["batchItemFailures"]) == 1
-
-    assert fetch_record(db, 604) == before
-    assert archive.in_flight() == 1  # held until the pause ends
-    assert archive.log_for("upload lane paused; message held")["retry_in_seconds"] >= 59
+    assert world.row(604) == before
+    assert world.archive.in_flight() == 1  # held until the pause ends
+    assert world.archive.log_for("upload lane paused; message held")["retry_in_seconds"] >= 59

@@ -361,6 +361,20 @@ def test_the_longest_hold_is_within_twelve_hours_of_the_receive() -> None:
 # -- 9. Retry-After is capped and read safely -----------------------------------------------
 
 
+def retry_after_answered(
+    db: Any, upstream: Any, lsky: LskyStandIn, archive: ArchiveHarness, asked: str
+) -> tuple[dict[str, Any], float]:
+    """A 503 with `Retry-After: asked` for a fresh record: (the row, seconds the lane is
+    paused for from now, or 0)."""
+    seed(db, upstream, 12)
+    lsky.script(Behaviour.unavailable(asked))
+    archive.deliver(encode(12))
+    [[paused_for]] = db.run(
+        "SELECT COALESCE(EXTRACT(EPOCH FROM paused_until - now()), 0) FROM image_archive_lane"
+    )
+    return fetch_record(db, 12), float(paused_for)
+
+
 @pytest.mark.parametrize(
     "asked",
     [
@@ -373,17 +387,10 @@ def test_the_longest_hold_is_within_twelve_hours_of_the_receive() -> None:
 def test_a_huge_retry_after_pauses_the_lane_an_hour_at_most(
     archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, asked: str
 ) -> None:
-    seed(db, upstream, 12)
-    lsky.script(Behaviour.unavailable(asked))
+    row, paused_for = retry_after_answered(db, upstream, lsky, archive, asked)
 
-    archive.deliver(encode(12))
-
-    row = fetch_record(db, 12)
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
-    [[paused_for]] = db.run(
-        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
-    )
-    assert 0 < float(paused_for) <= 3600
+    assert 0 < paused_for <= 3600
     assert lane_row(db)["reason"] == "retry_after"
 
 
@@ -391,17 +398,10 @@ def test_a_huge_retry_after_pauses_the_lane_an_hour_at_most(
 def test_a_retry_after_in_the_past_or_unreadable_is_a_short_pause(
     archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn, asked: str
 ) -> None:
-    seed(db, upstream, 13)
-    lsky.script(Behaviour.unavailable(asked))
+    row, paused_for = retry_after_answered(db, upstream, lsky, archive, asked)
 
-    archive.deliver(encode(13))
-
-    row = fetch_record(db, 13)
     assert row["archive_status"] == "PENDING"
-    [[paused_for]] = db.run(
-        "SELECT COALESCE(EXTRACT(EPOCH FROM paused_until - now()), 0) FROM image_archive_lane"
-    )
-    assert float(paused_for) <= 30  # a 503 without a usable Retry-After: a retry, no pause
+    assert paused_for <= 30  # a 503 without a usable Retry-After: a retry, no pause
 
 
 # -- 11. a staged copy is what was captured, or it is never archived ----------------------
