@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 from typing import Any
 
 import pytest
 
 from lib.archive.fidelity import Digest, compare, note
-from lib.transfer.held import hold
+from lib.transfer.held import Sha1Reader, hold
 from lib.transfer.imagetype import PNG
 
 
@@ -91,3 +92,41 @@ def test_the_note_kept_with_the_row() -> None:
         "altered": True,
         "differs": ["sha1"],
     }
+
+
+class CountingSpool(io.BytesIO):
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.reads = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        self.reads += 1
+        return super().read(size)
+
+
+def test_the_upload_s_own_read_takes_the_sha1_without_a_pass_of_its_own() -> None:
+    spool = CountingSpool(DATA)
+    reader = Sha1Reader(spool, len(DATA))
+    reader.seek(0)
+    assert reader.read(64) == DATA[:64]  # the header, for the dimensions
+    reader.seek(5000)
+    reader.read(100)  # a JPEG's segments, out of order
+    reader.seek(0)
+    while reader.read(1000):  # the upload, from the start
+        pass
+    reads = spool.reads
+    assert reader.sha1() == SHA1
+    assert spool.reads == reads  # known already: nothing read again
+    reader.seek(0)
+    assert reader.read() == DATA
+    assert reader.sha1() == SHA1  # a resend (a 401's) hashes nothing twice
+
+
+def test_a_sha1_asked_before_the_upload_reads_the_rest_and_keeps_the_position() -> None:
+    reader = Sha1Reader(io.BytesIO(DATA), len(DATA))
+    reader.seek(0)
+    reader.read(3000)
+    reader.seek(123)
+    assert reader.sha1() == SHA1  # the look-up before an upload: the rest read once
+    assert reader.tell() == 123
+    assert hold(iter([DATA]), PNG).sha1 == SHA1

@@ -1,6 +1,7 @@
 """The image's bytes in hand: the first download (or a staged copy read back), spooled
-once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, SHA-1 and
-dimensions, and read by every later step: never the source again (docs/transfer.md)."""
+once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, and read by
+every later step: never the source again (docs/transfer.md). Their SHA-1 is taken as the
+upload reads them (Sha1Reader), where it overlaps with the host's own work."""
 
 from __future__ import annotations
 
@@ -9,22 +10,70 @@ import struct
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO
 
-from lib.transfer.imagetype import GIF, JPEG, PNG, WEBP, DownloadedImage, ImageType
+from lib.transfer.imagetype import GIF, JPEG, PNG, WEBP, DownloadedImage, ImageType, ReadableFile
 
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 
 
+class Sha1Reader:
+    """The spool, read through: bytes read in order from the start pass SHA-1 once, so the
+    read that uploads the image also takes its digest (no pass of its own on the happy
+    path); `sha1()` reads what no one has read yet."""
+
+    def __init__(self, spool: IO[bytes], size: int) -> None:
+        self._spool = spool
+        self._size = size
+        self._digests = Digests()
+        self._hashed = 0  # bytes [0, _hashed) have passed the digest
+        self._sha1: str | None = None
+
+    def read(self, size: int = -1, /) -> bytes:
+        at = self._spool.tell()
+        data = self._spool.read(size)
+        end = at + len(data)
+        if self._sha1 is None and at <= self._hashed < end:
+            self._digests.update(memoryview(data)[self._hashed - at :])
+            self._hashed = end
+            if end >= self._size:
+                self._sha1 = self._digests.sha1.hexdigest()
+        return data
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        return self._spool.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._spool.tell()
+
+    def close(self) -> None:
+        self._spool.close()
+
+    def sha1(self) -> str:
+        if self._sha1 is None:
+            at = self._spool.tell()
+            self._spool.seek(self._hashed)
+            while self._sha1 is None and self.read(READ_CHUNK_BYTES):
+                pass
+            self._spool.seek(at)
+            if self._sha1 is None:  # shorter than announced: what there is
+                self._sha1 = self._digests.sha1.hexdigest()
+        return self._sha1
+
+
 @dataclass
 class HeldImage(DownloadedImage):
-    """A whole image in a spool file (see DownloadedImage), with what was taken of it on
-    the way in: sha1 (compared with Lsky's answer), and sha256 for a staged copy read
-    back ("" otherwise: the happy path does not pay for it)."""
+    """A whole image in a spool file (see DownloadedImage) read through a Sha1Reader, and
+    sha256 for a staged copy read back ("" otherwise: the happy path does not pay for it).
+    `sha1` is compared with Lsky's answer."""
 
-    sha1: str = ""
+    file: Sha1Reader
     sha256: str = ""
+
+    @property
+    def sha1(self) -> str:
+        return self.file.sha1()
 
     def chunks(self) -> Iterator[bytes]:
         """The bytes from the start, a chunk at a time (may be read any number of times)."""
@@ -46,15 +95,17 @@ class HeldImage(DownloadedImage):
 class Digests:
     """sha1 (compared with Lsky's answer: Lsky reports md5 and sha1 of what it stored, and
     either one gives the verdict; sha1 is the cheaper here) and, when asked, sha256 (a
-    staged copy's check) of the chunks as they pass: one pass, nothing kept but state."""
+    staged copy's check) of the chunks as they pass: nothing kept but the state."""
 
-    def __init__(self, *, sha256: bool = False) -> None:
+    def __init__(self, *, sha1: bool = True, sha256: bool = False) -> None:
         self.sha1 = hashlib.sha1(usedforsecurity=False)
         self.sha256 = hashlib.sha256() if sha256 else None
+        self.take_sha1 = sha1
         self.size = 0
 
-    def update(self, chunk: bytes) -> None:
-        self.sha1.update(chunk)
+    def update(self, chunk: bytes | memoryview) -> None:
+        if self.take_sha1:
+            self.sha1.update(chunk)
         if self.sha256 is not None:
             self.sha256.update(chunk)
         self.size += len(chunk)
@@ -62,9 +113,9 @@ class Digests:
 
 def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False) -> HeldImage:
     """Spool `chunks` (the whole body: the caller's iterator enforces size and deadline),
-    hashing them on the way (`sha256`: also that). The spool is closed if the chunks fail."""
+    taking their sha256 on the way when asked. The spool is closed if the chunks fail."""
     file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
-    digests = Digests(sha256=sha256)
+    digests = Digests(sha1=False, sha256=sha256)
     try:
         for chunk in chunks:
             digests.update(chunk)
@@ -74,15 +125,14 @@ def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False
         raise
     file.seek(0)
     return HeldImage(
-        file=file,
+        file=Sha1Reader(file, digests.size),
         size=digests.size,
         image_type=image_type,
-        sha1=digests.sha1.hexdigest(),
         sha256=digests.sha256.hexdigest() if digests.sha256 is not None else "",
     )
 
 
-def _dimensions(kind: ImageType, head: bytes, handle: IO[bytes]) -> tuple[int, int] | None:
+def _dimensions(kind: ImageType, head: bytes, handle: ReadableFile) -> tuple[int, int] | None:
     if kind == PNG and head[12:16] == b"IHDR":
         width, height = struct.unpack(">II", head[16:24])
         return int(width), int(height)
@@ -90,7 +140,7 @@ def _dimensions(kind: ImageType, head: bytes, handle: IO[bytes]) -> tuple[int, i
         width, height = struct.unpack("<HH", head[6:10])
         return int(width), int(height)
     if kind == JPEG:
-        return _jpeg_size(handle)  # type: ignore[arg-type]
+        return _jpeg_size(handle)
     if kind == WEBP:
         return _webp_size(head)
     return None
@@ -101,7 +151,7 @@ _SOF_MARKERS = frozenset(set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC})
 _MAX_JPEG_SEGMENTS = 1000
 
 
-def _jpeg_size(handle: BinaryIO) -> tuple[int, int] | None:
+def _jpeg_size(handle: ReadableFile) -> tuple[int, int] | None:
     handle.seek(2)
     for _ in range(_MAX_JPEG_SEGMENTS):
         marker = handle.read(2)

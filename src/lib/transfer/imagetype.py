@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import IO, NamedTuple
+from typing import NamedTuple, Protocol
 
 SNIFF_BYTES = 32  # enough for every signature below
 
@@ -35,11 +35,21 @@ def sniff(head: bytes) -> ImageType | None:
     return None
 
 
+class ReadableFile(Protocol):
+    """What the image's file is read through: a spool, or a reader over one."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class DownloadedImage:
     """A whole image in a (spooled) temporary file."""
 
-    file: IO[bytes]
+    file: ReadableFile
     size: int
     image_type: ImageType
 

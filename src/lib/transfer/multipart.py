@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
-from typing import IO
+
+from lib.transfer.imagetype import ReadableFile
 
 CHUNK_BYTES = 256 * 1024
 
@@ -90,7 +91,7 @@ class MultipartBody(_Framing):
         file_field: str,
         filename: str,
         file_content_type: str,
-        file: IO[bytes],
+        file: ReadableFile,
         file_size: int,
     ) -> None:
         super().__init__(
