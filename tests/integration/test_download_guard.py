@@ -324,8 +324,8 @@ def test_spool_keeps_small_images_in_memory_and_large_ones_on_disk(
     with downloader.open(upstream.url("/l.png"), deadline=soon()) as stream:
         large = hold(stream, stream.image_type)
     assert small.image_type is PNG
-    assert not small.file._rolled  # type: ignore[attr-defined]
-    assert large.file._rolled  # type: ignore[attr-defined]
+    assert not small.file._spool._rolled  # type: ignore[attr-defined] # the reader's spool
+    assert large.file._spool._rolled  # type: ignore[attr-defined]
     assert large.size == 3_000_000
 
 
