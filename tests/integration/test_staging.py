@@ -255,6 +255,19 @@ def test_an_upload_from_the_copy_whose_answer_was_lost_is_adopted_not_repeated(
     assert lsky.upload_count == 2  # the 500 and the lost answer; none after
 
 
+def failed_keeping_its_copy(
+    staged: ArchiveHarness, db: Any, upstream: Any, lsky: Any, record_id: int
+) -> None:
+    """Record `record_id` FAILED by three Lsky 500s; the provider served its image once
+    (the URL is gone after that), so only the staged copy is left."""
+    path = f"/gen/{record_id}.png"
+    seed_record(db, record_id, image_url=source(upstream, path, chunked=True, downloads=1))
+    lsky.script(*[Behaviour.server_error()] * 3)
+    for _ in range(3):
+        staged.deliver(encode(record_id))
+        make_due(db, record_id)
+
+
 def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
     staged: ArchiveHarness,
     records: Records,
@@ -264,12 +277,7 @@ def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
     upstream: Any,
     lsky: Any,
 ) -> None:
-    seed_record(db, 5, image_url=source(upstream, "/gen/5.png", chunked=True, downloads=1))
-    lsky.script(*[Behaviour.server_error()] * 3)
-
-    for _ in range(3):
-        staged.deliver(encode(5))
-        make_due(db, 5)
+    failed_keeping_its_copy(staged, db, upstream, lsky, 5)
 
     row = fetch_record(db, 5)
     assert (row["archive_status"], row["archive_attempts"]) == ("FAILED", 3)
@@ -353,11 +361,7 @@ def test_a_replay_whose_copy_the_lifecycle_removed_tries_the_source_once(
 ) -> None:
     # A FAILED row kept its copy for `archive-ctl requeue --failed`; the bucket's lifecycle
     # rule deleted it before the operator replayed the failure.
-    seed_record(db, 8, image_url=source(upstream, "/gen/8.png", chunked=True, downloads=1))
-    lsky.script(*[Behaviour.server_error()] * 3)
-    for _ in range(3):
-        staged.deliver(encode(8))
-        make_due(db, 8)
+    failed_keeping_its_copy(staged, db, upstream, lsky, 8)
     [key] = staged_keys(s3, staging_bucket)
     s3.delete_object(Bucket=staging_bucket, Key=key)
     if source_alive:
