@@ -52,13 +52,12 @@ def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> fl
 
 
 def affordable_sleep(
-    wait_seconds: float, *, deadline: float, size: int, staging: bool, fetch_seconds: float
+    wait_seconds: float, *, longest: float, deadline: float, size: int, staging: bool
 ) -> bool:
-    """Whether an attempt holding `size` bytes, fetched in `fetch_seconds`, may sleep
-    `wait_seconds` for its slot: no longer than `longest_sleep`, and only what the budget
-    can pay after the upload (and, with staging on, after staging the bytes should the
-    upload fail)."""
-    if wait_seconds > longest_sleep(fetched_seconds=fetch_seconds, fetch_estimate=0.0):
+    """Whether an attempt holding `size` bytes may sleep `wait_seconds` for its slot: no
+    longer than `longest` (its `longest_sleep`), and only what the budget can pay after
+    the upload (and, with staging on, after staging the bytes should the upload fail)."""
+    if wait_seconds > longest:
         return False
     after = upload_needs(size) + (stage_needs(size) if staging else 0.0)
     return time_left(deadline) - wait_seconds >= after

@@ -189,6 +189,12 @@ class Transfer:
         """Take the upload slot (None), sleeping for it only when it is a moment away and
         the budget can pay; else the verdict that waits for it, the attempt given back."""
         limits = self.settings.rate_limits
+        # A slot the attempt may sleep for is booked as it is, not rounded up to the whole
+        # seconds a held message would need.
+        longest = pacing.longest_sleep(
+            fetched_seconds=None if held is None else at.fetch_seconds,
+            fetch_estimate=self.fetch_estimate,
+        )
         for _ in range(pacing.SLEEP_TRIES):
             slot = self.lanes.take_slot(
                 at.task.record_id,
@@ -197,12 +203,7 @@ class Transfer:
                 tolerance=pacing.slot_tolerance(limits),
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,
-                # A slot the attempt may sleep for is booked as it is, not rounded up to
-                # the whole seconds a held message would need.
-                sleep_within=pacing.longest_sleep(
-                    fetched_seconds=None if held is None else at.fetch_seconds,
-                    fetch_estimate=self.fetch_estimate,
-                ),
+                sleep_within=longest,
             )
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True
@@ -221,10 +222,10 @@ class Transfer:
                 return None
             can_sleep = held is not None and pacing.affordable_sleep(
                 wait,
+                longest=longest,
                 deadline=at.deadline,
                 size=held.size,
                 staging=self.staging.enabled,
-                fetch_seconds=at.fetch_seconds,
             )
             if not can_sleep:
                 booked = slot.answer is SlotAnswer.BOOKED

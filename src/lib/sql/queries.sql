@@ -582,7 +582,10 @@ WITH lane AS (
     SELECT paused_until, version FROM image_archive_lane WHERE lane = 'lsky'
 ),
 mine AS (
-    SELECT max(at) AS at FROM image_archive_uploads
+    -- The record's booking, and whether it stands (not missed by more than :stale).
+    SELECT max(at) AS at,
+           COALESCE(max(at) >= now() - make_interval(secs => :stale), false) AS standing
+    FROM image_archive_uploads
     WHERE record_id = :record_id AND state = 'booked'
 ),
 entries AS MATERIALIZED ({{ledger_entries}}),
@@ -616,9 +619,8 @@ queue AS (
 slot AS (
     SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
            (SELECT at FROM mine) IS NOT NULL AS has_mine,
-           COALESCE((SELECT at FROM mine) >= now() - make_interval(secs => :stale), false)
-               AS standing,
-           CASE WHEN (SELECT at FROM mine) >= now() - make_interval(secs => :stale)
+           (SELECT standing FROM mine) AS standing,
+           CASE WHEN (SELECT standing FROM mine)
                 THEN GREATEST((SELECT at FROM mine), (SELECT past FROM free))
                 ELSE GREATEST(now(), (SELECT at FROM queue), (SELECT all_ FROM free))
            END AS at
