@@ -6,6 +6,7 @@ every hold is a visibility SQS accepts."""
 from __future__ import annotations
 
 import hashlib
+import random
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -235,18 +236,97 @@ def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its
     sleeper = take(2, sleep_within=5)
     assert sleeper.answer is SlotAnswer.BOOKED
     assert booking_of(db, 2) == sleeper.at
-    # ...while a message that will be held is booked at the whole second after its slot.
+    # ...while a message that will be held is booked at the first whole second from now
+    # at or after its slot (the one after the sleeper's: its window and margin later).
     held = take(3)
     assert held.answer is SlotAnswer.BOOKED
     ahead = (booking_of(db, 3) - held.now).total_seconds()
     assert ahead == round(ahead)
-    assert booking_of(db, 3) > held.at
+    assert booking_of(db, 3) == held.at >= sleeper.at + timedelta(seconds=3.1)
 
     # A later look at its own booking neither moves it on nor rounds it again (each look
     # once pushed it by up to a second, and a sleeping attempt never caught its slot).
     again = take(2)
     assert again.answer is SlotAnswer.BOOKED
     assert booking_of(db, 2) == sleeper.at == again.at
+
+
+def test_a_gap_a_held_booking_leaves_is_the_next_record_s_slot(lanes: LaneStore, db: Any) -> None:
+    def take(record_id: int, lead: float = 0.0) -> Any:
+        return lanes.take_slot(
+            record_id, limits=[(3, 2)], margin=0.1, tolerance=0.05, stale=120,
+            book_within=900, lead=lead,
+        )  # fmt: skip
+
+    first, second = take(1), take(2)
+    assert (first.answer, second.answer) == (SlotAnswer.GO, SlotAnswer.GO)
+    # The third is held: its slot is 3.1 s after the first, its booking the whole second
+    # from now at or after that (about 4 s).
+    third = take(3)
+    assert third.answer is SlotAnswer.BOOKED
+    assert third.at >= first.now + timedelta(seconds=3.1)
+    # The fourth's message comes back whole seconds from now and uploads half a second
+    # later: 3.5 s from now is free (one upload a window before it), and it gets that,
+    # not a place after the third (a queue would have pushed it past 4 s for nothing).
+    fourth = take(4, lead=0.5)
+    assert fourth.answer is SlotAnswer.BOOKED
+    assert (fourth.at - fourth.now).total_seconds() == pytest.approx(3.5, abs=1e-3)
+    assert fourth.at < third.at
+    # The windows are then full to the third's booking: the fifth comes a window after
+    # the fourth, and no window holds more than two.
+    fifth = take(5)
+    assert fifth.at >= fourth.at + timedelta(seconds=3.1)
+    assert_within_limits(db, [(3.0, 2)])
+
+
+def test_a_held_booking_never_lands_in_a_gap_too_short_for_its_whole_seconds(
+    lanes: LaneStore, db: Any
+) -> None:
+    def take(record_id: int, *, sleep_within: float = 0.0, lead: float = 0.0) -> Any:
+        return lanes.take_slot(
+            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
+            book_within=900, sleep_within=sleep_within, lead=lead,
+        )  # fmt: skip
+
+    first = take(1)
+    for record_id in (2, 3):
+        take(record_id, sleep_within=10)  # booked at their slots: 3.1 s and 6.2 s
+    fourth = take(4, lead=0.5)  # held: the whole seconds from now, plus half a second
+    assert (fourth.at - first.now).total_seconds() > 9.3
+    lanes.cancel_booking(3)
+    # A gap from 6.2 s to the fourth's window (under half a second): the fifth's message
+    # comes back whole seconds from now, so it cannot land in it; it goes after the
+    # fourth's window, not into it.
+    fifth = take(5)
+    assert fifth.at >= fourth.at + timedelta(seconds=3.1)
+    assert_within_limits(db, [(3.0, 1)])
+
+
+def test_slots_taken_any_which_way_never_put_more_than_a_limit_in_a_window(
+    lanes: LaneStore, db: Any
+) -> None:
+    # Fresh records, records that may sleep, records held with any lead, in any order:
+    # every schedule the statement builds keeps every window within its limit.
+    chooser = random.Random(18)  # noqa: S311 - a repeatable mix, not a secret
+    limits = [(3, 2), (8, 4)]
+    for record_id in range(1, 41):
+        slot = lanes.take_slot(
+            record_id, limits=limits, margin=0.1, tolerance=0.05, stale=120,
+            book_within=900, sleep_within=chooser.choice([0.0, 1.0, 5.0]),
+            lead=chooser.choice([0.0, 0.3, 0.75, 2.0]),
+        )  # fmt: skip
+        assert slot.answer in (SlotAnswer.GO, SlotAnswer.BOOKED)
+    assert_within_limits(db, limits)
+
+
+def assert_within_limits(db: Any, limits: list[tuple[float, int]]) -> None:
+    """No closed window of any limit's length holds more than its limit of entries
+    (uploads and bookings), as Lsky counts them."""
+    times = sorted(row[0] for row in db.run("SELECT at FROM image_archive_uploads"))
+    for seconds, uploads in limits:
+        for i in range(len(times) - uploads):
+            span = (times[i + uploads] - times[i]).total_seconds()
+            assert span > seconds, (seconds, uploads, times[i : i + uploads + 1])
 
 
 # -- 5. an adoption takes no slot and logs no upload ---------------------------------------

@@ -166,7 +166,9 @@ def wait_for_slot(
     then, less `lead` (what fetching the image is expected to take, so the bytes are in
     hand when the slot comes); a slot too far to book parks the row until about then, to
     queue afresh."""
-    delay = max(1, math.ceil(seconds - max(lead, 0.0)))
+    # A booking for a held message is dated whole seconds from now plus `lead`; the
+    # database's microseconds must not round that up to another second.
+    delay = max(1, math.ceil(round(seconds - max(lead, 0.0), 3)))
     park = not booked or parks(seconds, message)
     return Verdict(
         Outcome.PARKED if park else Outcome.PAUSED,

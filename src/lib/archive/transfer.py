@@ -204,6 +204,7 @@ class Transfer:
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,
                 sleep_within=longest,
+                lead=self.fetch_estimate,
             )
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True

@@ -565,19 +565,23 @@ SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE l
 
 -- name: take_slot
 -- Pacing (LSKY_RATE_LIMITS): the one place an upload slot is given, under the lane row's
--- lock, so every slot sees every pause and every other slot. A fresh slot is the
--- earliest time at or after now, and after the booked queue (first come, first served),
--- at which each window (:windows seconds, :limits uploads) holds fewer than its limit:
--- the window's limit-th newest entry + window + :margin. The record's own booking stands
--- (unless missed by more than :stale seconds), checked against the uploads made so far.
--- Due within :tolerance: taken now ('go'). Later: booked for the record when within
--- :book_within seconds, else only said; `at` is the slot itself. A booking is dated when
--- its upload will be: the slot itself when the attempt may sleep for it (within
--- :sleep_within) or it is the record's own booking standing (dated when first made: never
--- moved on by a later look), else the whole second at or after it (the message is held
--- whole seconds). While the lane is paused nothing is given, and `at` is the pause's end
--- (NULL: until cleared). Optimistic: the slot is written only if the lane's version is
--- still the one read (every slot and every pause bumps it); `won` false: read again.
+-- lock, so every slot sees every pause and every other slot. Every entry (uploads done
+-- or taken, slots booked: ledger_entries) counts in each window (:windows seconds,
+-- :limits uploads, plus :margin): wherever a window's limit of entries fits in one span,
+-- any time from the last of them less the span to the first plus the span is blocked
+-- (one upload too many). A slot is the earliest time at or after now (or the record's
+-- own booking, which stands unless missed by more than :stale seconds) that no window
+-- blocks: a gap a booking left is a slot too, so one record's rounding never pushes every
+-- later record on. Due within :tolerance: taken now ('go'). Later: booked for the record
+-- when within :book_within seconds, else only said. A booking is dated when its upload
+-- will be: the slot itself when the attempt may sleep for it (within :sleep_within), or
+-- the record's standing booking is still free (dated when first made: never moved on by
+-- a later look); else the message is held whole seconds and the upload follows the
+-- receive by about :lead (its fetch): the earliest such time that no window blocks.
+-- `at` is the booking's date. While the lane is paused nothing is given, and `at` is
+-- the pause's end (NULL: until cleared). Optimistic: the slot is written only if the
+-- lane's version is still the one read (every slot and every pause bumps it); `won`
+-- false: read again.
 WITH lane AS (
     SELECT paused_until, version FROM image_archive_lane WHERE lane = 'lsky'
 ),
@@ -588,53 +592,89 @@ mine AS (
     FROM image_archive_uploads
     WHERE record_id = :record_id AND state = 'booked'
 ),
+bounds AS (
+    SELECT CASE WHEN standing THEN GREATEST(at, now()) ELSE now() END AS lo,
+           now() + make_interval(secs => :lead) AS origin
+    FROM mine
+),
 entries AS MATERIALIZED ({{ledger_entries}}),
 windows AS (
-    SELECT * FROM unnest(CAST(:windows AS double precision[]), CAST(:limits AS int[]))
+    SELECT uploads, make_interval(secs => seconds + :margin) AS span
+    FROM unnest(CAST(:windows AS double precision[]), CAST(:limits AS int[]))
         AS l(seconds, uploads)
 ),
-free AS (
-    -- past: what uploads made so far allow; all: bookings counted too.
-    SELECT max(nth.past + make_interval(secs => w.seconds + :margin)) AS past,
-           max(nth.all_ + make_interval(secs => w.seconds + :margin)) AS all_
+units AS MATERIALIZED (
+    -- One row an upload (an hour's roll-up counted out), as far back as a slot from now
+    -- on can meet: the longest window's span. A standing booking is measured against the
+    -- uploads made so far only: the bookings after it were measured from it, and yield.
+    SELECT e.at FROM entries AS e, generate_series(1, e.n)
+    WHERE e.at > now() - (SELECT max(span) FROM windows)
+      AND (e.at <= now() OR NOT (SELECT standing FROM mine))
+),
+blocked AS (
+    -- A run of a window's limit of entries within its span: a time from its last entry
+    -- less the span to its first plus the span would be one too many.
+    SELECT run.last - w.span AS from_, run.first + w.span AS to_
     FROM windows AS w
     CROSS JOIN LATERAL (
-        SELECT (SELECT e.at FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
-                                  FROM entries
-                                  WHERE at > now() - make_interval(secs => w.seconds + :margin)
-                                    AND at <= now()) AS e
-                WHERE e.seen >= w.uploads ORDER BY e.at DESC LIMIT 1) AS past,
-               (SELECT e.at FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
-                                  FROM entries
-                                  WHERE at > now() - make_interval(secs => w.seconds + :margin))
-                                 AS e
-                WHERE e.seen >= w.uploads ORDER BY e.at DESC LIMIT 1) AS all_
-    ) AS nth
+        SELECT at AS first, lead(at, w.uploads - 1) OVER (ORDER BY at) AS last
+        FROM units WHERE at > now() - w.span
+    ) AS run
+    WHERE run.last - run.first < w.span AND run.first + w.span > (SELECT lo FROM bounds)
 ),
-queue AS (
-    SELECT max(at) AS at FROM image_archive_uploads
-    WHERE state = 'booked' AND record_id IS DISTINCT FROM :record_id
-      AND at > now() - make_interval(secs => :stale)
+islands AS (
+    -- The blocked times merged into disjoint stretches [from_, to_).
+    SELECT min(from_) AS from_, max(to_) AS to_
+    FROM (
+        SELECT from_, to_, count(*) FILTER (WHERE starts IS NOT FALSE)
+                              OVER (ORDER BY from_, to_) AS island
+        FROM (
+            SELECT from_, to_,
+                   from_ > max(to_) OVER (ORDER BY from_, to_
+                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                       AS starts
+            FROM blocked
+        ) AS marked
+    ) AS grouped
+    GROUP BY island
 ),
-slot AS (
-    SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
-           (SELECT at FROM mine) IS NOT NULL AS has_mine,
-           (SELECT standing FROM mine) AS standing,
-           CASE WHEN (SELECT standing FROM mine)
-                THEN GREATEST((SELECT at FROM mine), (SELECT past FROM free))
-                ELSE GREATEST(now(), (SELECT at FROM queue), (SELECT all_ FROM free))
-           END AS at
+exact AS (
+    -- The earliest free time at or after the lower bound.
+    SELECT COALESCE((SELECT i.to_ FROM islands AS i
+                     WHERE (SELECT lo FROM bounds) >= i.from_
+                       AND (SELECT lo FROM bounds) < i.to_),
+                    (SELECT lo FROM bounds)) AS at
+),
+held AS (
+    -- The earliest free time a held message's upload can land on: the origin plus whole
+    -- seconds, at or after the exact slot.
+    SELECT min(c.at) AS at
+    FROM (
+        SELECT b.origin + make_interval(secs => ceil(EXTRACT(EPOCH FROM x.at - b.origin)))
+            AS at
+        FROM bounds AS b,
+             (SELECT at FROM exact
+              UNION ALL SELECT to_ FROM islands WHERE to_ > (SELECT at FROM exact)) AS x
+    ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM islands AS i WHERE c.at >= i.from_ AND c.at < i.to_)
 ),
 decision AS (
-    SELECT paused, has_mine, at AS exact,
-           NOT paused AND at <= now() + make_interval(secs => :tolerance) AS go,
-           CASE WHEN paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until END
-                                  FROM lane)
-                WHEN at <= now() + make_interval(secs => :tolerance) THEN now()
-                WHEN standing OR at <= now() + make_interval(secs => :sleep_within) THEN at
-                ELSE now() + make_interval(secs => ceil(EXTRACT(EPOCH FROM at - now())))
+    SELECT s.paused, s.has_mine,
+           NOT s.paused AND e.at <= now() + make_interval(secs => :tolerance) AS go,
+           CASE WHEN s.paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until
+                                               END
+                                    FROM lane)
+                WHEN e.at <= now() + make_interval(secs => :tolerance) THEN now()
+                WHEN e.at <= now() + make_interval(secs => :sleep_within)
+                     OR (s.standing AND e.at = s.mine_at) THEN e.at
+                ELSE (SELECT at FROM held)
            END AS at
-    FROM slot
+    FROM (
+        SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
+               m.at IS NOT NULL AS has_mine, m.standing, m.at AS mine_at
+        FROM mine AS m
+    ) AS s,
+    exact AS e
 ),
 bumped AS (
     UPDATE image_archive_lane SET version = version + 1
@@ -666,7 +706,7 @@ dropped AS (
       AND d.at > now() + make_interval(secs => :book_within) AND EXISTS (SELECT 1 FROM bumped)
     RETURNING 1
 )
-SELECT d.paused, d.go, CASE WHEN d.go OR d.paused THEN d.at ELSE d.exact END, now(),
+SELECT d.paused, d.go, d.at, now(),
        (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go,
        d.paused OR EXISTS (SELECT 1 FROM bumped)
 FROM decision AS d;

@@ -88,6 +88,7 @@ class LaneStore(Statements):
         stale: float,
         book_within: float,
         sleep_within: float = 0.0,
+        lead: float = 0.0,
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
         the take_slot statement for the rules. A slot another container took meanwhile
@@ -103,6 +104,7 @@ class LaneStore(Statements):
                 stale=stale,
                 book_within=book_within,
                 sleep_within=sleep_within,
+                lead=lead,
             )
             if won:
                 break
