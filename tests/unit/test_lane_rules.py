@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive import pacing, sweep_rules
+from lib.archive import pacing, schedule, sweep_rules
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
@@ -14,6 +14,7 @@ from lib.archive.lane import (
     pause_until,
     probe_can_clear,
 )
+from lib.archive.outcome import Message
 from lib.platform.env_values import rate_limits
 from lib.platform.errors import ConfigError
 from lib.state.lane import LaneState, PauseReason
@@ -201,9 +202,9 @@ def test_a_record_booked_before_fetching_fetches_now_when_the_fetch_covers_the_w
 @pytest.mark.parametrize(
     ("limits", "margin", "tolerance"),
     [
-        ([(60, 20)], 0.75, 0.05),
-        ([(1, 3)], 0.0125, 0.003125),  # a one-second window: the margin is 12.5 ms
-        ([(3_600, 100), (20, 10)], 0.25, 0.05),  # the shortest window sets both
+        ([(60, 20)], 0.15, 0.0375),
+        ([(1, 3)], 0.0025, 0.000625),  # a one-second window: the margin is 2.5 ms
+        ([(3_600, 100), (20, 10)], 0.05, 0.0125),  # the shortest window sets both
         ([(86_400, 300)], 2.0, 0.05),
     ],
 )
@@ -213,3 +214,37 @@ def test_a_slot_is_never_taken_so_early_that_it_spends_its_margin(
     assert pacing.slot_margin(limits) == pytest.approx(margin)
     assert pacing.slot_tolerance(limits) == pytest.approx(tolerance)
     assert pacing.slot_tolerance(limits) < pacing.slot_margin(limits)
+
+
+@pytest.mark.parametrize(
+    ("previous", "observed", "learnt"),
+    [
+        (0.0, 0.04, 0.02),  # late: half the error is booked for next time
+        (0.03, -0.02, 0.02),  # early: less
+        (0.01, -0.5, 0.0),  # never below nothing
+        (0.9, 0.8, pacing.LATENESS_LIMIT_SECONDS),  # nor above the limit
+        (0.03, 30.0, 0.03),  # a record half a minute late is not the pickup: ignored
+        (0.03, -5.0, 0.03),
+    ],
+)
+def test_a_booked_record_s_lateness_is_learnt_within_bounds(
+    previous: float, observed: float, learnt: float
+) -> None:
+    assert pacing.learn_lateness(previous, observed) == pytest.approx(learnt)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "early", "hold"),
+    [
+        (20.310_000_4, 0.31, 20),  # dated whole seconds from now plus the lead: exactly those
+        (20.349_999, 0.31 + 0.05, 20),  # dated up to the tolerance past that: the same
+        (20.5, 0.31 + 0.05, 21),  # a slot the attempt could have slept for: never early
+        (0.2, 0.31, 1),  # at least a second
+    ],
+)
+def test_a_held_message_comes_back_when_its_booking_says(
+    seconds: float, early: float, hold: int
+) -> None:
+    message = Message("m-1", "{}", "receipt", "arn:aws:sqs:eu-west-1:1:q", receive_count=1)
+    verdict = schedule.wait_for_slot(seconds, message, booked=True, early=early)
+    assert verdict.delay_seconds == hold

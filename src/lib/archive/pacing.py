@@ -6,13 +6,15 @@ take_slot; docs/archive.md ("When a record runs") says why it never sleeps long.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from lib.archive.budget import stage_needs, time_left, upload_needs
 
-# The ledger dates an upload when Lsky answered, after Lsky counted it; a slot keeps this
-# much more than the window between two uploads for what is left (clock steps, an upload
-# that answers late): at most this, and an eightieth of the window (scaled-down windows
-# in tests and benchmarks), so the margin costs at most 1.25 % of the rate.
+# The ledger dates an upload when Lsky answered, after Lsky counted it (one under way, as
+# late as it can answer), so the time a transfer takes needs no margin; a slot keeps this
+# much more than the window for the two clocks (our database's and Lsky's ticking apart,
+# a step): at most this, and a four-hundredth of the window (2,500 ppm; scaled-down
+# windows in tests and benchmarks), so the margin costs at most 0.25 % of the rate.
 SLOT_MARGIN_SECONDS = 2.0
 # A slot due within this is taken now (the two clocks' noise), and within a quarter of the
 # margin at most: taken any earlier, it would spend the margin it was given.
@@ -27,17 +29,21 @@ BOOK_WITHIN_SECONDS = 900.0
 # (and a slow source's bytes are worth keeping), a long one is billed time spent waiting.
 SLEEP_LIMIT_SECONDS = 1.0
 SLEEP_TRIES = 3
+# A booked record's lateness behind its booking (the queue's pickup, the claim) is learnt
+# from lateness up to this, and booked for up to this; anything later is not the pickup
+# (a redelivery, a retry) and teaches nothing.
+LATENESS_LIMIT_SECONDS = 1.0
 
 
 def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
     """The margin every window of `limits` keeps (the shortest window sets it)."""
     shortest = min(seconds for seconds, _ in limits)
-    return min(SLOT_MARGIN_SECONDS, shortest / 80)
+    return min(SLOT_MARGIN_SECONDS, shortest / 400)
 
 
 def slot_tolerance(limits: Sequence[tuple[int, int]]) -> float:
     """How early a slot may be taken: the clocks' noise, never more than a quarter of the
-    margin (a one-second window keeps 12.5 ms, and a slot taken 50 ms early was refused)."""
+    margin (a one-second window keeps 2.5 ms, and a slot taken 50 ms early was refused)."""
     return min(SLOT_TOLERANCE_SECONDS, slot_margin(limits) / 4)
 
 
@@ -69,3 +75,42 @@ def fetch_first(wait_seconds: float, *, fetch_estimate: float) -> bool:
     the attempt may sleep once its bytes are in hand. Handing it back would cost a second
     invocation that only fetches then."""
     return wait_seconds <= longest_sleep(fetched_seconds=None, fetch_estimate=fetch_estimate)
+
+
+def learn_lateness(previous: float, observed: float) -> float:
+    """The lateness to book for after a booked record with its bytes in hand was
+    `observed` seconds behind its booking (early: negative): half the error corrects
+    the estimate, which stays within [0, LATENESS_LIMIT_SECONDS]."""
+    if abs(observed) > LATENESS_LIMIT_SECONDS:
+        return previous
+    return min(LATENESS_LIMIT_SECONDS, max(0.0, previous + observed / 2))
+
+
+@dataclass
+class Timings:
+    """What this container has seen of its own transfers, to date its bookings by.
+
+    fetch: how long its last fetches took (a booked record comes back that much before
+    its slot, to have its bytes in hand when the slot comes); upload: how long its last
+    uploads took (a booked slot, or an upload under way, counts in the windows from when
+    it should answer); lateness: how late booked records reached their slot besides the
+    fetch (the queue's pickup, the claim), learnt from each that came back."""
+
+    fetch: float = 0.0
+    upload: float = 0.0
+    lateness: float = 0.0
+
+    @property
+    def lead(self) -> float:
+        """How long after its message comes back a held record's upload starts."""
+        return self.fetch + self.lateness
+
+    def fetched(self, seconds: float) -> None:
+        self.fetch = (self.fetch + seconds) / 2
+
+    def uploaded(self, seconds: float) -> None:
+        self.upload = (self.upload + seconds) / 2
+
+    def came_back(self, late: float) -> None:
+        """A booked record, bytes in hand, looked at its slot `late` seconds after it."""
+        self.lateness = learn_lateness(self.lateness, late)

@@ -62,6 +62,10 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     )
     records = ArchiveRecords(db)
     queue = Queue()
+    if settings.rate_limits:
+        # Paced, most messages of a backlog are held: the first hold is not late by the
+        # client's making (its booking measured the upload from now).
+        queue.connect()
     return ArchiveWorker(
         settings=settings,
         records=records,

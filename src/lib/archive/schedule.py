@@ -158,17 +158,17 @@ def wait_for_slot(
     message: Message,
     *,
     booked: bool,
-    lead: float = 0.0,
+    early: float = 0.0,
     staged: StagedCopy | None = None,
     may_be_hosted: bool | None = None,
 ) -> Verdict:
     """Pacing: the next upload slot is `seconds` away. A booked slot holds the message until
-    then, less `lead` (what fetching the image is expected to take, so the bytes are in
-    hand when the slot comes); a slot too far to book parks the row until about then, to
-    queue afresh."""
-    # A booking for a held message is dated whole seconds from now plus `lead`; the
-    # database's microseconds must not round that up to another second.
-    delay = max(1, math.ceil(round(seconds - max(lead, 0.0), 3)))
+    then, less `early` (the fetch and the queue's pickup, so the bytes are in hand when
+    the slot comes, and the tolerance a slot is taken within); a slot too far to book
+    parks the row until about then, to queue afresh."""
+    # take_slot dates a held message's booking whole seconds from now plus its lead (up to
+    # the tolerance later): the database's microseconds must not round that to a second more.
+    delay = max(1, math.ceil(round(seconds - max(early, 0.0), 3)))
     park = not booked or parks(seconds, message)
     return Verdict(
         Outcome.PARKED if park else Outcome.PAUSED,

@@ -55,9 +55,7 @@ class Transfer:
         self.copier = copier
         self.staging = staging
         self.lanes = lane
-        # How long this container's last fetches took: a booked record comes back that
-        # much before its slot, to have its bytes in hand when the slot comes.
-        self.fetch_estimate = 0.0
+        self.timings = pacing.Timings()
 
     def run(self, task: Task, lane: LaneState, message: Message, remaining_ms: int) -> Verdict:
         now = time.monotonic()
@@ -82,7 +80,7 @@ class Transfer:
         fetching = time.monotonic()
         held = self._hold(at)
         at.fetch_seconds = time.monotonic() - fetching
-        self.fetch_estimate = (self.fetch_estimate + at.fetch_seconds) / 2
+        self.timings.fetched(at.fetch_seconds)
         if isinstance(held, Verdict):
             return held
         try:
@@ -172,12 +170,14 @@ class Transfer:
             fetch_seconds=round(at.fetch_seconds, 3),
             slot_wait_seconds=round(at.slot_wait_seconds, 3),
         )
+        uploading = time.monotonic()
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
             if at.slot_taken:
                 self.lanes.settle_slot(task.record_id, counted=_counted(error.failure))
             return self._failed(at, error.failure, held)
+        self.timings.uploaded(time.monotonic() - uploading)
         return _archived(replace(copied, duplicate_possible=at.duplicate_possible))
 
     # -- pacing --------------------------------------------------------------------------
@@ -193,19 +193,24 @@ class Transfer:
         # seconds a held message would need.
         longest = pacing.longest_sleep(
             fetched_seconds=None if held is None else at.fetch_seconds,
-            fetch_estimate=self.fetch_estimate,
+            fetch_estimate=self.timings.fetch,
         )
-        for _ in range(pacing.SLEEP_TRIES):
+        lead = self.timings.lead
+        tolerance = pacing.slot_tolerance(limits)
+        for attempt in range(pacing.SLEEP_TRIES):
             slot = self.lanes.take_slot(
                 at.task.record_id,
                 limits=limits,
                 margin=pacing.slot_margin(limits),
-                tolerance=pacing.slot_tolerance(limits),
+                tolerance=tolerance,
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,
                 sleep_within=longest,
-                lead=self.fetch_estimate,
+                lead=lead,
+                upload=self.timings.upload,
             )
+            if attempt == 0 and held is not None and at.task.booked_at is not None:
+                self.timings.came_back((slot.now - at.task.booked_at).total_seconds())
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True
                 return None
@@ -217,7 +222,7 @@ class Transfer:
             if (
                 held is None
                 and slot.answer is SlotAnswer.BOOKED
-                and pacing.fetch_first(wait, fetch_estimate=self.fetch_estimate)
+                and pacing.fetch_first(wait, fetch_estimate=self.timings.fetch)
             ):
                 # Booked, its place in the queue kept: fetch now, take the slot after.
                 return None
@@ -233,7 +238,7 @@ class Transfer:
                 # A wait long enough to park may outlast the source URL: stage what is held.
                 staged = None if booked else self._stage(at, held, "paced")
                 return schedule.wait_for_slot(
-                    wait, at.message, booked=booked, lead=self.fetch_estimate, staged=staged
+                    wait, at.message, booked=booked, early=lead + tolerance, staged=staged
                 )
             time.sleep(wait)
             at.slot_wait_seconds += wait

@@ -72,6 +72,11 @@ class Queue:
         )
         return sqs
 
+    def connect(self) -> None:
+        """Make the client now rather than on first use (it costs boto3's import and
+        about a tenth of a second)."""
+        _ = self.client
+
     def queue_url(self, arn: str) -> str:
         # The client's endpoint: AWS's regional one, or AWS_ENDPOINT_URL_SQS (boto3 reads it).
         return queue_url_from_arn(arn, self.client.meta.endpoint_url)

@@ -134,12 +134,12 @@ written AS (
     RETURNING r.id
 ),
 settled AS (
-    -- The lane's ledger: the upload this attempt's slot took is done. It stays dated at
-    -- its slot, the time every later slot was measured from (the margin covers the
-    -- transfer). Logged even when another attempt had recorded the row: the upload
-    -- happened. Never for an adoption (:log_upload).
+    -- The lane's ledger: the upload this attempt's slot took is done, dated now: Lsky
+    -- answered, so it counted the upload before now, and a slot measured from now needs
+    -- no margin for how long the transfer took. Logged even when another attempt had
+    -- recorded the row: the upload happened. Never for an adoption (:log_upload).
     UPDATE image_archive_uploads
-    SET state = 'done'
+    SET state = 'done', at = GREATEST(at, now())
     WHERE ctid = (SELECT ctid FROM image_archive_uploads
                   WHERE record_id = :record_id AND state = 'taken'
                   ORDER BY at DESC LIMIT 1)
@@ -554,20 +554,23 @@ WHERE l.lane = old.lane AND l.paused_until IS NOT NULL
 RETURNING old.pause_reason;
 
 -- name: ledger_entries
--- Every upload the lane knows of (done, taken) and every booked slot, as (at, n): the
--- ledger's rows one by one, older hours rolled up (counted at the hour's end, which can
--- only make a window look fuller than it was). :record_id's own booking is left out.
-SELECT at, 1 AS n FROM image_archive_uploads
+-- Every upload the lane knows of (done: dated when Lsky answered; taken: under way, dated
+-- when it started) and every booked slot, as (at, n, state): the ledger's rows one by
+-- one, older hours rolled up (counted at the hour's end, which can only make a window look
+-- fuller than it was). :record_id's own booking is left out.
+SELECT at, 1 AS n, state FROM image_archive_uploads
  WHERE lane = 'lsky'
    AND NOT (state = 'booked' AND record_id IS NOT DISTINCT FROM CAST(:record_id AS bigint))
 UNION ALL
-SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE lane = 'lsky'
+SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
+ WHERE lane = 'lsky'
 
 -- name: take_slot
 -- Pacing (LSKY_RATE_LIMITS): the one place an upload slot is given, under the lane row's
 -- lock, so every slot sees every pause and every other slot. Every entry (uploads done
--- or taken, slots booked: ledger_entries) counts in each window (:windows seconds,
--- :limits uploads, plus :margin): wherever a window's limit of entries fits in one span,
+-- or taken, slots booked: ledger_entries; each at the latest Lsky counts it, see units)
+-- counts in each window (:windows seconds, :limits uploads, plus :margin for the clocks):
+-- wherever a window's limit of entries fits in one span,
 -- any time from the last of them less the span to the first plus the span is blocked
 -- (one upload too many). A slot is the earliest time at or after now (or the record's
 -- own booking, which stands unless missed by more than :stale seconds) that no window
@@ -577,7 +580,8 @@ SELECT hour + interval '1 hour', uploads FROM image_archive_upload_hours WHERE l
 -- will be: the slot itself when the attempt may sleep for it (within :sleep_within), or
 -- the record's standing booking is still free (dated when first made: never moved on by
 -- a later look); else the message is held whole seconds and the upload follows the
--- receive by about :lead (its fetch): the earliest such time that no window blocks.
+-- receive by about :lead (the queue's pickup and the fetch): the earliest such time that
+-- no window blocks, or a free time it reaches within :tolerance.
 -- `at` is the booking's date. While the lane is paused nothing is given, and `at` is
 -- the pause's end (NULL: until cleared). Optimistic: the slot is written only if the
 -- lane's version is still the one read (every slot and every pause bumps it); `won`
@@ -604,12 +608,25 @@ windows AS (
         AS l(seconds, uploads)
 ),
 units AS MATERIALIZED (
-    -- One row an upload (an hour's roll-up counted out), as far back as a slot from now
-    -- on can meet: the longest window's span. A standing booking is measured against the
-    -- uploads made so far only: the bookings after it were measured from it, and yield.
-    SELECT e.at FROM entries AS e, generate_series(1, e.n)
-    WHERE e.at > now() - (SELECT max(span) FROM windows)
-      AND (e.at <= now() OR NOT (SELECT standing FROM mine))
+    -- One row an upload (an hour's roll-up counted out), at the latest Lsky can have
+    -- counted it: a done upload when Lsky answered; one under way when it should answer
+    -- (its start + :upload), and not before now (no upload outlives an invocation's 15
+    -- minutes); a booked slot when its upload should answer. As far back as a slot from
+    -- now on can meet: the longest window's span. A standing booking is measured against
+    -- the uploads started so far only: the bookings after it were measured from it, and
+    -- yield.
+    SELECT counted AS at
+    FROM (
+        SELECT CASE e.state
+                   WHEN 'done' THEN e.at
+                   WHEN 'taken' THEN GREATEST(e.at + make_interval(secs => :upload),
+                                              LEAST(now(), e.at + interval '15 minutes'))
+                   ELSE e.at + make_interval(secs => :upload)
+               END AS counted
+        FROM entries AS e, generate_series(1, e.n)
+        WHERE e.at <= now() OR NOT (SELECT standing FROM mine)
+    ) AS u
+    WHERE counted > now() - (SELECT max(span) FROM windows)
 ),
 blocked AS (
     -- A run of a window's limit of entries within its span: a time from its last entry
@@ -647,11 +664,13 @@ exact AS (
 ),
 held AS (
     -- The earliest free time a held message's upload can land on: the origin plus whole
-    -- seconds, at or after the exact slot.
+    -- seconds, at or after a free time (the exact slot, or the end of a blocked stretch
+    -- after it). Landing within :tolerance before that time, the upload will take it
+    -- (due within :tolerance is taken), and the booking is dated at it.
     SELECT min(c.at) AS at
     FROM (
-        SELECT b.origin + make_interval(secs => ceil(EXTRACT(EPOCH FROM x.at - b.origin)))
-            AS at
+        SELECT GREATEST(x.at, b.origin + make_interval(
+                   secs => ceil(EXTRACT(EPOCH FROM x.at - b.origin) - :tolerance))) AS at
         FROM bounds AS b,
              (SELECT at FROM exact
               UNION ALL SELECT to_ FROM islands WHERE to_ > (SELECT at FROM exact)) AS x
@@ -713,15 +732,15 @@ FROM decision AS d;
 
 -- name: settle_slot
 -- After an upload that failed: the slot it took counts as an upload when Lsky may have
--- stored (or counted) something; a rate-limit refusal stored nothing, and its slot is
--- given back.
+-- stored (or counted) something, dated now (whatever Lsky counted, it counted before);
+-- a rate-limit refusal stored nothing, and its slot is given back.
 WITH taken AS (
     SELECT ctid FROM image_archive_uploads
     WHERE record_id = :record_id AND state = 'taken'
     ORDER BY at DESC LIMIT 1
 ),
 counted AS (
-    UPDATE image_archive_uploads SET state = 'done'
+    UPDATE image_archive_uploads SET state = 'done', at = GREATEST(at, now())
     WHERE ctid IN (SELECT ctid FROM taken) AND CAST(:counted AS boolean)
     RETURNING 1
 ),

@@ -89,6 +89,7 @@ class LaneStore(Statements):
         book_within: float,
         sleep_within: float = 0.0,
         lead: float = 0.0,
+        upload: float = 0.0,
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
         the take_slot statement for the rules. A slot another container took meanwhile
@@ -105,6 +106,7 @@ class LaneStore(Statements):
                 book_within=book_within,
                 sleep_within=sleep_within,
                 lead=lead,
+                upload=upload,
             )
             if won:
                 break
