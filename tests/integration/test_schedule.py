@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -113,6 +114,48 @@ def test_a_booked_record_takes_its_slot_when_it_comes_back(
     assert (row["archive_status"], row["archive_attempts"]) == ("SUCCEEDED", 1)
     lane = lane_row(db)
     assert (lane["booked"], lane["uploads"]) == (0, 2)
+
+
+def test_an_upload_enters_the_ledger_when_lsky_answered_and_the_next_slot_counts_from_then(
+    paced: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    seed(db, upstream, 31)
+    seed(db, upstream, 32)
+    lsky.script(Behaviour.slow(0.6))  # Lsky counts the image, then answers 0.6 s later
+    [[before]] = db.run("SELECT now()")
+
+    paced.deliver(encode(31))
+    paced.deliver(encode(32))
+
+    [[answered]] = db.run(
+        "SELECT at FROM image_archive_uploads WHERE record_id = 31 AND state = 'done'"
+    )
+    # Dated when the answer came, not when the upload began: no margin has to cover how
+    # long a transfer takes.
+    assert (answered - before).total_seconds() >= 0.6
+    assert booking_of(db, 32) >= answered + timedelta(seconds=60)
+
+
+def test_an_upload_under_way_counts_as_now_and_never_for_longer_than_an_invocation(
+    lanes: LaneStore, db: Any
+) -> None:
+    def take(record_id: int) -> Any:
+        return lanes.take_slot(
+            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
+            book_within=900,
+        )  # fmt: skip
+
+    assert take(1).answer is SlotAnswer.GO
+    time.sleep(0.3)
+    # The first upload has not answered yet: Lsky may count it at any moment from now.
+    second = take(2)
+    assert second.answer is SlotAnswer.BOOKED
+    assert second.at >= second.now + timedelta(seconds=3.1)
+    lanes.cancel_booking(2)
+    # A slot taken by an invocation that never came back (20 minutes ago) stops counting
+    # once no invocation could still be uploading (15 minutes).
+    db.run("UPDATE image_archive_uploads SET at = now() - interval '20 minutes'")
+    assert take(3).answer is SlotAnswer.GO
 
 
 # -- 2. one ledger serves every reader ------------------------------------------------------
