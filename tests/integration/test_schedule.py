@@ -68,6 +68,12 @@ def seconds_until(db: Any, record_id: int) -> float:
     return float(seconds)
 
 
+def take(lanes: LaneStore, record_id: int, limits: list[tuple[int, int]], **options: float) -> Any:
+    """A slot at test scale: a 0.1 s margin, taken within 50 ms, booked within 15 min."""
+    settings = {"margin": 0.1, "tolerance": 0.05, "stale": 120.0, "book_within": 900.0}
+    return lanes.take_slot(record_id, limits=limits, **(settings | options))
+
+
 # -- 1. pacing books a slot: it never spends an attempt nor a transfer's time -------------
 
 
@@ -139,23 +145,17 @@ def test_an_upload_enters_the_ledger_when_lsky_answered_and_the_next_slot_counts
 def test_an_upload_under_way_counts_as_now_and_never_for_longer_than_an_invocation(
     lanes: LaneStore, db: Any
 ) -> None:
-    def take(record_id: int) -> Any:
-        return lanes.take_slot(
-            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
-            book_within=900,
-        )  # fmt: skip
-
-    assert take(1).answer is SlotAnswer.GO
+    assert take(lanes, 1, [(3, 1)]).answer is SlotAnswer.GO
     time.sleep(0.3)
     # The first upload has not answered yet: Lsky may count it at any moment from now.
-    second = take(2)
+    second = take(lanes, 2, [(3, 1)])
     assert second.answer is SlotAnswer.BOOKED
     assert second.at >= second.now + timedelta(seconds=3.1)
     lanes.cancel_booking(2)
     # A slot taken by an invocation that never came back (20 minutes ago) stops counting
     # once no invocation could still be uploading (15 minutes).
     db.run("UPDATE image_archive_uploads SET at = now() - interval '20 minutes'")
-    assert take(3).answer is SlotAnswer.GO
+    assert take(lanes, 3, [(3, 1)]).answer is SlotAnswer.GO
 
 
 # -- 2. one ledger serves every reader ------------------------------------------------------
@@ -267,22 +267,16 @@ def booking_of(db: Any, record_id: int) -> datetime:
 def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its_date(
     lanes: LaneStore, db: Any
 ) -> None:
-    def take(record_id: int, sleep_within: float = 0.0) -> Any:
-        return lanes.take_slot(
-            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
-            book_within=900, sleep_within=sleep_within,
-        )  # fmt: skip
-
-    assert take(1).answer is SlotAnswer.GO
+    assert take(lanes, 1, [(3, 1)]).answer is SlotAnswer.GO
     lanes.settle_slot(1, counted=True)  # Lsky answered: the ledger dates it now
 
     # Bytes in hand, a slot ~3 s away it may sleep for: booked at the slot itself...
-    sleeper = take(2, sleep_within=5)
+    sleeper = take(lanes, 2, [(3, 1)], sleep_within=5)
     assert sleeper.answer is SlotAnswer.BOOKED
     assert booking_of(db, 2) == sleeper.at
     # ...while a message that will be held is booked at the first whole second from now
     # at or after its slot (the one after the sleeper's: its window and margin later).
-    held = take(3)
+    held = take(lanes, 3, [(3, 1)])
     assert held.answer is SlotAnswer.BOOKED
     ahead = (booking_of(db, 3) - held.now).total_seconds()
     assert ahead == round(ahead)
@@ -290,35 +284,29 @@ def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its
 
     # A later look at its own booking neither moves it on nor rounds it again (each look
     # once pushed it by up to a second, and a sleeping attempt never caught its slot).
-    again = take(2)
+    again = take(lanes, 2, [(3, 1)])
     assert again.answer is SlotAnswer.BOOKED
     assert booking_of(db, 2) == sleeper.at == again.at
 
 
 def test_a_gap_a_held_booking_leaves_is_the_next_record_s_slot(lanes: LaneStore, db: Any) -> None:
-    def take(record_id: int, lead: float = 0.0) -> Any:
-        return lanes.take_slot(
-            record_id, limits=[(3, 2)], margin=0.1, tolerance=0.05, stale=120,
-            book_within=900, lead=lead,
-        )  # fmt: skip
-
-    first, second = take(1), take(2)
+    first, second = take(lanes, 1, [(3, 2)]), take(lanes, 2, [(3, 2)])
     assert (first.answer, second.answer) == (SlotAnswer.GO, SlotAnswer.GO)
     # The third is held: its slot is 3.1 s after the first, its booking the whole second
     # from now at or after that (about 4 s).
-    third = take(3)
+    third = take(lanes, 3, [(3, 2)])
     assert third.answer is SlotAnswer.BOOKED
     assert third.at >= first.now + timedelta(seconds=3.1)
     # The fourth's message comes back whole seconds from now and uploads half a second
     # later: 3.5 s from now is free (one upload a window before it), and it gets that,
     # not a place after the third (a queue would have pushed it past 4 s for nothing).
-    fourth = take(4, lead=0.5)
+    fourth = take(lanes, 4, [(3, 2)], lead=0.5)
     assert fourth.answer is SlotAnswer.BOOKED
     assert (fourth.at - fourth.now).total_seconds() == pytest.approx(3.5, abs=1e-3)
     assert fourth.at < third.at
     # The windows are then full to the third's booking: the fifth comes a window after
     # the fourth, and no window holds more than two.
-    fifth = take(5)
+    fifth = take(lanes, 5, [(3, 2)])
     assert fifth.at >= fourth.at + timedelta(seconds=3.1)
     assert_within_limits(db, [(3.0, 2)])
 
@@ -326,22 +314,16 @@ def test_a_gap_a_held_booking_leaves_is_the_next_record_s_slot(lanes: LaneStore,
 def test_a_held_booking_never_lands_in_a_gap_too_short_for_its_whole_seconds(
     lanes: LaneStore, db: Any
 ) -> None:
-    def take(record_id: int, *, sleep_within: float = 0.0, lead: float = 0.0) -> Any:
-        return lanes.take_slot(
-            record_id, limits=[(3, 1)], margin=0.1, tolerance=0.05, stale=120,
-            book_within=900, sleep_within=sleep_within, lead=lead,
-        )  # fmt: skip
-
-    first = take(1)
+    first = take(lanes, 1, [(3, 1)])
     for record_id in (2, 3):
-        take(record_id, sleep_within=10)  # booked at their slots: 3.1 s and 6.2 s
-    fourth = take(4, lead=0.5)  # held: the whole seconds from now, plus half a second
+        take(lanes, record_id, [(3, 1)], sleep_within=10)  # booked at 3.1 s and 6.2 s
+    fourth = take(lanes, 4, [(3, 1)], lead=0.5)  # held: whole seconds from now, plus 0.5 s
     assert (fourth.at - first.now).total_seconds() > 9.3
     lanes.cancel_booking(3)
     # A gap from 6.2 s to the fourth's window (under half a second): the fifth's message
     # comes back whole seconds from now, so it cannot land in it; it goes after the
     # fourth's window, not into it.
-    fifth = take(5)
+    fifth = take(lanes, 5, [(3, 1)])
     assert fifth.at >= fourth.at + timedelta(seconds=3.1)
     assert_within_limits(db, [(3.0, 1)])
 
@@ -354,9 +336,8 @@ def test_slots_taken_any_which_way_never_put_more_than_a_limit_in_a_window(
     chooser = random.Random(18)  # noqa: S311 - a repeatable mix, not a secret
     limits = [(3, 2), (8, 4)]
     for record_id in range(1, 41):
-        slot = lanes.take_slot(
-            record_id, limits=limits, margin=0.1, tolerance=0.05, stale=120,
-            book_within=900, sleep_within=chooser.choice([0.0, 1.0, 5.0]),
+        slot = take(
+            lanes, record_id, limits, sleep_within=chooser.choice([0.0, 1.0, 5.0]),
             lead=chooser.choice([0.0, 0.3, 0.75, 2.0]),
         )  # fmt: skip
         assert slot.answer in (SlotAnswer.GO, SlotAnswer.BOOKED)
