@@ -274,12 +274,13 @@ def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its
     sleeper = take(lanes, 2, [(3, 1)], sleep_within=5)
     assert sleeper.answer is SlotAnswer.BOOKED
     assert booking_of(db, 2) == sleeper.at
-    # ...while a message that will be held is booked at the first whole second from now
-    # at or after its slot (the one after the sleeper's: its window and margin later).
-    held = take(lanes, 3, [(3, 1)])
+    # ...while a message that will be held is booked at the first time whole seconds from
+    # now plus its lead (half a second: it uploads that long after it comes back) at or
+    # after its slot (the one after the sleeper's: its window and margin later).
+    held = take(lanes, 3, [(3, 1)], lead=0.5)
     assert held.answer is SlotAnswer.BOOKED
-    ahead = (booking_of(db, 3) - held.now).total_seconds()
-    assert ahead == round(ahead)
+    ahead = (booking_of(db, 3) - held.now).total_seconds() - 0.5
+    assert ahead == pytest.approx(round(ahead), abs=1e-6)
     assert booking_of(db, 3) == held.at >= sleeper.at + timedelta(seconds=3.1)
 
     # A later look at its own booking neither moves it on nor rounds it again (each look
@@ -292,17 +293,17 @@ def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its
 def test_a_gap_a_held_booking_leaves_is_the_next_record_s_slot(lanes: LaneStore, db: Any) -> None:
     first, second = take(lanes, 1, [(3, 2)]), take(lanes, 2, [(3, 2)])
     assert (first.answer, second.answer) == (SlotAnswer.GO, SlotAnswer.GO)
-    # The third is held: its slot is 3.1 s after the first, its booking the whole second
-    # from now at or after that (about 4 s).
-    third = take(lanes, 3, [(3, 2)])
+    # The third is held and uploads 0.6 s after its message comes back: its slot is 3.1 s
+    # after the first, its booking whole seconds from now plus 0.6 s: 3.6 s.
+    third = take(lanes, 3, [(3, 2)], lead=0.6)
     assert third.answer is SlotAnswer.BOOKED
     assert third.at >= first.now + timedelta(seconds=3.1)
-    # The fourth's message comes back whole seconds from now and uploads half a second
-    # later: 3.5 s from now is free (one upload a window before it), and it gets that,
-    # not a place after the third (a queue would have pushed it past 4 s for nothing).
-    fourth = take(lanes, 4, [(3, 2)], lead=0.5)
+    assert (third.at - third.now).total_seconds() == pytest.approx(3.6, abs=1e-3)
+    # The fourth uploads 0.2 s after its message comes back: 3.2 s from now is free (one
+    # upload a window before it), and it gets that, not a place after the third.
+    fourth = take(lanes, 4, [(3, 2)], lead=0.2)
     assert fourth.answer is SlotAnswer.BOOKED
-    assert (fourth.at - fourth.now).total_seconds() == pytest.approx(3.5, abs=1e-3)
+    assert (fourth.at - fourth.now).total_seconds() == pytest.approx(3.2, abs=1e-3)
     assert fourth.at < third.at
     # The windows are then full to the third's booking: the fifth comes a window after
     # the fourth, and no window holds more than two.
@@ -320,10 +321,10 @@ def test_a_held_booking_never_lands_in_a_gap_too_short_for_its_whole_seconds(
     fourth = take(lanes, 4, [(3, 1)], lead=0.5)  # held: whole seconds from now, plus 0.5 s
     assert (fourth.at - first.now).total_seconds() > 9.3
     lanes.cancel_booking(3)
-    # A gap from 6.2 s to the fourth's window (under half a second): the fifth's message
-    # comes back whole seconds from now, so it cannot land in it; it goes after the
-    # fourth's window, not into it.
-    fifth = take(lanes, 5, [(3, 1)])
+    # A gap from 6.2 s to the fourth's window (about 6.4 s): the fifth uploads half a
+    # second after its message comes back, whole seconds from now, so the earliest it can
+    # land after 6.2 s is 6.5 s, in the fourth's window: it goes after that, not into it.
+    fifth = take(lanes, 5, [(3, 1)], lead=0.5)
     assert fifth.at >= fourth.at + timedelta(seconds=3.1)
     assert_within_limits(db, [(3.0, 1)])
 
