@@ -570,9 +570,8 @@ SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
 -- lock, so every slot sees every pause and every other slot. Every entry (uploads done
 -- or taken, slots booked: ledger_entries; each at the latest Lsky counts it, see units)
 -- counts in each window (:windows seconds, :limits uploads, plus :margin for the clocks):
--- wherever a window's limit of entries fits in one span,
--- any time from the last of them less the span to the first plus the span is blocked
--- (one upload too many). A slot is the earliest time at or after now (or the record's
+-- wherever a window's limit of entries fits in one span, any time from the last of them
+-- less the span to the first plus the span is blocked (one upload too many). A slot is the earliest time at or after now (or the record's
 -- own booking, which stands unless missed by more than :stale seconds) that no window
 -- blocks: a gap a booking left is a slot too, so one record's rounding never pushes every
 -- later record on. Due within :tolerance: taken now ('go'). Later: booked for the record
@@ -656,11 +655,11 @@ islands AS (
     GROUP BY island
 ),
 exact AS (
-    -- The earliest free time at or after the lower bound.
-    SELECT COALESCE((SELECT i.to_ FROM islands AS i
-                     WHERE (SELECT lo FROM bounds) >= i.from_
-                       AND (SELECT lo FROM bounds) < i.to_),
-                    (SELECT lo FROM bounds)) AS at
+    -- The earliest free time at or after the lower bound: it, or the end of the stretch
+    -- it falls in.
+    SELECT COALESCE(i.to_, b.lo) AS at
+    FROM bounds AS b
+    LEFT JOIN islands AS i ON b.lo >= i.from_ AND b.lo < i.to_
 ),
 held AS (
     -- The earliest free time a held message's upload can land on: the origin plus whole
