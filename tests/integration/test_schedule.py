@@ -329,6 +329,27 @@ def test_a_held_booking_never_lands_in_a_gap_too_short_for_its_whole_seconds(
     assert_within_limits(db, [(3.0, 1)])
 
 
+@pytest.mark.parametrize(("uploads", "answer"), [(299, SlotAnswer.GO), (300, SlotAnswer.WAIT)])
+def test_an_hour_rolled_up_counts_as_its_uploads_in_a_day_s_window(
+    lanes: LaneStore, db: Any, uploads: int, answer: SlotAnswer
+) -> None:
+    # An hour three hours back, rolled up: one row of `uploads`, counted at the hour's end.
+    db.run(
+        "INSERT INTO image_archive_upload_hours (lane, hour, uploads, backfill_uploads)"
+        " VALUES ('lsky', date_trunc('hour', now()) - interval '3 hours', :n, 0)",
+        n=uploads,
+    )
+    slot = take(lanes, 1, [(86_400, 300)])
+    assert slot.answer is answer
+    if answer is SlotAnswer.WAIT:
+        # Free again once that hour's end leaves the day (plus the margin, and the whole
+        # second a held message comes back on).
+        [[frees]] = db.run(
+            "SELECT date_trunc('hour', now()) - interval '2 hours' + interval '1 day'"
+        )
+        assert frees + timedelta(seconds=0.1) <= slot.at <= frees + timedelta(seconds=2)
+
+
 def test_slots_taken_any_which_way_never_put_more_than_a_limit_in_a_window(
     lanes: LaneStore, db: Any
 ) -> None:

@@ -607,34 +607,52 @@ windows AS (
         AS l(seconds, uploads)
 ),
 units AS MATERIALIZED (
-    -- One row an upload (an hour's roll-up counted out), at the latest Lsky can have
+    -- Every entry (an hour's roll-up one row of n uploads) at the latest Lsky can have
     -- counted it: a done upload when Lsky answered; one under way when it should answer
     -- (its start + :upload), and not before now (no upload outlives an invocation's 15
     -- minutes); a booked slot when its upload should answer. As far back as a slot from
-    -- now on can meet: the longest window's span. A standing booking is measured against
-    -- the uploads started so far only: the bookings after it were measured from it, and
-    -- yield.
-    SELECT counted AS at
+    -- now on can meet (the longest window's span), with the running count of uploads up
+    -- to it. A standing booking is measured against the uploads started so far only: the
+    -- bookings after it were measured from it, and yield.
+    SELECT at, n, sum(n) OVER (ORDER BY at ROWS UNBOUNDED PRECEDING) AS upto
     FROM (
         SELECT CASE e.state
                    WHEN 'done' THEN e.at
                    WHEN 'taken' THEN GREATEST(e.at + make_interval(secs => :upload),
                                               LEAST(now(), e.at + interval '15 minutes'))
                    ELSE e.at + make_interval(secs => :upload)
-               END AS counted
-        FROM entries AS e, generate_series(1, e.n)
+               END AS at,
+               e.n
+        FROM entries AS e
         WHERE e.at <= now() OR NOT (SELECT standing FROM mine)
     ) AS u
-    WHERE counted > now() - (SELECT max(span) FROM windows)
+    WHERE at > now() - (SELECT max(span) FROM windows)
 ),
 blocked AS (
-    -- A run of a window's limit of entries within its span: a time from its last entry
-    -- less the span to its first plus the span would be one too many.
+    -- A run of a window's limit of uploads within its span, from an entry (`first`) to
+    -- the entry whose running count reaches its count before it plus the limit (`last`):
+    -- a time from last less the span to first plus the span would be one too many. Each
+    -- entry's target count is merged with the running counts, so roll-ups are never
+    -- counted out one row an upload.
     SELECT run.last - w.span AS from_, run.first + w.span AS to_
     FROM windows AS w
     CROSS JOIN LATERAL (
-        SELECT at AS first, lead(at, w.uploads - 1) OVER (ORDER BY at) AS last
-        FROM units WHERE at > now() - w.span
+        SELECT first, last
+        FROM (
+            SELECT first,
+                   -- The first entry at or after the target: a running minimum taken
+                   -- from the far end (an aggregate over a frame that only grows).
+                   min(at) FILTER (WHERE first IS NULL)
+                       OVER (ORDER BY upto DESC, first IS NULL DESC
+                             ROWS UNBOUNDED PRECEDING) AS last
+            FROM (
+                SELECT at, upto, CAST(NULL AS timestamptz) AS first
+                FROM units WHERE at > now() - w.span
+                UNION ALL
+                SELECT NULL, upto - n + w.uploads, at FROM units WHERE at > now() - w.span
+            ) AS points
+        ) AS merged
+        WHERE first IS NOT NULL
     ) AS run
     WHERE run.last - run.first < w.span AND run.first + w.span > (SELECT lo FROM bounds)
 ),
