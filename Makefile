@@ -12,6 +12,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 help:
 	@echo "make test    set up (venv, pinned deps, PostgreSQL binaries) and run every check"
 	@echo "make test-busy  the tests, three times, beside a CPU load (not part of make test)"
+	@echo "make test-deep  the model-based tests with 20x their examples (not part of make test)"
 	@echo "make local   run the whole pipeline locally on embedded defaults"
 	@echo "make bench   run the benchmarks under bench/ and print a table"
 	@echo "make lint    ruff check, ruff format --check, mypy --strict src"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from devkit.lsky import LskyStandIn
 from devkit.postgres import PostgresCluster, apply_schema, connect
@@ -28,6 +29,21 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
 TEST_DATABASE = "archive_test"
+
+# Model-based tests (marked `model`): `make test` runs the "ci" profile, the same examples
+# every run so a red CI is reproducible; `make test-deep` runs 20 times as many, new ones
+# each time. Each test sets its own max_examples through tests.support.model_examples.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 # -- PostgreSQL ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ rows consistent with the SQL the handlers run (`now() - interval ...`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -358,3 +359,12 @@ def lsky_file(name: str, *, key: str, **fields: Any) -> dict[str, Any]:
         "links": {"url": f"https://img.example.com/i/{pathname}"},
     }
     return {**described, **fields}
+
+
+# `make test-deep` (HYPOTHESIS_PROFILE=deep) runs each model-based test's examples 20 times.
+MODEL_EXAMPLES_SCALE = {"ci": 1, "deep": 20}
+
+
+def model_examples(n: int) -> int:
+    """A model-based test's max_examples: `n` under `make test`, 20 n under `make test-deep`."""
+    return n * MODEL_EXAMPLES_SCALE.get(os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1)
