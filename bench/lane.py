@@ -166,7 +166,119 @@ def _clear_lane(db: Any) -> None:
     db.run("DELETE FROM image_archive_upload_hours")
 
 
+# -- the take's time against a month of ledger ----------------------------------------------
+
+# Lsky's default group limits (config/convention.php), as an operator would pace them.
+DEFAULT_LIMITS = "20/minute,100/hour,300/day,600/week,999/month"
+TAKE_SAMPLES = 101
+TARGET_TAKE_MS = 20.0
+
+
+def fill_month(db: Any) -> None:
+    """The ledger as a month paced at Lsky's default limits leaves it, every window short
+    of its limit by a few uploads (so a take writes a slot): 80 uploads in each of the last
+    two hours (exact rows, one every 45 s), the day's other 90, the week's other 300 and the
+    month's other 349 rolled up into hourly counts."""
+    db.run("DELETE FROM image_archive_uploads")
+    db.run("DELETE FROM image_archive_upload_hours")
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " SELECT 'lsky', now() - g * interval '45 seconds', NULL, 'done'"
+        " FROM generate_series(1, 159) AS g"
+    )
+    spread = [(2, 24, 90), (24, 7 * 24, 300), (7 * 24, 31 * 24, 349)]
+    for first, last, uploads in spread:
+        hours = last - first
+        db.run(
+            "INSERT INTO image_archive_upload_hours (lane, hour, uploads, backfill_uploads)"
+            " SELECT 'lsky', date_trunc('hour', now()) - g * interval '1 hour',"
+            " CAST(:uploads AS int) / CAST(:hours AS int)"
+            " + CASE WHEN g - :first < CAST(:uploads AS int) % CAST(:hours AS int)"
+            " THEN 1 ELSE 0 END, 0"
+            " FROM generate_series(CAST(:first AS int), CAST(:last AS int) - 1) AS g",
+            uploads=uploads,
+            hours=hours,
+            first=first,
+            last=last,
+        )
+
+
+def measure_take(args: dict[str, Any]) -> dict[str, Any]:
+    """Median time of LaneStore.take_slot (a fresh record: read, decide, write) against a
+    month of ledger at Lsky's default limits; each take's booking is removed, untimed."""
+    from devkit.postgres import connect  # noqa: PLC0415
+    from lib.archive import pacing  # noqa: PLC0415
+    from lib.platform.config import DatabaseConfig  # noqa: PLC0415
+    from lib.platform.db import Database  # noqa: PLC0415
+    from lib.platform.env_values import rate_limits  # noqa: PLC0415
+    from lib.state.lane_store import LaneStore  # noqa: PLC0415
+
+    db = connect(args["dsn"])
+    _clear_lane(db)
+    fill_month(db)
+    limits = rate_limits({"LSKY_RATE_LIMITS": DEFAULT_LIMITS})
+    store = LaneStore(Database(DatabaseConfig(url=args["dsn"]), application_name="bench-take"))
+    samples: list[float] = []
+    answers: Counter[str] = Counter()
+    for n in range(TAKE_SAMPLES + 1):
+        record_id = 10_000_000 + n
+        began = time.perf_counter()
+        slot = store.take_slot(
+            record_id,
+            limits=limits,
+            margin=pacing.slot_margin(limits),
+            tolerance=pacing.slot_tolerance(limits),
+            stale=pacing.BOOKING_STALE_SECONDS,
+            book_within=pacing.BOOK_WITHIN_SECONDS,
+            sleep_within=pacing.SLEEP_LIMIT_SECONDS,
+            lead=0.5,
+            upload=0.2,
+        )
+        elapsed = time.perf_counter() - began
+        if n:  # the first take prepares the statements
+            samples.append(elapsed)
+        answers[str(slot.answer)] += 1
+        db.run("DELETE FROM image_archive_uploads WHERE record_id = :id", id=record_id)
+    [[rows]] = db.run("SELECT count(*) FROM image_archive_uploads")
+    [[hours]] = db.run("SELECT count(*) FROM image_archive_upload_hours")
+    store.db.close()
+    db.close()
+    return {
+        "median_ms": statistics.median(samples) * 1000,
+        "p90_ms": sorted(samples)[int(len(samples) * 0.9)] * 1000,
+        "answers": dict(answers),
+        "ledger_rows": int(rows),
+        "hour_rows": int(hours),
+    }
+
+
+def take_row(services: Services, command: str) -> tuple[Row, dict[str, Any]]:
+    result = run_child(
+        "bench.lane",
+        {"mode": "take", "dsn": services.dsn},
+        services.handler_env(),
+        log_name="lane-take",
+    )
+    measured = (
+        f"median {result['median_ms']:.1f} ms, p90 {result['p90_ms']:.1f} ms over "
+        f"{TAKE_SAMPLES} takes ({result['ledger_rows']} exact rows, {result['hour_rows']} "
+        f"hourly counts; answers {result['answers']})"
+    )
+    row = Row(
+        "7",
+        f"lane: one upload slot (take_slot: read, decide, write) against a month of ledger at "
+        f"Lsky's default limits ({DEFAULT_LIMITS})",
+        measured,
+        f"< {TARGET_TAKE_MS:.0f} ms",
+        result["median_ms"] < TARGET_TAKE_MS,
+        command,
+    )
+    return row, result
+
+
 def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one linear story
+    if args.get("mode") == "take":
+        return measure_take(args)
     import os  # noqa: PLC0415
 
     import boto3  # noqa: PLC0415 - the child imports what it drives

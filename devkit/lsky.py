@@ -710,7 +710,10 @@ class LskyStandIn(BackgroundServer):
             if message is not None:
                 return _Refusal(message, "rejected")
         message = rate_limit_message(
-            config.rate_limits, config.windows, self._gallery.created_times(owner, ip), now
+            config.rate_limits,
+            config.windows,
+            self._gallery.created_times(owner, ip),
+            time.time(),  # Lsky's clock: created_at is wall time
         )
         return None if message is None else _Refusal(message, RATE_LIMITED)
 

@@ -5,7 +5,8 @@ what Lsky Pro 2.x computes from it, read from lsky-org/lsky-pro and Laravel 9.
   deleting one removes the file only when no other row of the same strategy
   shares its md5 + sha1 (`Image::booted`, deleting).
 - `rate_limit_message`: `ImageService::rateLimiter`, sliding windows counted
-  from the rows.
+  from the rows in whole seconds, the month as Carbon's "-1 month" (`window_count`,
+  `carbon_ago`: the reference the ledger's tests check pacing against).
 - `list_images`: `GET /api/v1/images`, i.e. `scopeFilter` on `$user->images()`
   and `paginate(40)->withQueryString()`, with Laravel's paginator JSON.
 - `process_file` / `dimensions`: the re-encode + watermark step (a deterministic
@@ -43,6 +44,7 @@ __all__ = [
     "Digest",
     "Gallery",
     "ImageRecord",
+    "carbon_ago",
     "dimensions",
     "file_digest",
     "insertion",
@@ -53,6 +55,7 @@ __all__ = [
     "rate_limit_message",
     "scope_filter",
     "trimmed_query",
+    "window_count",
 ]
 
 PER_PAGE = 40  # ImageController::images: paginate(40)
@@ -60,7 +63,8 @@ PUBLIC, PRIVATE = 1, 0  # App\Enums\ImagePermission
 PRC = timezone(timedelta(hours=8), "PRC")  # config/app.php 'timezone' => 'PRC'
 
 # ImageService::rateLimiter, in its order: (name, the message's word, real seconds).
-# Carbon's "-1 months" is a calendar month; a 30-day month stands in for it.
+# At its real length a window is Carbon's own (`carbon_ago`: the month a calendar month);
+# scaled (`window_scale`), it is that many seconds, and a 30-day month is what is scaled.
 WINDOWS: tuple[tuple[str, str, float], ...] = (
     ("minute", "分钟", 60.0),
     ("hour", "小时", 3600.0),
@@ -110,16 +114,55 @@ def normalise_windows(scale: float | Mapping[str, float] | None) -> Mapping[str,
     return MappingProxyType(result)
 
 
+def carbon_ago(unit: str, now: datetime) -> datetime:
+    """`Carbon::now()->parse("-1 {unit}")` at `now` (aware, in the app's zone): PHP's
+    relative time. A minute and an hour are elapsed time; a day, a week and a month move
+    the wall clock, and a month keeps the day of the month, running on into the next
+    month when the month before is shorter ("-1 month" on March 31 is February 31, which
+    PHP reads as March 3, or March 2 in a leap year)."""
+    if unit == "minute":
+        return now - timedelta(minutes=1)
+    if unit == "hour":
+        return now - timedelta(hours=1)
+    wall = now.replace(tzinfo=None)
+    if unit in ("day", "week"):
+        wall -= timedelta(days=1 if unit == "day" else 7)
+    else:
+        year, month = (wall.year, wall.month - 1) if wall.month > 1 else (wall.year - 1, 12)
+        days = (datetime(year + month // 12, month % 12 + 1, 1) - datetime(year, month, 1)).days
+        overflow = max(wall.day - days, 0)
+        wall = wall.replace(year=year, month=month, day=wall.day - overflow)
+        wall += timedelta(days=overflow)
+    return wall.replace(tzinfo=now.tzinfo)
+
+
+def window_count(
+    created: Iterable[float], *, now: float, seconds: float, unit: str | None, zone: Any = PRC
+) -> int:
+    """Rows a window counts at `now` (epoch seconds): `whereBetween('created_at',
+    [start, now])` with Laravel writing created_at and binding both ends as 'Y-m-d
+    H:i:s', so in whole seconds, both ends included. `unit` (minute ... month): the start
+    is Carbon's `carbon_ago` in `zone`; None: `seconds` before now (a scaled window)."""
+    if unit is None:
+        start = now - seconds
+    else:
+        start = carbon_ago(unit, datetime.fromtimestamp(now, zone)).timestamp()
+    low, high = math.floor(start), math.floor(now)
+    return sum(1 for t in created if low <= math.floor(t) <= high)
+
+
 def rate_limit_message(
     limits: Mapping[str, int], windows: Mapping[str, float], created: Iterable[float], now: float
 ) -> str | None:
     """ImageService::rateLimiter: the first window (minute, hour, day, week, month)
-    whose limit N > 0 already holds >= N rows created in [now - window, now]."""
+    whose limit N > 0 already holds >= N rows (`window_count`; `created` and `now` in
+    epoch seconds, Lsky's clock)."""
     times = list(created)
-    for name, word, _ in WINDOWS:
+    for name, word, real in WINDOWS:
         limit = limits.get(name, 0)
-        since = now - windows[name]
-        if limit and sum(1 for t in times if since <= t <= now) >= limit:
+        seconds = windows[name]
+        unit = name if seconds == real else None
+        if limit and window_count(times, now=now, seconds=seconds, unit=unit) >= limit:
             return f"每{word}内你最多可以上传 {limit} 张图片"
     return None
 
@@ -231,10 +274,11 @@ class Gallery:
         return sum(r.size for r in self.owned(owner))
 
     def created_times(self, owner: str | None, ip: str) -> list[float]:
-        """Creation times of the rows that exist now, as the rate limiter counts
-        them: the user's rows, or for a guest the guest rows from the same IP."""
+        """Creation times (created_at, epoch seconds) of the rows that exist now, as the
+        rate limiter counts them: the user's rows, or for a guest the guest rows from the
+        same IP."""
         return [
-            r.created
+            r.created_at.timestamp()
             for r in self.rows
             if r.owner == owner and (owner is not None or r.uploaded_ip == ip)
         ]

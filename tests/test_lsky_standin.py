@@ -12,13 +12,14 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from datetime import datetime
 from http.client import HTTPConnection
 from typing import Any
 
 import pytest
 import urllib3
 
-from devkit import images
+from devkit import images, lsky_model
 from devkit.images import PNG_SIGNATURE
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
 from tests.support import HANG_SECONDS, LSKY_FILE_FIELDS
@@ -96,9 +97,10 @@ def test_minute_window_refuses_with_lsky_message_then_slides(http: Any, lsky: Ls
     assert lsky.uploads[-1].outcome == "rate_limited"
     assert lsky.uploads[-1].pathname is None
     assert len(lsky.image_records()) == 3  # a refused upload makes no row
-    # The window slides: a one-second minute, and more than a second since the uploads.
+    # The window slides: a one-second minute. Lsky dates rows in whole seconds and counts
+    # both ends of a window, so an upload leaves it at the start of its second plus two.
     lsky.config.window_scale = {"minute": 1.0}
-    time.sleep(1.05)
+    time.sleep(2.05)
     assert body(upload(http, lsky, seed=9))["status"] is True
     assert lsky.rate_limited_count == 1
 
@@ -162,6 +164,35 @@ def test_max_in_window_never_exceeds_the_limit(http: Any, lsky: LskyStandIn) -> 
     assert 0 < lsky.max_in_window(0.5) <= 2
     assert 0 < lsky.max_in_window(1.5) <= 3
     assert lsky.successful_uploads == len(lsky.stored_timestamps())
+
+
+@pytest.mark.parametrize(
+    ("now", "start"),
+    [
+        ((2026, 3, 31, 12), (2026, 3, 3, 12)),  # February 31 is March 3: 28 days
+        ((2028, 3, 31, 12), (2028, 3, 2, 12)),  # a leap year: 29 days
+        ((2026, 3, 1, 0), (2026, 2, 1, 0)),
+        ((2026, 4, 15, 9), (2026, 3, 15, 9)),  # 31 days
+        ((2026, 5, 31, 23), (2026, 5, 1, 23)),  # April 31 is May 1: 30 days
+        ((2026, 1, 31, 8), (2025, 12, 31, 8)),
+    ],
+)
+def test_lsky_s_month_is_carbon_s_minus_one_month(
+    now: tuple[int, ...], start: tuple[int, ...]
+) -> None:
+    zone = lsky_model.PRC
+    assert lsky_model.carbon_ago("month", datetime(*now, tzinfo=zone)) == datetime(
+        *start, tzinfo=zone
+    )
+
+
+def test_a_window_counts_whole_seconds_and_both_ends() -> None:
+    # created_at and both ends of whereBetween are 'Y-m-d H:i:s': an upload at 100.9 is
+    # dated 100, and a minute's window counts it until second 161 begins.
+    count = lsky_model.window_count
+    assert count([100.9], now=160.99, seconds=60, unit=None) == 1
+    assert count([100.9], now=161.0, seconds=60, unit=None) == 0
+    assert count([100.0], now=160.999, seconds=60, unit="minute") == 1
 
 
 def test_rate_limit_settings_are_validated(lsky: LskyStandIn) -> None:

@@ -216,6 +216,7 @@ class Concluder:
                 may_be_hosted=_known(verdict.may_be_hosted),
                 staged=verdict.staged,
                 sent=verdict.sent,
+                counted=verdict.counted,
             )
         if write is Write.FAIL:
             return self._fail(verdict, ctx, task)
@@ -231,6 +232,9 @@ class Concluder:
             staged=verdict.staged,
             forget_staged=verdict.forget_staged,
             sent=verdict.sent,
+            counted=verdict.counted,
+            # Only a held message comes back for its booked slot; a parked row queues afresh.
+            keep_booking=verdict.keeps_booking and write is Write.RELEASE,
         )
 
     def _succeed(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -265,6 +269,7 @@ class Concluder:
             keep_staged=keep,
             staged=staged,
             sent=verdict.sent,
+            counted=verdict.counted,
         )
         if written and not keep:
             self.staging.discard(None if staged is None else staged.key)

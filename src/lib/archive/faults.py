@@ -46,12 +46,14 @@ def fault_verdict(error: Exception, *, claimed: bool, lock_ttl_seconds: int) -> 
         detail = f"{what} ({type(error).__name__})"
     if not claimed:
         return _unconcluded(what, detail, lock_ttl_seconds, metric)
-    # The fault may have struck mid-upload: the next attempt looks the image up first.
+    # The fault may have struck mid-upload: the next attempt looks the image up first, and
+    # a pacing slot the attempt took stays in the ledger as an upload Lsky may have counted.
     return Verdict(
         Outcome.OWN_FAULT,
         detail,
         OWN_FAULT_RETRY_SECONDS,
         may_be_hosted=True,
+        counted=True,
         metrics=(metric,),
         fields={"error": detail},
     )

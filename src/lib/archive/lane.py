@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from lib.archive.limiter import LONGEST_MONTH_SECONDS
 from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
@@ -20,7 +21,7 @@ WINDOWS = {
     "小时": ("hour", 3_600),
     "天": ("day", 86_400),
     "周": ("week", 604_800),
-    "月": ("month", 2_592_000),  # Lsky's subMonth(); 30 days is the shortest safe reading
+    "月": ("month", LONGEST_MONTH_SECONDS),  # PHP's "-1 month": 28 to 31 days (limiter)
 }
 # Wording we do not recognise: a pause long enough to matter, short enough to re-test soon.
 SAFE_PAUSE_SECONDS = 900
@@ -93,9 +94,10 @@ def pause_until(
     """When the lane may upload again; None: until an operator or the probe clears it.
 
     A Retry-After (or a 429's default) is capped at max_retry_after_seconds. A window Lsky
-    named frees when the limit-th newest upload the ledger holds ages out of it
-    (`window_frees_at`, from lib.state.lane_store); when the ledger holds fewer (other
-    clients count too), the whole window is waited out.
+    named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
+    (`window_frees_at`: lib.archive.limiter.window_frees, through lib.state.lane_store;
+    the whole window when the ledger holds fewer, since other clients count too); a
+    window the ledger could not date is waited out whole.
     """
     if condition.reason is PauseReason.ACCOUNT:
         return None
@@ -105,7 +107,7 @@ def pause_until(
     if condition.window_seconds is None:
         return now + timedelta(seconds=SAFE_PAUSE_SECONDS)
     if window_frees_at is not None and window_frees_at > now:
-        return min(window_frees_at, now + timedelta(seconds=condition.window_seconds))
+        return window_frees_at
     return now + timedelta(seconds=condition.window_seconds)
 
 

@@ -105,6 +105,9 @@ class Verdict:
     staged: a copy staged during this attempt; keep_staged: a FAILED row keeps it;
     forget_staged: the row's own copy is dropped (it did not match what was captured).
     wait_reason: why a row given back waits (archive-ctl status counts them).
+    counted: this attempt sent an upload Lsky may have counted (its pacing slot stays in
+    the ledger as an upload; otherwise the statement gives it back);
+    keeps_booking: the row comes back for its booked slot (every other outcome frees it).
     """
 
     outcome: Outcome
@@ -115,6 +118,8 @@ class Verdict:
     keep_staged: bool = False
     forget_staged: bool = False
     wait_reason: WaitReason | None = None
+    counted: bool = False
+    keeps_booking: bool = False
     sent: SentImage | None = None  # what this attempt's upload sent, when it may be kept
     copied: Copied | None = None
     metrics: tuple[str, ...] = ()  # counted besides the outcome's own metric

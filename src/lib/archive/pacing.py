@@ -35,13 +35,13 @@ SLEEP_TRIES = 3
 LATENESS_LIMIT_SECONDS = 1.0
 
 
-def slot_margin(limits: Sequence[tuple[int, int]]) -> float:
+def slot_margin(limits: Sequence[tuple[float, int]]) -> float:
     """The margin every window of `limits` keeps (the shortest window sets it)."""
     shortest = min(seconds for seconds, _ in limits)
     return min(SLOT_MARGIN_SECONDS, shortest / 400)
 
 
-def slot_tolerance(limits: Sequence[tuple[int, int]]) -> float:
+def slot_tolerance(limits: Sequence[tuple[float, int]]) -> float:
     """How early a slot may be taken: the clocks' noise, never more than a quarter of the
     margin (a one-second window keeps 2.5 ms, and a slot taken 50 ms early was refused)."""
     return min(SLOT_TOLERANCE_SECONDS, slot_margin(limits) / 4)

@@ -165,7 +165,8 @@ def wait_for_slot(
     """Pacing: the next upload slot is `seconds` away. A booked slot holds the message until
     then, less `early` (the fetch and the queue's pickup, so the bytes are in hand when
     the slot comes, and the tolerance a slot is taken within); a slot too far to book
-    parks the row until about then, to queue afresh."""
+    parks the row until about then, to queue afresh (a parked row keeps no booking: its
+    message is gone, and the sweeper sends a new one about then)."""
     # take_slot dates a held message's booking whole seconds from now plus its lead (up to
     # the tolerance later): the database's microseconds must not round that to a second more.
     delay = max(1, math.ceil(round(seconds - max(early, 0.0), 3)))
@@ -177,6 +178,7 @@ def wait_for_slot(
         may_be_hosted=may_be_hosted,
         staged=staged,
         wait_reason=WaitReason.PACED,
+        keeps_booking=not park,
         fields={"paced_for_seconds": delay, "booked": booked},
         log=(
             "paced: record parked until its upload slot"

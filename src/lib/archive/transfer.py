@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lib.archive import pacing, schedule
+from lib.archive import limiter, pacing, schedule
 from lib.archive import retry as policy
 from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
@@ -20,7 +20,7 @@ from lib.platform.observability import logger
 from lib.platform.redact import outside_text
 from lib.platform.s3 import StagedCopyMissing
 from lib.state.claim import SentImage, StagedCopy, Task
-from lib.state.lane import LaneState, PauseReason
+from lib.state.lane import LaneState
 from lib.state.lane_store import LaneStore, SlotAnswer
 from lib.transfer.failures import ArchiveFailure, Failure, Stage
 from lib.transfer.held import HeldImage
@@ -174,9 +174,10 @@ class Transfer:
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
-            if at.slot_taken:
-                self.lanes.settle_slot(task.record_id, counted=_counted(error.failure))
-            return self._failed(at, error.failure, held)
+            # Lsky's limiter counts stored images: the slot stays an upload when Lsky may
+            # have stored it, and the concluding statement gives it back otherwise.
+            verdict = self._failed(at, error.failure, held)
+            return replace(verdict, counted=error.failure.may_be_hosted)
         self.timings.uploaded(time.monotonic() - uploading)
         return _archived(replace(copied, duplicate_possible=at.duplicate_possible))
 
@@ -188,7 +189,7 @@ class Transfer:
     def _slot_or_wait(self, at: _Attempt, held: HeldImage | None) -> Verdict | None:
         """Take the upload slot (None), sleeping for it only when it is a moment away and
         the budget can pay; else the verdict that waits for it, the attempt given back."""
-        limits = self.settings.rate_limits
+        limits = limiter.pacing_windows(self.settings.rate_limits, self.settings.lsky_timezone)
         # A slot the attempt may sleep for is booked as it is, not rounded up to the whole
         # seconds a held message would need.
         longest = pacing.longest_sleep(
@@ -235,11 +236,14 @@ class Transfer:
             )
             if not can_sleep:
                 booked = slot.answer is SlotAnswer.BOOKED
-                # A wait long enough to park may outlast the source URL: stage what is held.
-                staged = None if booked else self._stage(at, held, "paced")
-                return schedule.wait_for_slot(
-                    wait, at.message, booked=booked, early=lead + tolerance, staged=staged
+                verdict = schedule.wait_for_slot(
+                    wait, at.message, booked=booked, early=lead + tolerance
                 )
+                if verdict.outcome is Outcome.PARKED:
+                    # No message is left for it and a parked row queues afresh, maybe past
+                    # the source URL's life: stage what is held.
+                    verdict = replace(verdict, staged=self._stage(at, held, "paced"))
+                return verdict
             time.sleep(wait)
             at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
@@ -258,9 +262,7 @@ class Transfer:
         """The host refused every upload for a while (or until an operator acts): the lane
         pauses, the record pays nothing, and the bytes in hand are staged."""
         now = at.db_now()
-        frees_at = None
-        if condition.window_seconds is not None and condition.limit is not None:
-            frees_at = self.lanes.window_frees_at(condition.window_seconds, condition.limit)
+        frees_at = _window_frees(self.lanes, condition, self.settings.lsky_timezone, at.task)
         until = pause_until(
             condition,
             now=now,
@@ -346,6 +348,23 @@ class Transfer:
         return self.staging.stage(at.task, held, at.deadline, why)
 
 
+def _window_frees(
+    lanes: LaneStore, condition: HostCondition, zone: str, task: Task
+) -> datetime | None:
+    """When the window Lsky named in a refusal frees, by the ledger (None: no window)."""
+    if condition.window_seconds is None or condition.limit is None:
+        return None
+    [(seconds, limit)] = limiter.pacing_windows([(condition.window_seconds, condition.limit)], zone)
+    return lanes.window_frees_at(
+        seconds,
+        limit,
+        margin=pacing.slot_margin([(seconds, limit)]),
+        window=condition.window,
+        zone=zone,
+        record_id=task.record_id,  # refused: its own slot is no upload
+    )
+
+
 def _queued(lane: LaneState) -> bool:
     return lane.queue_end is not None and lane.queue_end > lane.now
 
@@ -355,13 +374,6 @@ def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:
     if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
         return None
     return sent_of(held)
-
-
-def _counted(failure: Failure) -> bool:
-    """Whether a failed upload counts against Lsky's windows: all but a rate-limit
-    refusal, which Lsky's limiter answers before storing anything."""
-    condition = host_condition(failure)
-    return condition is None or condition.reason is not PauseReason.RATE_LIMIT
 
 
 def _archived(copied: Copied) -> Verdict:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from lib.archive.slots import history_share, live_margin
 from lib.cli.progress import duration
 from lib.state.lane import LedgerEntry
 
@@ -40,7 +41,7 @@ def backlog_eta_seconds(
 
 def window_name(seconds: int) -> str:
     """`minute`, `hour`, `day` for Lsky's windows; `10 s` or `2 h` for others."""
-    names = {60: "minute", 3_600: "hour", 86_400: "day", 604_800: "week", 2_592_000: "month"}
+    names = {60: "minute", 3_600: "hour", 86_400: "day", 604_800: "week", 2_678_400: "month"}
     if seconds in names:
         return names[seconds]
     for size, unit in _UNITS:
@@ -84,15 +85,15 @@ class WindowUse:
 
     @property
     def margin(self) -> int:
-        """Slots a backfill leaves free for live records beyond their measured demand: one,
-        plus the square root of that demand (its usual ups and downs)."""
-        return 1 + math.isqrt(self.live)
+        """Slots a backfill leaves free for live records beyond their measured demand
+        (lib.archive.slots.live_margin: pacing keeps it too)."""
+        return live_margin(self.live)
 
     @property
     def backfill_share(self) -> int:
         """Uploads of backfilled records the window may hold: what live demand and the
-        margin leave of its limit."""
-        return max(self.limit - self.live - self.margin, 0)
+        margin leave of its limit (lib.archive.slots.history_share)."""
+        return history_share(self.limit, self.live)
 
     @property
     def room(self) -> int:

@@ -152,9 +152,11 @@ RATE_WINDOWS = {
     "hour": 3_600,
     "day": 86_400,
     "week": 604_800,
-    "month": 2_592_000,
+    # Lsky's month is PHP's "-1 month": as long as the month before, 28 to 31 days; pacing
+    # keeps the longest (lib.archive.limiter), so no month Lsky counts holds more.
+    "month": 31 * 86_400,
 }
-# Lsky's longest window is a month (30 days here): pacing over a longer one is a typo.
+# Lsky's longest window is a month: pacing over a longer one is a typo.
 MAX_RATE_WINDOW_SECONDS = 31 * 86_400
 MAX_RATE_COUNT = 999_999
 _RATE = re.compile(

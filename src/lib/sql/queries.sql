@@ -83,6 +83,22 @@ exhausted AS (
       AND {{lock_expired}}
       AND r.archive_attempts >= :max_attempts
     RETURNING r.id
+),
+vanished AS (
+    -- The ledger: a slot an earlier attempt took is an upload Lsky may have counted (that
+    -- attempt vanished: its lock expired), dated the latest it could have answered; a
+    -- record failed here keeps no booking. So every slot this attempt settles is its own.
+    UPDATE image_archive_uploads AS u
+    SET state = 'done', at = LEAST(now(), u.at + interval '15 minutes')
+    WHERE u.record_id = :record_id AND u.state = 'taken'
+      AND (EXISTS (SELECT 1 FROM claimed) OR EXISTS (SELECT 1 FROM exhausted))
+    RETURNING 1
+),
+unbooked AS (
+    DELETE FROM image_archive_uploads AS u
+    USING exhausted AS x
+    WHERE u.record_id = x.id AND u.state = 'booked'
+    RETURNING 1
 )
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
@@ -112,7 +128,7 @@ WITH before AS (
     WHERE id = :record_id
     FOR UPDATE
 ),
-written AS (
+recorded AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'SUCCEEDED',
         archived_at = now(),
@@ -133,102 +149,107 @@ written AS (
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
 ),
-settled AS (
-    -- The lane's ledger: the upload this attempt's slot took is done, dated now: Lsky
-    -- answered, so it counted the upload before now, and a slot measured from now needs
-    -- no margin for how long the transfer took. Logged even when another attempt had
-    -- recorded the row: the upload happened. Never for an adoption (:log_upload).
-    UPDATE image_archive_uploads
-    SET state = 'done', at = GREATEST(at, now())
-    WHERE ctid = (SELECT ctid FROM image_archive_uploads
-                  WHERE record_id = :record_id AND state = 'taken'
-                  ORDER BY at DESC LIMIT 1)
-      AND CAST(:log_upload AS boolean)
-    RETURNING 1
+written AS (
+    -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
+    -- :counted false, sent nothing: its slot, if it took one, is given back).
+    SELECT CAST(:record_id AS bigint) AS id
 ),
+{{settle_ledger}},
 logged AS (
-    -- Unpaced, no slot was taken: the upload enters the ledger here.
+    -- Unpaced, no slot was taken: the upload enters the ledger here, dated now: Lsky
+    -- answered, so it counted the upload before now.
     INSERT INTO image_archive_uploads (lane, at, record_id, state)
     SELECT 'lsky', now(), :record_id, 'done'
-    WHERE CAST(:log_upload AS boolean) AND NOT EXISTS (SELECT 1 FROM settled)
-    RETURNING 1
-),
-unbooked AS (
-    DELETE FROM image_archive_uploads WHERE record_id = :record_id AND state = 'booked'
+    WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
     RETURNING 1
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
-       written.id IS NOT NULL,
+       recorded.id IS NOT NULL,
        before.hosted_image_url IS NOT DISTINCT FROM :hosted_url
 FROM before
-LEFT JOIN written ON true;
+LEFT JOIN recorded ON true;
 
 -- name: retry
 -- :may_be_hosted: whether this attempt may have left an image on Lsky (an upload whose
 -- answer never came); the next attempt looks it up first when it did.
 -- :staged_key: a copy staged during this attempt (NULL keeps the row's own).
-UPDATE image_generation_records
-SET archive_status = 'PENDING',
-    archive_error = :error,
-    archive_may_be_hosted = :may_be_hosted,
-    archive_next_run_at = now() + make_interval(secs => :delay),
-    archive_wait_reason = 'backoff',
-    {{record_sent}},
-    archive_locked_by = NULL,
-    archive_locked_at = NULL,
-    {{record_staged}}
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id;
+-- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
+WITH written AS (
+    UPDATE image_generation_records
+    SET archive_status = 'PENDING',
+        archive_error = :error,
+        archive_may_be_hosted = :may_be_hosted,
+        archive_next_run_at = now() + make_interval(secs => :delay),
+        archive_wait_reason = 'backoff',
+        {{record_sent}},
+        archive_locked_by = NULL,
+        archive_locked_at = NULL,
+        {{record_staged}}
+    WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+    RETURNING id
+),
+{{settle_ledger}}
+SELECT id FROM written;
 
 -- name: fail
 -- :may_be_hosted as in retry: a FAILED row can be requeued by an operator.
 -- :keep_staged keeps (or records :staged_key as) the staged copy, for a replay by
 -- `archive-ctl requeue --failed` after a failure that was not the image's own.
-UPDATE image_generation_records
-SET archive_status = 'FAILED',
-    archive_error = :error,
-    archive_may_be_hosted = :may_be_hosted,
-    archive_next_run_at = NULL,
-    archive_locked_by = NULL,
-    archive_locked_at = NULL,
-    archive_wait_reason = NULL,
-    {{record_sent}},
-    archive_staged_key = CASE WHEN CAST(:keep_staged AS boolean)
-                              THEN COALESCE(CAST(:staged_key AS text), archive_staged_key) END,
-    archive_staged_at = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
-                             WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
-                             ELSE archive_staged_at END,
-    archive_staged_sha256 = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
-                                 WHEN CAST(:staged_key AS text) IS NOT NULL
-                                      THEN CAST(:staged_sha256 AS text)
-                                 ELSE archive_staged_sha256 END,
-    archive_staged_bytes = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
-                                WHEN CAST(:staged_key AS text) IS NOT NULL
-                                     THEN CAST(:staged_bytes AS bigint)
-                                ELSE archive_staged_bytes END
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id;
+-- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
+WITH written AS (
+    UPDATE image_generation_records
+    SET archive_status = 'FAILED',
+        archive_error = :error,
+        archive_may_be_hosted = :may_be_hosted,
+        archive_next_run_at = NULL,
+        archive_locked_by = NULL,
+        archive_locked_at = NULL,
+        archive_wait_reason = NULL,
+        {{record_sent}},
+        archive_staged_key = CASE WHEN CAST(:keep_staged AS boolean)
+                                  THEN COALESCE(CAST(:staged_key AS text), archive_staged_key) END,
+        archive_staged_at = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                                 WHEN CAST(:staged_key AS text) IS NOT NULL THEN now()
+                                 ELSE archive_staged_at END,
+        archive_staged_sha256 = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                                     WHEN CAST(:staged_key AS text) IS NOT NULL
+                                          THEN CAST(:staged_sha256 AS text)
+                                     ELSE archive_staged_sha256 END,
+        archive_staged_bytes = CASE WHEN NOT CAST(:keep_staged AS boolean) THEN NULL
+                                    WHEN CAST(:staged_key AS text) IS NOT NULL
+                                         THEN CAST(:staged_bytes AS bigint)
+                                    ELSE archive_staged_bytes END
+    WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+    RETURNING id
+),
+{{settle_ledger}}
+SELECT id FROM written;
 
 -- name: release
 -- Give the row back without spending the attempt: nothing was fetched yet, or our own
 -- fault (configuration, a bug) stopped it. :error, when given, says which;
 -- :may_be_hosted is what the claim found, or true when our fault may have cut an upload.
-UPDATE image_generation_records
-SET archive_status = 'PENDING',
-    archive_attempts = GREATEST(archive_attempts - 1, 0),
-    archive_error = COALESCE(CAST(:error AS text), archive_error),
-    -- Parked (no message left for it): the sweeper sends it once due.
-    archive_enqueued_at = CASE WHEN CAST(:park AS boolean) THEN NULL
-                               ELSE archive_enqueued_at END,
-    archive_may_be_hosted = :may_be_hosted,
-    archive_next_run_at = now() + make_interval(secs => :delay),
-    archive_wait_reason = :wait_reason,
-    {{record_sent}},
-    archive_locked_by = NULL,
-    archive_locked_at = NULL,
-    {{record_staged}}
-WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-RETURNING id;
+-- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
+WITH written AS (
+    UPDATE image_generation_records
+    SET archive_status = 'PENDING',
+        archive_attempts = GREATEST(archive_attempts - 1, 0),
+        archive_error = COALESCE(CAST(:error AS text), archive_error),
+        -- Parked (no message left for it): the sweeper sends it once due.
+        archive_enqueued_at = CASE WHEN CAST(:park AS boolean) THEN NULL
+                                   ELSE archive_enqueued_at END,
+        archive_may_be_hosted = :may_be_hosted,
+        archive_next_run_at = now() + make_interval(secs => :delay),
+        archive_wait_reason = :wait_reason,
+        {{record_sent}},
+        archive_locked_by = NULL,
+        archive_locked_at = NULL,
+        {{record_staged}}
+    WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
+    RETURNING id
+),
+{{settle_ledger}}
+SELECT id FROM written;
 
 -- name: recover_picked
 -- The body shared by the two expired-lock sweeps. The attempt was spent when the claim
@@ -249,8 +270,8 @@ SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
     archive_locked_at = NULL
 FROM picked
 WHERE r.id = picked.id
-RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
-          r.archive_next_run_at, r.archive_backfilled
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS stamped_before,
+          r.archive_enqueued_at AS stamped, r.archive_next_run_at, r.archive_backfilled
 
 -- name: recover_expired_locks
 -- Two statements rather than an OR with IS NULL, which would turn the index range scan
@@ -262,8 +283,12 @@ WITH picked AS (
     ORDER BY archive_locked_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-)
-{{recover_picked}};
+),
+written AS ({{recover_picked}}),
+-- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
+{{settle_ledger}}
+SELECT id, archive_status, stamped_before, stamped, archive_next_run_at, archive_backfilled
+FROM written;
 
 -- name: recover_lockless
 WITH picked AS (
@@ -273,8 +298,12 @@ WITH picked AS (
     ORDER BY archive_locked_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-)
-{{recover_picked}};
+),
+written AS ({{recover_picked}}),
+-- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
+{{settle_ledger}}
+SELECT id, archive_status, stamped_before, stamped, archive_next_run_at, archive_backfilled
+FROM written;
 
 -- name: date_undated
 -- A PENDING row without a due time would never match take_lost: due now, so the grace
@@ -324,8 +353,8 @@ SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILE
                                THEN now() ELSE r.archive_enqueued_at END
 FROM picked
 WHERE r.id = picked.id
-RETURNING r.id, r.archive_status, picked.archive_enqueued_at, r.archive_enqueued_at,
-          r.archive_next_run_at, r.archive_backfilled
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS stamped_before,
+          r.archive_enqueued_at AS stamped, r.archive_next_run_at, r.archive_backfilled
 
 -- name: take_lost
 -- Live rows' lost messages, then rows we parked as soon as they are due: two range reads,
@@ -497,12 +526,18 @@ ORDER BY 1;
 -- A PENDING row the paused lane will not take for a long while: its message is
 -- acknowledged, and the sweeper's lost-message step sends a new one once the row is
 -- due and the lane open (no stamp: no message is out for it).
-UPDATE image_generation_records
-SET archive_next_run_at = GREATEST(archive_next_run_at, now() + make_interval(secs => :delay)),
-    archive_wait_reason = COALESCE(CAST(:wait_reason AS text), archive_wait_reason),
-    archive_enqueued_at = NULL
-WHERE id = :record_id AND archive_status = 'PENDING'
-RETURNING id;
+-- No message is left for it: a booking it held goes (settle_ledger).
+WITH written AS (
+    UPDATE image_generation_records
+    SET archive_next_run_at = GREATEST(archive_next_run_at,
+                                       now() + make_interval(secs => :delay)),
+        archive_wait_reason = COALESCE(CAST(:wait_reason AS text), archive_wait_reason),
+        archive_enqueued_at = NULL
+    WHERE id = :record_id AND archive_status = 'PENDING'
+    RETURNING id
+),
+{{settle_ledger}}
+SELECT id FROM written;
 
 -- name: lane_paused_for
 -- Seconds left of the lane's pause (NULL: open; negative: over). PostgreSQL before 17
@@ -565,213 +600,101 @@ UNION ALL
 SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
  WHERE lane = 'lsky'
 
+-- name: slot_ledger
+-- Pacing's read (lib.archive.slots decides on it): the lane's pause and version (the write
+-- is made only if no slot or pause came since), the database's clock, :record_id's booking
+-- and whether the record is a backfill's, and every entry a window of :seconds can meet
+-- but the record's own: uploads done or under way as far back as the window reaches (an
+-- upload under way counts until it answers, 15 minutes at most), every booked slot, and the
+-- hours rolled up, counted at the hour's end (which can only make a window look fuller than
+-- it was), live and backfilled apart. Epoch seconds, as arrays: one row, one round trip.
+WITH entries AS (
+    SELECT u.at, 1 AS n, u.state, COALESCE(r.archive_backfilled, false) AS history,
+           u.record_id
+    FROM image_archive_uploads AS u
+    LEFT JOIN image_generation_records AS r ON r.id = u.record_id
+    WHERE u.lane = 'lsky'
+      AND (u.state = 'booked' OR u.at > now() - make_interval(secs => CAST(:seconds AS double precision) + 905))
+      AND u.record_id IS DISTINCT FROM CAST(:record_id AS bigint)
+    UNION ALL
+    SELECT h.hour + interval '1 hour', part.n, 'done', part.history, NULL
+    FROM image_archive_upload_hours AS h
+    CROSS JOIN LATERAL (VALUES (h.uploads - h.backfill_uploads, false),
+                               (h.backfill_uploads, true)) AS part (n, history)
+    WHERE h.lane = 'lsky' AND part.n > 0
+      AND h.hour + interval '1 hour' > now() - make_interval(secs => CAST(:seconds AS double precision) + 5)
+)
+SELECT COALESCE(l.paused_until > now(), false),
+       CASE WHEN isfinite(l.paused_until) THEN l.paused_until END,
+       l.version, now(), CAST(EXTRACT(EPOCH FROM now()) AS double precision),
+       (SELECT CAST(EXTRACT(EPOCH FROM max(b.at)) AS double precision)
+        FROM image_archive_uploads AS b
+        WHERE b.record_id = CAST(:record_id AS bigint) AND b.state = 'booked'),
+       COALESCE((SELECT archive_backfilled FROM image_generation_records
+                 WHERE id = CAST(:record_id AS bigint)), false),
+       array_agg(CAST(EXTRACT(EPOCH FROM e.at) AS double precision)) FILTER (WHERE e.at IS NOT NULL),
+       array_agg(e.n) FILTER (WHERE e.at IS NOT NULL),
+       array_agg(e.state) FILTER (WHERE e.at IS NOT NULL),
+       array_agg(e.history) FILTER (WHERE e.at IS NOT NULL),
+       array_agg(e.record_id) FILTER (WHERE e.at IS NOT NULL)
+FROM image_archive_lane AS l
+LEFT JOIN entries AS e ON true
+WHERE l.lane = 'lsky'
+GROUP BY l.paused_until, l.version;
+
 -- name: take_slot
--- Pacing (LSKY_RATE_LIMITS): the one place an upload slot is given, under the lane row's
--- lock, so every slot sees every pause and every other slot. Every entry (uploads done
--- or taken, slots booked: ledger_entries; each at the latest Lsky counts it, see units)
--- counts in each window (:windows seconds, :limits uploads, plus :margin for the clocks):
--- wherever a window's limit of entries fits in one span, any time from the last of them
--- less the span to the first plus the span is blocked (one upload too many). A slot is the earliest time at or after now (or the record's
--- own booking, which stands unless missed by more than :stale seconds) that no window
--- blocks: a gap a booking left is a slot too, so one record's rounding never pushes every
--- later record on. Due within :tolerance: taken now ('go'). Later: booked for the record
--- when within :book_within seconds, else only said. A booking is dated when its upload
--- will be: the slot itself when the attempt may sleep for it (within :sleep_within), or
--- the record's standing booking is still free (dated when first made: never moved on by
--- a later look); else the message is held whole seconds and the upload follows the
--- receive by about :lead (the queue's pickup and the fetch): the earliest such time that
--- no window blocks, or a free time it reaches within :tolerance.
--- `at` is the booking's date. While the lane is paused nothing is given, and `at` is
--- the pause's end (NULL: until cleared). Optimistic: the slot is written only if the
--- lane's version is still the one read (every slot and every pause bumps it); `won`
--- false: read again.
-WITH lane AS (
-    SELECT paused_until, version FROM image_archive_lane WHERE lane = 'lsky'
-),
-mine AS (
-    -- The record's booking, and whether it stands (not missed by more than :stale).
-    SELECT max(at) AS at,
-           COALESCE(max(at) >= now() - make_interval(secs => :stale), false) AS standing
-    FROM image_archive_uploads
-    WHERE record_id = :record_id AND state = 'booked'
-),
-bounds AS (
-    SELECT CASE WHEN standing THEN GREATEST(at, now()) ELSE now() END AS lo,
-           now() + make_interval(secs => :lead) AS origin
-    FROM mine
-),
-entries AS MATERIALIZED ({{ledger_entries}}),
-windows AS (
-    SELECT uploads, make_interval(secs => seconds + :margin) AS span
-    FROM unnest(CAST(:windows AS double precision[]), CAST(:limits AS int[]))
-        AS l(seconds, uploads)
-),
-units AS MATERIALIZED (
-    -- Every entry (an hour's roll-up one row of n uploads) at the latest Lsky can have
-    -- counted it: a done upload when Lsky answered; one under way when it should answer
-    -- (its start + :upload), and not before now (no upload outlives an invocation's 15
-    -- minutes); a booked slot when its upload should answer. As far back as a slot from
-    -- now on can meet (the longest window's span), with the running count of uploads up
-    -- to it. A standing booking is measured against the uploads started so far only: the
-    -- bookings after it were measured from it, and yield.
-    SELECT at, n, sum(n) OVER (ORDER BY at ROWS UNBOUNDED PRECEDING) AS upto
-    FROM (
-        SELECT CASE e.state
-                   WHEN 'done' THEN e.at
-                   WHEN 'taken' THEN GREATEST(e.at + make_interval(secs => :upload),
-                                              LEAST(now(), e.at + interval '15 minutes'))
-                   ELSE e.at + make_interval(secs => :upload)
-               END AS at,
-               e.n
-        FROM entries AS e
-        WHERE e.at <= now() OR NOT (SELECT standing FROM mine)
-    ) AS u
-    WHERE at > now() - (SELECT max(span) FROM windows)
-),
-blocked AS (
-    -- A run of a window's limit of uploads within its span, from an entry (`first`) to
-    -- the entry whose running count reaches its count before it plus the limit (`last`):
-    -- a time from last less the span to first plus the span would be one too many. Each
-    -- entry's target count is merged with the running counts, so roll-ups are never
-    -- counted out one row an upload.
-    SELECT run.last - w.span AS from_, run.first + w.span AS to_
-    FROM windows AS w
-    CROSS JOIN LATERAL (
-        SELECT first, last
-        FROM (
-            SELECT first,
-                   -- The first entry at or after the target: a running minimum taken
-                   -- from the far end (an aggregate over a frame that only grows).
-                   min(at) FILTER (WHERE first IS NULL)
-                       OVER (ORDER BY upto DESC, first IS NULL DESC
-                             ROWS UNBOUNDED PRECEDING) AS last
-            FROM (
-                SELECT at, upto, CAST(NULL AS timestamptz) AS first
-                FROM units WHERE at > now() - w.span
-                UNION ALL
-                SELECT NULL, upto - n + w.uploads, at FROM units WHERE at > now() - w.span
-            ) AS points
-        ) AS merged
-        WHERE first IS NOT NULL
-    ) AS run
-    WHERE run.last - run.first < w.span AND run.first + w.span > (SELECT lo FROM bounds)
-),
-islands AS (
-    -- The blocked times merged into disjoint stretches [from_, to_).
-    SELECT min(from_) AS from_, max(to_) AS to_
-    FROM (
-        SELECT from_, to_, count(*) FILTER (WHERE starts IS NOT FALSE)
-                              OVER (ORDER BY from_, to_) AS island
-        FROM (
-            SELECT from_, to_,
-                   from_ > max(to_) OVER (ORDER BY from_, to_
-                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                       AS starts
-            FROM blocked
-        ) AS marked
-    ) AS grouped
-    GROUP BY island
-),
-exact AS (
-    -- The earliest free time at or after the lower bound: it, or the end of the stretch
-    -- it falls in.
-    SELECT COALESCE(i.to_, b.lo) AS at
-    FROM bounds AS b
-    LEFT JOIN islands AS i ON b.lo >= i.from_ AND b.lo < i.to_
-),
-held AS (
-    -- The earliest free time a held message's upload can land on: the origin plus whole
-    -- seconds, at or after a free time (the exact slot, or the end of a blocked stretch
-    -- after it). Landing within :tolerance before that time, the upload will take it
-    -- (due within :tolerance is taken), and the booking is dated at it.
-    SELECT min(c.at) AS at
-    FROM (
-        SELECT GREATEST(x.at, b.origin + make_interval(
-                   secs => ceil(EXTRACT(EPOCH FROM x.at - b.origin) - :tolerance))) AS at
-        FROM bounds AS b,
-             (SELECT at FROM exact
-              UNION ALL SELECT to_ FROM islands WHERE to_ > (SELECT at FROM exact)) AS x
-    ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM islands AS i WHERE c.at >= i.from_ AND c.at < i.to_)
-),
-decision AS (
-    SELECT s.paused, s.has_mine,
-           NOT s.paused AND e.at <= now() + make_interval(secs => :tolerance) AS go,
-           CASE WHEN s.paused THEN (SELECT CASE WHEN isfinite(paused_until) THEN paused_until
-                                               END
-                                    FROM lane)
-                WHEN e.at <= now() + make_interval(secs => :tolerance) THEN now()
-                WHEN e.at <= now() + make_interval(secs => :sleep_within)
-                     OR (s.standing AND e.at = s.mine_at) THEN e.at
-                ELSE (SELECT at FROM held)
-           END AS at
-    FROM (
-        SELECT COALESCE((SELECT paused_until FROM lane) > now(), false) AS paused,
-               m.at IS NOT NULL AS has_mine, m.standing, m.at AS mine_at
-        FROM mine AS m
-    ) AS s,
-    exact AS e
-),
-bumped AS (
+-- Pacing's write: the slot lib.archive.slots decided on slot_ledger's read, only if the
+-- lane's version is still :version (no other slot and no pause came since: every slot and
+-- every pause bumps it; otherwise nothing is written and the caller reads again). The
+-- record's booking is replaced by :state at :at (taken: the upload starts; booked; NULL:
+-- none kept), and the bookings of backfilled records this live record's slot takes over
+-- (:displaced) are dropped: they book again when they come back.
+WITH bumped AS (
     UPDATE image_archive_lane SET version = version + 1
-    WHERE lane = 'lsky' AND version = (SELECT version FROM lane)
-      AND NOT (SELECT paused FROM decision)
-    RETURNING version
-),
-kept AS (
-    UPDATE image_archive_uploads AS u
-    SET state = CASE WHEN d.go THEN 'taken' ELSE 'booked' END, at = d.at
-    FROM decision AS d
-    WHERE u.record_id = :record_id AND u.state = 'booked' AND EXISTS (SELECT 1 FROM bumped)
-      AND NOT d.paused AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
+    WHERE lane = 'lsky' AND version = :version
     RETURNING 1
 ),
-added AS (
-    INSERT INTO image_archive_uploads (lane, at, record_id, state)
-    SELECT 'lsky', d.at, :record_id, CASE WHEN d.go THEN 'taken' ELSE 'booked' END
-    FROM decision AS d
-    WHERE NOT d.has_mine AND NOT d.paused AND EXISTS (SELECT 1 FROM bumped)
-      AND (d.go OR d.at <= now() + make_interval(secs => :book_within))
-    RETURNING 1
-),
-dropped AS (
-    -- A booking the record will not keep (its wait grew past :book_within: parked).
-    DELETE FROM image_archive_uploads AS u
-    USING decision AS d
-    WHERE u.record_id = :record_id AND u.state = 'booked' AND NOT d.paused AND NOT d.go
-      AND d.at > now() + make_interval(secs => :book_within) AND EXISTS (SELECT 1 FROM bumped)
-    RETURNING 1
-)
-SELECT d.paused, d.go, d.at, now(),
-       (EXISTS (SELECT 1 FROM kept) OR EXISTS (SELECT 1 FROM added)) AND NOT d.go,
-       d.paused OR EXISTS (SELECT 1 FROM bumped)
-FROM decision AS d;
-
--- name: settle_slot
--- After an upload that failed: the slot it took counts as an upload when Lsky may have
--- stored (or counted) something, dated now (whatever Lsky counted, it counted before);
--- a rate-limit refusal stored nothing, and its slot is given back.
-WITH taken AS (
-    SELECT ctid FROM image_archive_uploads
-    WHERE record_id = :record_id AND state = 'taken'
-    ORDER BY at DESC LIMIT 1
-),
-counted AS (
-    UPDATE image_archive_uploads SET state = 'done', at = GREATEST(at, now())
-    WHERE ctid IN (SELECT ctid FROM taken) AND CAST(:counted AS boolean)
-    RETURNING 1
-),
-given_back AS (
+cleared AS (
     DELETE FROM image_archive_uploads
-    WHERE ctid IN (SELECT ctid FROM taken) AND NOT CAST(:counted AS boolean)
+    WHERE state = 'booked' AND EXISTS (SELECT 1 FROM bumped)
+      AND (record_id = :record_id OR record_id = ANY(CAST(:displaced AS bigint[])))
+    RETURNING 1
+),
+written AS (
+    INSERT INTO image_archive_uploads (lane, at, record_id, state)
+    SELECT 'lsky', to_timestamp(:at), :record_id, CAST(:state AS text)
+    WHERE CAST(:state AS text) IS NOT NULL AND EXISTS (SELECT 1 FROM bumped)
+    RETURNING at
+)
+SELECT EXISTS (SELECT 1 FROM bumped), (SELECT at FROM written);
+
+-- name: settle_ledger
+-- The ledger's side of every statement that concludes an attempt (succeed, retry, fail,
+-- release, park) and of the sweeper's recovery: the record's rows end with the attempt.
+-- Written once, used as CTEs after the statement's own `written` (the rows it changed,
+-- `id`), so nothing is settled when the lock had passed on (the new holder's rows are its
+-- own). The upload this attempt's slot took stays when Lsky may have counted it
+-- (:counted), dated when that was known: now, or for an attempt that vanished
+-- (:vanished) the latest it could have answered; any other slot is given back. A booking
+-- stays only when the attempt comes back for it (:keep_booking).
+ledger_counted AS (
+    UPDATE image_archive_uploads AS u
+    SET state = 'done',
+        at = CASE WHEN CAST(:vanished AS boolean)
+                  THEN LEAST(now(), u.at + interval '15 minutes')
+                  ELSE GREATEST(u.at, now()) END
+    FROM written AS w
+    WHERE u.record_id = w.id AND u.state = 'taken' AND CAST(:counted AS boolean)
+    RETURNING 1
+),
+ledger_freed AS (
+    DELETE FROM image_archive_uploads AS u
+    USING written AS w
+    WHERE u.record_id = w.id
+      AND ((u.state = 'taken' AND NOT CAST(:counted AS boolean))
+           OR (u.state = 'booked' AND NOT CAST(:keep_booking AS boolean)))
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM given_back);
-
--- name: cancel_booking
--- A record that will not use its booked slot (parked for longer, concluded) frees it.
-DELETE FROM image_archive_uploads WHERE record_id = :record_id AND state = 'booked'
-RETURNING at;
 
 -- name: uploads_within
 -- Uploads (done or under way) in the last :seconds: the drain rate, status, backfill.
@@ -795,16 +718,6 @@ FROM image_archive_upload_hours AS h
 WHERE h.lane = 'lsky'
   AND h.hour + interval '1 hour' > now() - make_interval(secs => :seconds)
 ORDER BY 1;
-
--- name: window_frees_at
--- When a window Lsky named (:seconds, :limit uploads) frees its next slot by the ledger:
--- the limit-th newest upload in it ages out. NULL: the ledger holds fewer uploads than
--- the limit (other clients of the account count too), so the whole window is waited.
-SELECT min(e.at) + make_interval(secs => :seconds)
-FROM (SELECT at, sum(n) OVER (ORDER BY at DESC) AS seen
-      FROM ({{ledger_entries}}) AS entries
-      WHERE at > now() - make_interval(secs => :seconds) AND at <= now()) AS e
-WHERE e.seen >= :limit;
 
 -- name: roll_up_ledger
 -- The sweeper keeps the ledger small: uploads older than two hours become per-hour counts

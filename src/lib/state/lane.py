@@ -54,6 +54,16 @@ class LedgerEntry:
     backfill: int  # of them, uploads of backfilled records (history); the rest is live
 
 
+def settled(
+    *, counted: bool, keep_booking: bool = False, vanished: bool = False
+) -> dict[str, bool]:
+    """The parameters of settle_ledger (lib/sql/queries.sql), the ledger's side of every
+    statement that ends an attempt: whether its slot's upload may have been counted by
+    Lsky (kept as an upload, else given back), whether the record comes back for its booking
+    (else it goes), and whether the attempt vanished (dated the latest it could answer)."""
+    return {"counted": counted, "keep_booking": keep_booking, "vanished": vanished}
+
+
 def lane_state(row: Sequence[Any]) -> LaneState:
     """From the columns (paused_for, reason, window, now, detail, since, queue_end[, until,
     booked, drain_uploads]) that the claim and `lane_state` select."""

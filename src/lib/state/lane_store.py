@@ -9,8 +9,10 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
+from lib.archive import limiter, slots
 from lib.platform.errors import ServiceError
 from lib.platform.redact import outside_text
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, LedgerEntry, lane_state
@@ -36,6 +38,25 @@ class SlotAnswer(enum.StrEnum):
     BOOKED = "booked"  # a later slot is kept for the record: come back then
     WAIT = "wait"  # a later slot would be free, none was booked
     PAUSED = "paused"  # the lane is paused: no slot at all
+
+
+@dataclass(frozen=True)
+class _Ledger:
+    """slot_ledger's read: the lane, the database's clock (`now`, and as epoch seconds), the
+    record's booking and whether it is a backfill's, and the entries."""
+
+    paused: bool
+    paused_until: datetime | None
+    version: int
+    now: datetime
+    epoch: float
+    mine: float | None
+    history: bool
+    entries: tuple[slots.Entry, ...]
+
+
+def _at(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 @dataclass(frozen=True)
@@ -82,7 +103,7 @@ class LaneStore(Statements):
         self,
         record_id: int,
         *,
-        limits: Sequence[tuple[int, int]],
+        limits: Sequence[tuple[float, int]],
         margin: float,
         tolerance: float,
         stale: float,
@@ -91,15 +112,17 @@ class LaneStore(Statements):
         lead: float = 0.0,
         upload: float = 0.0,
     ) -> Slot:
-        """An upload slot for `record_id` under `limits` ((seconds, uploads) pairs); see
-        the take_slot statement for the rules. A slot another container took meanwhile
-        makes it read the lane again (briefly, at random, so two do not collide in step)."""
+        """An upload slot for `record_id` under `limits` ((span seconds, uploads) pairs, as
+        long as Lsky may count each: limiter.pacing_windows): the ledger is read, the slot
+        decided (lib.archive.slots), and written only if no other slot or pause came
+        meanwhile; else read again (briefly, at random, so two do not collide in step)."""
+        longest = max(seconds for seconds, _ in limits)
         for _ in range(SLOT_TRIES):
-            [[paused, go, at, now, booked, won]] = self._run(
-                "take_slot",
-                record_id=record_id,
-                windows=[float(seconds) for seconds, _ in limits],
-                limits=[int(uploads) for _, uploads in limits],
+            ledger = self._ledger(record_id, longest)
+            if ledger.paused:
+                return Slot(SlotAnswer.PAUSED, ledger.paused_until, ledger.now)
+            ask = slots.Ask(
+                windows=tuple(limits),
                 margin=margin,
                 tolerance=tolerance,
                 stale=stale,
@@ -107,27 +130,85 @@ class LaneStore(Statements):
                 sleep_within=sleep_within,
                 lead=lead,
                 upload=upload,
+                history=ledger.history,
+            )
+            decision = slots.decide(ledger.entries, now=ledger.epoch, mine=ledger.mine, ask=ask)
+            kept = decision.go or decision.book
+            if not kept and ledger.mine is None:
+                # Nothing to write: a slot further away than a booking, none held.
+                return Slot(SlotAnswer.WAIT, _at(decision.at), ledger.now)
+            state = slots.State.TAKEN if decision.go else slots.State.BOOKED
+            [[won, written]] = self._run(
+                "take_slot",
+                version=ledger.version,
+                record_id=record_id,
+                state=str(state) if kept else None,
+                at=decision.at,
+                displaced=list(decision.displaced),
             )
             if won:
                 break
             time.sleep(random.uniform(*CONTENTION_PAUSE_SECONDS))  # noqa: S311 - spread
         else:
             raise LaneContention(f"no upload slot after {SLOT_TRIES} tries: the lane is busy")
-        if paused:
-            answer = SlotAnswer.PAUSED
-        elif go:
-            answer = SlotAnswer.GO
-        else:
-            answer = SlotAnswer.BOOKED if booked else SlotAnswer.WAIT
-        return Slot(answer, at, now)
+        if decision.go:
+            return Slot(SlotAnswer.GO, ledger.now, ledger.now)
+        answer = SlotAnswer.BOOKED if decision.book else SlotAnswer.WAIT
+        at = written if isinstance(written, datetime) else _at(decision.at)
+        return Slot(answer, at, ledger.now)
 
-    def settle_slot(self, record_id: int, *, counted: bool) -> None:
-        """After a failed upload: its slot counts as an upload (`counted`), or is given
-        back (a rate-limit refusal stored nothing)."""
-        self._run("settle_slot", record_id=record_id, counted=counted)
+    def window_frees_at(
+        self,
+        seconds: float,
+        limit: int,
+        *,
+        margin: float,
+        window: str | None = None,
+        zone: str = "UTC",
+        record_id: int | None = None,
+    ) -> datetime:
+        """When the ledger says a window Lsky named (`window`, `seconds` long: its longest)
+        frees a slot, by Lsky's arithmetic (lib.archive.limiter.window_frees; the whole
+        window when it holds fewer than the limit). `record_id`: the record Lsky just
+        refused, whose own slot is no upload."""
+        ledger = self._ledger(record_id, seconds)
+        counted = [
+            slots.count_time(entry, ledger.epoch, 0.0)
+            for entry in ledger.entries
+            if entry.state is not slots.State.BOOKED
+            for _ in range(entry.n)
+        ]
+        at = limiter.window_frees(
+            counted,
+            now=ledger.epoch,
+            seconds=seconds,
+            limit=limit,
+            margin=margin,
+            window=window,
+            zone=ZoneInfo(zone),
+        )
+        return _at(at)
 
-    def cancel_booking(self, record_id: int) -> None:
-        self._run("cancel_booking", record_id=record_id)
+    def _ledger(self, record_id: int | None, seconds: float) -> _Ledger:
+        [row] = self._run("slot_ledger", record_id=record_id, seconds=seconds)
+        paused, paused_until, version, now, epoch, mine, history = row[:7]
+        times, counts, states, histories, records = (value or [] for value in row[7:12])
+        entries = tuple(
+            slots.Entry(float(at), int(n), slots.State(state), bool(backfill), record)
+            for at, n, state, backfill, record in zip(
+                times, counts, states, histories, records, strict=True
+            )
+        )
+        return _Ledger(
+            paused=bool(paused),
+            paused_until=paused_until,
+            version=int(version),
+            now=now,
+            epoch=float(epoch),
+            mine=None if mine is None else float(mine),
+            history=bool(history),
+            entries=entries,
+        )
 
     def uploads_within(self, seconds: float) -> int:
         [[count]] = self._run("uploads_within", seconds=seconds, record_id=None)
@@ -140,11 +221,6 @@ class LaneStore(Statements):
             LedgerEntry(at=float(at), uploads=int(uploads), backfill=int(backfill))
             for at, uploads, backfill in self._run("lane_ledger", seconds=seconds)
         ]
-
-    def window_frees_at(self, seconds: float, limit: int) -> datetime | None:
-        """When the ledger says a window Lsky named frees a slot; None: not known."""
-        [[at]] = self._run("window_frees_at", seconds=seconds, limit=limit, record_id=None)
-        return at if isinstance(at, datetime) else None
 
     def roll_up(self, *, limit: int = ROLL_UP_ROWS) -> tuple[int, int]:
         """Old uploads into hourly counts; returns (rolled up, missed bookings dropped)."""

@@ -18,7 +18,7 @@ from lib.state.claim import (
     StagedCopy,
     Task,
 )
-from lib.state.lane import lane_state
+from lib.state.lane import lane_state, settled
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
 
@@ -108,6 +108,7 @@ class ArchiveRecords(Statements):
         """Record the hosted image; says what the row held before (see Recorded).
 
         altered: whether Lsky stored other bytes than were sent (None: not compared).
+        log_upload: the upload goes into the ledger (an adoption sent nothing: False).
         """
         rows = self._run(
             "succeed",
@@ -118,6 +119,7 @@ class ArchiveRecords(Statements):
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
             altered=altered,
+            **settled(counted=log_upload),
         )
         if not rows:
             return Recorded.ROW_GONE
@@ -136,12 +138,15 @@ class ArchiveRecords(Statements):
         may_be_hosted: bool = True,
         staged: StagedCopy | None = None,
         sent: SentImage | None = None,
+        counted: bool = False,
     ) -> bool:
         """PENDING again after `delay_seconds`; False when the lock had passed on.
 
         may_be_hosted: whether this attempt may have left an image on Lsky (default: the
         safe answer for a caller that cannot tell; it costs the next attempt a look-up).
         staged: a copy staged during this attempt, recorded with the row.
+        counted: this attempt sent an upload Lsky may have counted (its slot stays in the
+        ledger as an upload; otherwise it is given back, as is any booking).
         """
         rows = self._run(
             "retry",
@@ -152,6 +157,7 @@ class ArchiveRecords(Statements):
             may_be_hosted=may_be_hosted,
             sent=_sent(sent),
             **_staged_params(staged),
+            **settled(counted=counted),
         )
         return bool(rows)
 
@@ -165,8 +171,9 @@ class ArchiveRecords(Statements):
         keep_staged: bool = False,
         staged: StagedCopy | None = None,
         sent: SentImage | None = None,
+        counted: bool = False,
     ) -> bool:
-        """FAILED; False when the lock had passed on (may_be_hosted as in retry).
+        """FAILED; False when the lock had passed on (may_be_hosted, counted as in retry).
         keep_staged: the row keeps (or records `staged` as) its staged copy, for a
         replay; otherwise it forgets it."""
         params = _staged_params(staged)
@@ -180,6 +187,7 @@ class ArchiveRecords(Statements):
             keep_staged=keep_staged,
             sent=_sent(sent),
             **params,
+            **settled(counted=counted),
         )
         return bool(rows)
 
@@ -196,6 +204,8 @@ class ArchiveRecords(Statements):
         staged: StagedCopy | None = None,
         forget_staged: bool = False,
         sent: SentImage | None = None,
+        counted: bool = False,
+        keep_booking: bool = False,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
 
@@ -204,6 +214,7 @@ class ArchiveRecords(Statements):
         may_be_hosted: None puts back what the claim found (nothing was sent since).
         staged: a copy staged during this attempt, recorded with the row;
         forget_staged: the row's own copy is dropped (it did not match what was captured).
+        counted as in retry; keep_booking: the record comes back for its booked slot.
         """
         rows = self._run(
             "release",
@@ -216,18 +227,20 @@ class ArchiveRecords(Statements):
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
             sent=_sent(sent),
             **_staged_params(staged, forget=forget_staged),
+            **settled(counted=counted, keep_booking=keep_booking),
         )
         return bool(rows)
 
     def park(self, record_id: int, *, delay_seconds: int, wait_reason: WaitReason | None) -> bool:
         """A PENDING row left without a message until it is due in `delay_seconds` (the
-        sweeper sends it then). wait_reason None keeps the row's."""
+        sweeper sends it then); a booking it held goes. wait_reason None keeps the row's."""
         return bool(
             self._run(
                 "park",
                 record_id=record_id,
                 delay=delay_seconds,
                 wait_reason=None if wait_reason is None else str(wait_reason),
+                **settled(counted=False),
             )
         )
 

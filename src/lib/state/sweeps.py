@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lib.state.lane import settled
 from lib.state.queries import Statements
 from lib.state.status import ArchiveStatus
 
@@ -53,6 +54,11 @@ def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     ]
 
 
+# A recovered attempt vanished: a slot it took may have been counted by Lsky (it stays as
+# an upload), and it comes back for no booking.
+_VANISHED = settled(counted=True, vanished=True)
+
+
 class SweepRecords(Statements):
     def take_expired_locks(
         self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
@@ -63,11 +69,14 @@ class SweepRecords(Statements):
                 limit=limit,
                 lock_ttl=lock_ttl_seconds,
                 max_attempts=max_attempts,
+                **_VANISHED,
             )
         )
 
     def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
-        return _swept(self._run("recover_lockless", limit=limit, max_attempts=max_attempts))
+        return _swept(
+            self._run("recover_lockless", limit=limit, max_attempts=max_attempts, **_VANISHED)
+        )
 
     def take_lost(
         self,
