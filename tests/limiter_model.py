@@ -2,7 +2,7 @@
 refuses an upload, and when a window frees, counted as lsky-pro 2.x ImageService::
 rateLimiter counts (devkit.lsky_model.window_count: rows created between Carbon's "-1
 {window}" and now, whole seconds, both ends; the month a calendar month back). Searches
-by brute force over Lsky's whole seconds, so it shares no arithmetic with lib.archive's."""
+Lsky's whole seconds by brute force: it shares no arithmetic with lib.archive's."""
 
 from __future__ import annotations
 
@@ -17,57 +17,83 @@ from devkit.lsky_model import window_count
 @dataclass(frozen=True)
 class Window:
     """A limit as Lsky counts it: `unit` minute ... month (Carbon's arithmetic), or None
-    for a window of `seconds` elapsed (the scaled windows of tests). `seconds` is what
-    LSKY_RATE_LIMITS says (a month: 31 days)."""
+    for a window of `seconds` elapsed (the scaled windows of tests, and the longest
+    reading pacing keeps). `seconds`: as LSKY_RATE_LIMITS says (a month: 31 days)."""
 
     unit: str | None
     seconds: int
     limit: int
 
-    def count(self, images: Sequence[float], at: float, zone: tzinfo) -> int:
-        """Rows this window counts at `at` (Lsky's clock) of those created by then."""
-        made = [c for c in images if c <= at]
-        return window_count(made, now=at, seconds=self.seconds, unit=self.unit, zone=zone)
+    def count(self, dated: Sequence[float], at: float, zone: tzinfo) -> int:
+        """Rows this window counts at `at`, of rows dated `dated` (Lsky's clock)."""
+        return window_count(dated, now=at, seconds=self.seconds, unit=self.unit, zone=zone)
 
 
-def refuses(images: Sequence[float], at: float, windows: Sequence[Window], zone: tzinfo) -> bool:
-    """Lsky, checking an upload at `at` on its clock, refuses it: a window holds its limit."""
-    return any(w.count(images, at, zone) >= w.limit for w in windows)
+def refuses(
+    images: Sequence[float], at: float, windows: Sequence[Window], zone: tzinfo, offset: float
+) -> bool:
+    """Lsky refuses an upload checked at `at` (our clock; Lsky's is `offset` ahead): some
+    window holds its limit of the rows stored by then (`images`, our clock)."""
+    dated = [c + offset for c in images if c <= at]
+    return any(w.count(dated, at + offset, zone) >= w.limit for w in windows)
 
 
 def frees(
-    images: Sequence[float], *, now: float, window: Window, zone: tzinfo, skew: float = 0.0
+    images: Sequence[float], *, now: float, window: Window, zone: tzinfo, offset: float
 ) -> float:
     """The earliest time from `now` (our clock) at which `window` holds fewer than its limit
-    of `images` (no upload added), Lsky reading each image `skew` later and checking
-    `skew` earlier than our clock says: its clock within `skew` of ours either way.
+    of `images` (all stored by now; no upload added), Lsky's clock `offset` ahead of ours.
 
     The count only changes on Lsky's whole seconds, and only falls within a calendar month
     (Carbon's month start jumps back at a month's turn): a binary search over the whole
     seconds of each month, from now."""
-    read = [c + skew for c in images]
-    start = now - skew
+    dated = [c + offset for c in images]
 
     def full(at: float) -> bool:
-        return window.count(read, at, zone) >= window.limit
+        return window.count(dated, at, zone) >= window.limit
 
-    if not full(start):
+    if not full(now + offset):
         return now
-    second = math.floor(start) + 1
+    second = math.floor(now + offset) + 1
     for _ in range(4):
         end = _month_end(second, zone) if window.unit == "month" else second + 10**9
         if full(end - 1):
             second = end
             continue
-        low, high = second, end - 1  # full(low - 1); not full(high)
+        low, high = second, end - 1  # full(low - 1), not full(high)
         while low < high:
             middle = (low + high) // 2
             if full(middle):
                 low = middle + 1
             else:
                 high = middle
-        return low + skew
+        return low - offset
     raise AssertionError("no window stays full for four months")
+
+
+def free_range(
+    images: Sequence[float], *, now: float, window: Window, zone: tzinfo, margin: float
+) -> tuple[float, float]:
+    """The earliest and latest of `frees` over every offset of Lsky's clock within
+    `margin` of ours: the ledger may free no earlier than the latest, and (keeping a
+    margin) should free no later than two margins after it. The answer moves with the
+    offset only at its ends and where the second of one of the limit newest images (the
+    only ones whose leaving can free the window) turns over within the margin: those
+    offsets are tried."""
+    offsets = {-margin, margin}
+    for c in sorted(images)[-window.limit :]:
+        for second in range(math.floor(c - margin), math.floor(c + margin) + 1):
+            if -margin <= second - c <= margin:
+                offsets.add(second - c)
+                offsets.add(max(-margin, second - c - 1e-6))
+    answers = [frees(images, now=now, window=window, zone=zone, offset=o) for o in offsets]
+    return min(answers), max(answers)
+
+
+def latest_free(
+    images: Sequence[float], *, now: float, window: Window, zone: tzinfo, margin: float
+) -> float:
+    return free_range(images, now=now, window=window, zone=zone, margin=margin)[1]
 
 
 def _month_end(second: int, zone: tzinfo) -> int:

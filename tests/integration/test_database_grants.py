@@ -169,11 +169,9 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             return slot.answer
 
         assert take(12) == "go"  # record 1 uploaded: the second of two a minute
-        lanes.settle_slot(12, counted=True)
         assert take(13) == "booked"
-        lanes.cancel_booking(13)
-        assert lanes.uploads_within(60) == 2
-        assert lanes.window_frees_at(60, 1) is not None
+        assert lanes.uploads_within(60) == 2  # the upload done and the one under way
+        assert lanes.window_frees_at(60, 1, margin=0.1) is not None
         lanes.roll_up()
         assert lanes.unpark(spread_seconds=1) == 0
         lanes.pause(until="infinity", reason="account", window=None, detail="401")

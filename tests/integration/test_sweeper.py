@@ -26,6 +26,7 @@ from lib.archive.message import encode, parse_record_id
 from lib.archive.runtime import build_sweeper
 from lib.platform.config import load_sweeper_settings
 from lib.platform.sqs import Queue
+from lib.state.lane import settled
 from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.logcapture import LogAssertions, capture_logs
@@ -682,6 +683,8 @@ PARKED_INDEX = "image_generation_records_archive_parked_idx"
 BACKFILLED_INDEX = "image_generation_records_archive_backfilled_idx"
 PENDING_INDEX = "image_generation_records_archive_pending_idx"
 RUNNING_INDEX = "image_generation_records_archive_running_idx"
+VANISHED = settled(counted=True, vanished=True)  # the sweeper's recovery settles the ledger
+UPLOADS_RECORD_INDEX = "image_archive_uploads_record_idx"
 PRIMARY_KEY = "image_generation_records_pkey"
 
 # 1,000 stale rows: 1-400 lost messages, 401-800 expired locks, 801-1000 expired on their
@@ -804,9 +807,9 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
                 QUERIES["recover_expired_locks"],
                 RUNNING_INDEX,
                 600,
-                {"lock_ttl": 180},
+                {"lock_ttl": 180, **VANISHED},
             ),
-            "lockless": (QUERIES["recover_lockless"], RUNNING_INDEX, 0, {}),
+            "lockless": (QUERIES["recover_lockless"], RUNNING_INDEX, 0, VANISHED),
             "lost messages": (
                 QUERIES["take_lost"],
                 PENDING_INDEX,
@@ -820,7 +823,9 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
             if "max_attempts" in statement:
                 bound["max_attempts"] = 3
             nodes = explain(conn, statement, analyze=True, **bound)
-            assert not [n for n in nodes if n.node_type == "Seq Scan"], (name, nodes)
+            # (The ledger is small by design: a scan of it is the planner's choice.)
+            scanned = [n for n in nodes if n.node_type == "Seq Scan"]
+            assert not [n for n in scanned if n.relation != "image_archive_uploads"], (name, nodes)
             # A range scan of the partial index (plain or bitmap, as the planner likes)...
             [scan] = [n for n in nodes if n.index == index]
             assert scan.node_type in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")
@@ -829,8 +834,11 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
             assert scan.actual_rows == stale, (name, scan)
             assert not any(n.removed_by_filter for n in nodes), (name, nodes)
             # The UPDATE finds the picked rows by primary key; lost messages also read the
-            # parked rows' own index and the backfilled rows' (ranges of nothing here).
+            # parked rows' own index and the backfilled rows' (ranges of nothing here); a
+            # recovery settles each row's slots in the ledger by its record index.
             also = {PARKED_INDEX} if name == "lost messages" else set()
+            if name in ("expired locks", "lockless"):
+                also = {UPLOADS_RECORD_INDEX}
             assert {n.index for n in nodes if n.index} <= {index, PRIMARY_KEY, *also}, nodes
         # A backfill's lost and parked rows: ranges of their own index (nothing here).
         nodes = explain(

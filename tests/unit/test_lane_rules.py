@@ -35,7 +35,7 @@ def rejected(message: str) -> Failure:
         ("每小时内你最多可以上传 100 张图片", "hour", 3_600, 100),
         ("每天内你最多可以上传 300 张图片", "day", 86_400, 300),
         ("每周内你最多可以上传 600 张图片", "week", 604_800, 600),
-        ("每月内你最多可以上传 999 张图片", "month", 2_592_000, 999),
+        ("每月内你最多可以上传 999 张图片", "month", 2_678_400, 999),  # the longest month
     ],
 )
 def test_every_lsky_window_is_read_from_the_message(
@@ -109,7 +109,7 @@ def test_a_window_pause_ends_when_the_ledger_says_the_window_frees() -> None:
     assert until(frees) == frees
     # Fewer uploads in the ledger than the limit: others used the window; wait it out.
     assert until(None) == NOW + timedelta(seconds=60)
-    # A ledger that says later than a whole window (or already past) is not believed.
+    # A ledger that says later than two windows (or already past) is not believed.
     assert until(NOW + timedelta(days=3)) == NOW + timedelta(seconds=60)
     assert until(NOW - timedelta(seconds=5)) == NOW + timedelta(seconds=60)
 

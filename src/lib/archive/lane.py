@@ -97,7 +97,8 @@ def pause_until(
     named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
     (`window_frees_at`: lib.archive.limiter.window_frees, through lib.state.lane_store;
     the whole window when the ledger holds fewer, since other clients count too); a
-    window the ledger could not date is waited out whole.
+    window the ledger could not date (or dates past now, or beyond two windows: Lsky's
+    second and summer time lengthen one by an hour at most) is waited out whole.
     """
     if condition.reason is PauseReason.ACCOUNT:
         return None
@@ -106,9 +107,10 @@ def pause_until(
         return now + timedelta(seconds=seconds)
     if condition.window_seconds is None:
         return now + timedelta(seconds=SAFE_PAUSE_SECONDS)
-    if window_frees_at is not None and window_frees_at > now:
+    whole = timedelta(seconds=condition.window_seconds)
+    if window_frees_at is not None and now < window_frees_at <= now + 2 * whole:
         return window_frees_at
-    return now + timedelta(seconds=condition.window_seconds)
+    return now + whole
 
 
 def probe_can_clear(detail: str | None) -> bool:

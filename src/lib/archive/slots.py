@@ -149,8 +149,9 @@ def _units(
         if standing and entry.at > now:
             continue
         booked = entry.state is State.BOOKED
-        unit = _Unit(count_time(entry, now, ask.upload), entry.n, entry.history, booked,
-                     entry.record_id)  # fmt: skip
+        unit = _Unit(
+            count_time(entry, now, ask.upload), entry.n, entry.history, booked, entry.record_id
+        )
         if unit.time <= oldest:
             continue
         if booked and entry.history and not ask.history and entry.record_id is not None:
@@ -194,8 +195,9 @@ def _history_blocked(
 ) -> list[tuple[float, float]]:
     """A backfilled record's further bound: backfilled records' uploads within the window's
     history share, live demand measured as the live entries counting in it from now on."""
-    live = sum(u.n for u in counted if not u.history
-               and counts_until(u.time, seconds, ask.margin) > now)  # fmt: skip
+    live = sum(
+        u.n for u in counted if not u.history and counts_until(u.time, seconds, ask.margin) > now
+    )
     share = history_share(limit, live)
     if share <= 0:
         # Nothing is left for history now: look again once a window has passed.

@@ -604,8 +604,9 @@ SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
 -- Pacing's read (lib.archive.slots decides on it): the lane's pause and version (the write
 -- is made only if no slot or pause came since), the database's clock, :record_id's booking
 -- and whether the record is a backfill's, and every entry a window of :seconds can meet
--- but the record's own: uploads done or under way as far back as the window reaches (an
--- upload under way counts until it answers, 15 minutes at most), every booked slot, and the
+-- but the record's own slot (booked, or taken by an upload Lsky just refused): uploads done
+-- or under way as far back as the window reaches (an upload under way counts until it
+-- answers, 15 minutes at most), every other booked slot, and the
 -- hours rolled up, counted at the hour's end (which can only make a window look fuller than
 -- it was), live and backfilled apart. Epoch seconds, as arrays: one row, one round trip.
 WITH entries AS (
@@ -615,7 +616,7 @@ WITH entries AS (
     LEFT JOIN image_generation_records AS r ON r.id = u.record_id
     WHERE u.lane = 'lsky'
       AND (u.state = 'booked' OR u.at > now() - make_interval(secs => CAST(:seconds AS double precision) + 905))
-      AND u.record_id IS DISTINCT FROM CAST(:record_id AS bigint)
+      AND NOT (u.state <> 'done' AND u.record_id IS NOT DISTINCT FROM CAST(:record_id AS bigint))
     UNION ALL
     SELECT h.hour + interval '1 hour', part.n, 'done', part.history, NULL
     FROM image_archive_upload_hours AS h
