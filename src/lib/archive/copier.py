@@ -67,6 +67,13 @@ class Copier:
             stream.set_deadline(deadline - upload_needs(size))
             return hold(stream, stream.image_type)
 
+    def check_source(self, task: Task, deadline: float) -> None:
+        """Ask the source for the image without fetching it (its status line and headers,
+        the connection then closed): a gone one (an expired URL) raises ArchiveFailure as
+        a download would."""
+        with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)):
+            return
+
     def find_ours(self, task: Task, sent: SentImage | None, deadline: float) -> LookUp:
         """The image an earlier attempt stored, by its exact name, if it can be ours (see
         lib.archive.reconcile.not_ours). Raises ArchiveFailure (stage lookup)."""

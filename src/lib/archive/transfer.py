@@ -67,8 +67,9 @@ class Transfer:
             # Only a staging claim takes a row while the lane is paused: capture it now.
             return self._capture_and_wait(at)
         if self._paced() and task.booked_at is None and _queued(lane):
-            # Others wait for slots already: queue behind them before fetching anything.
-            waiting = self._slot_or_wait(at, None)
+            # Others wait for slots already: queue behind them before fetching anything,
+            # once the source says it has the image (a gone one fails now, holding no slot).
+            waiting = self._source_gone(at) or self._slot_or_wait(at, None)
             if waiting is not None:
                 return waiting
         if task.may_be_hosted and task.sent is not None:
@@ -109,6 +110,16 @@ class Transfer:
             return self.copier.fetch(task, at.deadline)
         except ArchiveFailure as error:
             return self._source_failed(at, error.failure)
+
+    def _source_gone(self, at: _Attempt) -> Verdict | None:
+        """The record's own failure if its source no longer has the image (asked, not
+        fetched); a staged copy, not the source, is what a staged row sends."""
+        if at.task.staged_key is None:
+            try:
+                self.copier.check_source(at.task, at.deadline)
+            except ArchiveFailure as error:
+                return self._source_failed(at, error.failure)
+        return None
 
     def _source_failed(self, at: _Attempt, failure: Failure) -> Verdict:
         """The download failed. An image an earlier attempt may have stored can still be
@@ -174,8 +185,7 @@ class Transfer:
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
-            # Lsky's limiter counts stored images: the slot stays an upload when Lsky may
-            # have stored it, and the concluding statement gives it back otherwise.
+            # Lsky counts stored images: the slot stays if it may have stored this one.
             verdict = self._failed(at, error.failure, held)
             return replace(verdict, counted=error.failure.may_be_hosted)
         self.timings.uploaded(time.monotonic() - uploading)
@@ -308,25 +318,16 @@ class Transfer:
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
         staged = self._stage(at, held, "upload failed") if worth_staging(failure) else None
-        fields = {"error_class": str(decision.error_class), "error": error}
-        if decision.action is policy.Action.FAIL:
-            return Verdict(
-                Outcome.FAILED,
-                error,
-                may_be_hosted=failure.may_be_hosted,
-                staged=staged,
-                keep_staged=keeps_copy(failure),
-                sent=_sent(failure, held),
-                fields=fields,
-            )
+        fail = decision.action is policy.Action.FAIL
         return Verdict(
-            Outcome.RETRY,
+            Outcome.FAILED if fail else Outcome.RETRY,
             error,
-            decision.delay_seconds,
+            0 if fail else decision.delay_seconds,
             may_be_hosted=failure.may_be_hosted,
             staged=staged,
+            keep_staged=fail and keeps_copy(failure),
             sent=_sent(failure, held),
-            fields=fields,
+            fields={"error_class": str(decision.error_class), "error": error},
         )
 
     # -- staging ---------------------------------------------------------------------------
@@ -354,14 +355,11 @@ def _window_frees(
     """When the window Lsky named in a refusal frees, by the ledger (None: no window)."""
     if condition.window_seconds is None or condition.limit is None:
         return None
-    [(seconds, limit)] = limiter.pacing_windows([(condition.window_seconds, condition.limit)], zone)
+    [span] = limiter.pacing_windows([(condition.window_seconds, condition.limit)], zone)
+    margin = pacing.slot_margin([span])
+    # (The refused record's own slot is no upload.)
     return lanes.window_frees_at(
-        seconds,
-        limit,
-        margin=pacing.slot_margin([(seconds, limit)]),
-        window=condition.window,
-        zone=zone,
-        record_id=task.record_id,  # refused: its own slot is no upload
+        *span, margin=margin, window=condition.window, zone=zone, record_id=task.record_id
     )
 
 

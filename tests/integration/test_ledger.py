@@ -1,0 +1,372 @@
+"""The lane's ledger (issue 26, the ledger's half) through the archive handler and the
+real statements: every entry is an upload Lsky may have counted or a booking that will be
+used, a named window frees as Lsky counts (its limit-th newest upload leaving, its month
+PHP's "-1 month"), pacing keeps the longest month, and a paced burst whose sources are
+partly gone drains the rest at the limiter's pace."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from devkit import images
+from devkit.lsky import Behaviour
+from lib.archive import pacing
+from lib.archive.message import encode
+from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
+from lib.state.sweeps import SweepRecords
+from tests.integration.lane_model import time_passes
+from tests.integration.world import World
+from tests.limiter_model import Window, latest_free
+from tests.support import lane_row
+
+PNG = images.png(16, 16, size=3_000, seed=26)
+STEM = "alice_{}_20261202T120005Z"
+STARTED = datetime(2026, 12, 2, 12, 0, 5, tzinfo=UTC)
+PRC = ZoneInfo("Asia/Shanghai")
+LONGEST_MONTH = 31 * 86_400  # PHP's "-1 month" reaches back 28 to 31 days
+
+
+def ledger(db: Any, record_id: int | None = None) -> list[tuple[str, int | None]]:
+    """(state, record id) of the ledger's rows, of one record or all."""
+    rows = db.run("SELECT state, record_id FROM image_archive_uploads ORDER BY at")
+    return [(s, r) for s, r in rows if record_id is None or r == record_id]
+
+
+def booked_ahead(db: Any, seconds: float, record_id: int = 999) -> None:
+    """Another record's slot booked `seconds` ahead: a queue of bookings exists, so a
+    record takes (or books) its slot before fetching anything."""
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " VALUES ('lsky', now() + make_interval(secs => :s), :id, 'booked')",
+        s=seconds,
+        id=record_id,
+    )
+
+
+def record(world: World, record_id: int, **columns: Any) -> str:
+    columns.setdefault("started_at", STARTED)
+    return world.record(record_id, PNG, **columns)
+
+
+# -- 1. a slot taken before the fetch is given back when no upload follows ---------------
+
+
+@pytest.fixture
+def paced(world: World) -> World:
+    """Pacing at two uploads a minute, a booking 30 s ahead: a record takes its slot
+    before it fetches (the window holds one entry, the booking)."""
+    world.settings(LSKY_RATE_LIMITS="2/minute", ARCHIVE_RETRY_DELAYS="30")
+    booked_ahead(world.db, 30)
+    return world
+
+
+def test_a_slot_taken_before_a_download_that_fails_is_given_back(paced: World) -> None:
+    record(paced, 1, route={"status": 500})  # the provider fails: a retry
+
+    paced.deliver(1)
+
+    assert paced.state(1) == ("PENDING", 1)
+    assert paced.row(1)["archive_wait_reason"] == "backoff"
+    assert ledger(paced.db, 1) == []
+    # The next record takes the slot the first never used: it uploads now. (The slot
+    # left `taken` made it wait a minute, and counted as an upload for a month.)
+    record(paced, 2)
+    paced.deliver(2)
+    assert paced.state(2) == ("SUCCEEDED", 1)
+
+
+def test_an_adoption_gives_back_the_slot_it_took(paced: World) -> None:
+    # The last attempt may have stored the image (answer lost; what it sent unknown):
+    # the attempt takes its slot, fetches, finds the image, and adopts it.
+    record(paced, 3, archive_may_be_hosted=True)
+    stored = paced.lsky.add_image(PNG, origin_name=STEM.format(3) + ".png")
+
+    paced.deliver(3)
+
+    assert paced.row(3)["hosted_response"]["key"] == stored.key
+    assert paced.lsky.upload_count == 0
+    assert ledger(paced.db) == [("booked", 999)]
+
+
+def test_a_look_up_that_fails_gives_back_the_slot(paced: World) -> None:
+    record(paced, 4, archive_may_be_hosted=True, archive_sent='{"sha1": "ab", "size": [1, 1]}')
+    paced.lsky.listing_fault = 500
+
+    paced.deliver(4)
+
+    assert paced.state(4) == ("PENDING", 1)  # retried after the backoff
+    assert ledger(paced.db) == [("booked", 999)]
+
+
+def test_a_staged_copy_that_does_not_match_gives_back_the_slot(
+    paced: World, s3: Any, staging_bucket: str
+) -> None:
+    paced.settings(LSKY_RATE_LIMITS="2/minute", ARCHIVE_STAGING_BUCKET=staging_bucket)
+    s3.put_object(Bucket=staging_bucket, Key="staged/5/x.png", Body=b"not what was captured")
+    record(
+        paced,
+        5,
+        archive_staged_key="staged/5/x.png",
+        archive_staged_sha256=hashlib.sha256(PNG).hexdigest(),
+        archive_staged_bytes=len(PNG),
+        archive_staged_at=datetime.now(UTC),
+    )
+
+    paced.deliver(5)
+
+    assert paced.row(5)["archive_wait_reason"] == "own_fault"
+    assert ledger(paced.db) == [("booked", 999)]
+
+
+# -- 2. a booking goes with an attempt that will not use it ----------------------------------
+
+
+def booking_now(db: Any, record_id: int) -> None:
+    """The record's slot, booked by an earlier invocation: due now (its message is back)."""
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " VALUES ('lsky', now(), :id, 'booked')",
+        id=record_id,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"), [(403, ("FAILED", 1)), (500, ("PENDING", 1))], ids=["403", "500"]
+)
+def test_a_booked_record_whose_source_fails_leaves_no_booking(
+    world: World, status: int, outcome: tuple[str, int]
+) -> None:
+    world.settings(LSKY_RATE_LIMITS="2/minute")
+    record(world, 6, route={"status": status})
+    booking_now(world.db, 6)
+
+    world.deliver(6)
+
+    assert world.state(6) == outcome
+    assert ledger(world.db) == []
+    assert lane_row(world.db)["booked"] == 0  # the queue's end no longer holds a backfill
+
+
+def test_a_record_parked_on_its_third_receive_leaves_no_booking_and_is_staged(
+    world: World, s3: Any, staging_bucket: str
+) -> None:
+    world.settings(LSKY_RATE_LIMITS="1/minute", ARCHIVE_STAGING_BUCKET=staging_bucket)
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state) VALUES ('lsky', now(), 'done')"
+    )
+    record(world, 7)
+    world.archive.send(encode(7))
+    for _ in range(2):  # received twice already (held, or a redelivery)
+        world.archive.fast_forward(world.archive.receive())
+    event = world.archive.receive()
+    assert event["Records"][0]["attributes"]["ApproximateReceiveCount"] == "3"
+
+    world.archive.settle(event, world.archive.invoke(event))
+
+    row = world.row(7)
+    assert (row["archive_status"], row["archive_wait_reason"]) == ("PENDING", "paced")
+    assert row["archive_enqueued_at"] is None  # parked: the sweeper sends it when due
+    assert ledger(world.db, 7) == []
+    # Its bytes are staged: a parked row may outwait its source URL.
+    assert row["archive_staged_key"] is not None
+
+
+def test_a_record_the_sweeper_fails_leaves_no_booking_and_its_slot_counts(
+    world: World, pg_dsn: str
+) -> None:
+    world.crashed(8, attempts=3)  # its last attempt died an hour ago, slot and booking held
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state) VALUES"
+        " ('lsky', now() - interval '59 minutes', 8, 'taken'),"
+        " ('lsky', now() + interval '1 minute', 8, 'booked')"
+    )
+    database = Database(DatabaseConfig(url=pg_dsn))
+    try:
+        [swept] = SweepRecords(database).take_expired_locks(
+            limit=10, lock_ttl_seconds=180, max_attempts=3
+        )
+    finally:
+        database.close()
+
+    assert swept.archive_status == "FAILED"
+    # Lsky may have counted the vanished attempt's upload: it stays, dated the latest
+    # it could have answered (15 minutes after it began); the booking goes.
+    [[state, age]] = world.db.run(
+        "SELECT state, EXTRACT(EPOCH FROM now() - at) FROM image_archive_uploads"
+    )
+    assert state == "done"
+    assert 43 * 60 <= float(age) <= 45 * 60
+
+
+# -- 3. a named window frees when its limit-th newest upload leaves it ----------------------
+
+
+def test_a_daily_refusal_with_more_uploads_than_the_limit_waits_for_the_limit_th_newest(
+    world: World,
+) -> None:
+    # 400 uploads, one every 3 minutes (more than Lsky's 300 a day: its deleted images,
+    # another window's pacing): the day frees when the 300th newest leaves it, in 9.05 h.
+    # The oldest leaves in 4.05 h; reopening then costs a refusal an hour for five hours.
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state)"
+        " SELECT 'lsky', now() - g * interval '3 minutes', 'done'"
+        " FROM generate_series(0, 399) AS g"
+    )
+    record(world, 9)
+    world.lsky.script(Behaviour.status_false("每天内你最多可以上传 300 张图片"))
+
+    world.deliver(9)
+
+    [[paused_for]] = world.db.run(
+        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
+    )
+    hours = float(paused_for) / 3_600
+    assert 9.0 <= hours <= 9.1, hours
+    assert world.state(9) == ("PENDING", 0)
+
+
+# -- 4. Lsky's month ------------------------------------------------------------------------
+
+
+def test_pacing_keeps_the_longest_month_lsky_may_count(world: World) -> None:
+    # Two uploads a month, both made 30.5 days ago: after a 31-day month Lsky still counts
+    # them, so the lane does not upload (a 30-day month let it, and Lsky refused).
+    world.settings(LSKY_RATE_LIMITS="2/month")
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state) VALUES"
+        " ('lsky', now() - interval '30 days 12 hours', 'done'),"
+        " ('lsky', now() - interval '30 days 12 hours' + interval '1 second', 'done')"
+    )
+    record(world, 10)
+
+    world.deliver(10)
+
+    row = world.row(10)
+    assert (row["archive_status"], row["archive_wait_reason"]) == ("PENDING", "paced")
+    assert world.lsky.upload_count == 0
+    # Its slot: once the second of them has left the longest month (31 days), about 12 h.
+    assert (row["archive_next_run_at"] - datetime.now(UTC)).total_seconds() / 3_600 >= 11.9
+
+
+def test_a_monthly_refusal_ends_when_lsky_s_month_has_left_the_upload(world: World) -> None:
+    # An upload whose leaving Lsky's month (PHP's "-1 month", as long as the month before)
+    # is not 30 days after it: one of the window's last days, so that it leaves in a month
+    # that follows one of 28, 29 or 31 days.
+    [[now]] = world.db.run("SELECT CAST(EXTRACT(EPOCH FROM now()) AS double precision)")
+    month = Window("month", LONGEST_MONTH, 1)
+    margin = pacing.slot_margin([(LONGEST_MONTH, 1)])
+    stored = next(
+        at
+        for hours in range(1, 30 * 24)
+        if abs(
+            latest_free(
+                [at := now - hours * 3_600.5], now=now, window=month, zone=PRC, margin=margin
+            )
+            - (at + 30 * 86_400)
+        )
+        > 3_600
+    )
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state) VALUES"
+        " ('lsky', to_timestamp(:at), 'done')",
+        at=stored,
+    )
+    record(world, 11)
+    world.lsky.script(Behaviour.status_false("每月内你最多可以上传 1 张图片"))
+
+    world.deliver(11)
+
+    [[until]] = world.db.run(
+        "SELECT CAST(EXTRACT(EPOCH FROM paused_until) AS double precision) FROM image_archive_lane"
+    )
+    expected = latest_free([stored], now=now, window=month, zone=PRC, margin=margin)
+    assert expected <= until <= expected + 2 * margin + 1.0, (until - stored) / 86_400
+
+
+# -- 10. a paced burst whose sources are partly gone ----------------------------------------
+
+
+def test_a_paced_burst_drains_the_records_that_upload_at_the_limiter_s_pace(
+    world: World,
+) -> None:
+    """Twelve records at once, pacing two uploads per 10 s; every third record's source
+    is gone (403: FAILED at once). One container takes the messages as the queue holds
+    them; the test moves the database's clock on to each held message's time instead of
+    waiting. The eight that upload drain in the time the limiter needs for eight (Lsky's
+    whole seconds included): the gone ones hold no slot (they held 4 of 12)."""
+    world.settings(LSKY_RATE_LIMITS="2/10 seconds")
+    ids = list(range(100, 112))
+    for record_id in ids:
+        gone = record_id % 3 == 2
+        record(world, record_id, route={"status": 403} if gone else None, enqueued_at=0)
+        world.archive.send(encode(record_id))
+    clock = VirtualClock(world)
+
+    clock.drain(ids)
+
+    uploads = [i for i in ids if world.state(i)[0] == "SUCCEEDED"]
+    assert len(uploads) == 8
+    assert {world.state(i)[0] for i in set(ids) - set(uploads)} == {"FAILED"}
+    assert ledger(world.db) == [("done", i) for i in sorted(uploads, key=clock.uploaded.get)]
+    # The limiter's minimum for eight: two at once, then two each time a window has left
+    # the second of the pair before (its 10 s, the whole second, the margin).
+    assert clock.elapsed <= 3 * (10 + 1 + 0.025) + 2.0, clock.uploaded
+
+
+class VirtualClock:
+    """One container draining the queue as the event source mapping would; when no message
+    is visible, the database's clock moves on (tests.integration.lane_model.time_passes,
+    whole seconds: Lsky's seconds stay where they were) to the earliest held message's
+    time, and that message is made visible."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.began = time.monotonic()
+        self.shifted = 0
+        self.held: list[tuple[float, dict[str, Any]]] = []
+        self.uploaded: dict[int, float] = {}
+
+    @property
+    def now(self) -> float:
+        """Seconds since the burst, on the database's clock as the test moves it."""
+        return time.monotonic() - self.began + self.shifted
+
+    @property
+    def elapsed(self) -> float:
+        return max(self.uploaded.values())
+
+    def drain(self, ids: list[int]) -> None:
+        for _ in range(10 * len(ids)):
+            if {self.world.state(i)[0] for i in ids} <= {"SUCCEEDED", "FAILED"}:
+                return
+            event = self.world.archive.receive(wait_seconds=0)
+            if not event["Records"]:
+                self._next_held()
+                continue
+            response = self.world.archive.invoke(event)
+            self.world.archive.settle(event, response)
+            [record_id] = [int(json.loads(r["body"])["recordId"]) for r in event["Records"]]
+            if response["batchItemFailures"]:
+                self.held.append((self.now + self.world.archive.holds()[-1], event))
+            elif self.world.state(record_id)[0] == "SUCCEEDED":
+                self.uploaded[record_id] = self.now
+        raise AssertionError("the burst did not drain")
+
+    def _next_held(self) -> None:
+        assert self.held, "nothing visible and nothing held"
+        self.held.sort(key=lambda item: item[0])
+        due, event = self.held.pop(0)
+        gap = math.ceil(due - self.now)
+        if gap > 0:
+            time_passes(self.world.db, gap)
+            self.shifted += gap
+        self.world.archive.fast_forward(event)
