@@ -141,8 +141,9 @@ def _units(
 ) -> tuple[list[_Unit], list[_Unit]]:
     """The entries that count for this record, by time, and (for a live record) the
     backfilled records' bookings it may take over."""
-    oldest = now - max((seconds for seconds, _ in ask.windows), default=0.0)
-    oldest -= LSKY_SECOND + 2 * ask.margin
+    oldest = now - 2 * (
+        max((seconds for seconds, _ in ask.windows), default=0.0) + LSKY_SECOND + 2 * ask.margin
+    )  # history looks two windows back
     counted: list[_Unit] = []
     displaceable: list[_Unit] = []
     for entry in entries:
@@ -194,11 +195,14 @@ def _history_blocked(
     counted: Sequence[_Unit], *, now: float, seconds: float, limit: int, ask: Ask
 ) -> list[tuple[float, float]]:
     """A backfilled record's further bound: backfilled records' uploads within the window's
-    history share, live demand measured as the live entries counting in it from now on."""
-    live = sum(
-        u.n for u in counted if not u.history and counts_until(u.time, seconds, ask.margin) > now
-    )
-    share = history_share(limit, live)
+    history share. Live demand: the live entries in the window as Lsky counts it (its
+    second and the margin longer) up to now and booked after, or in the one before if
+    more (live records a window apart share one such window)."""
+    span = seconds + LSKY_SECOND + 2 * ask.margin
+    live = [u for u in counted if not u.history]
+    recent = sum(u.n for u in live if u.time > now - span)
+    before = sum(u.n for u in live if now - 2 * span < u.time <= now - span)
+    share = history_share(limit, max(recent, before))
     if share <= 0:
         # Nothing is left for history now: look again once a window has passed.
         return [(-math.inf, now + seconds + LSKY_SECOND + 2 * ask.margin)]

@@ -116,9 +116,10 @@ class LaneStore(Statements):
         long as Lsky may count each: limiter.pacing_windows): the ledger is read, the slot
         decided (lib.archive.slots), and written only if no other slot or pause came
         meanwhile; else read again (briefly, at random, so two do not collide in step)."""
-        longest = max(seconds for seconds, _ in limits)
+        # Two of the longest window back: a backfill's share looks at the window before.
+        reach = 2 * max(seconds for seconds, _ in limits)
         for _ in range(SLOT_TRIES):
-            ledger = self._ledger(record_id, longest)
+            ledger = self._ledger(record_id, reach)
             if ledger.paused:
                 return Slot(SlotAnswer.PAUSED, ledger.paused_until, ledger.now)
             ask = slots.Ask(
