@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -52,7 +53,7 @@ from typing import Any
 
 from bench.child import child_main, run_child
 from bench.common import RESULTS, Row, command_for, ratio, write_results
-from bench.services import SLOW, TINY, Services
+from bench.services import GONE, SLOW, TINY, Services
 
 TARGET_DRAIN_RATIO = 1.05
 TARGET_INVOCATIONS_PER_RECORD = 1.2
@@ -71,6 +72,13 @@ class Scenario:
     target: str  # "drain" (drain time, waiting), "slow" (attempts, invocations), "" (none)
     source: str = TINY  # the upstream route
     timeout: int = FUNCTION_TIMEOUT_SECONDS  # the archive function's, as the template sets
+    gone: float = 0.0  # the share of records whose source answers 403 (FAILED at once)
+    adopted: float = 0.0  # the share an earlier attempt stored on Lsky (adopted, no upload)
+
+    @property
+    def slug(self) -> str:
+        """The name in a file or queue name: `paced-some-sources-gone-some-adopted`."""
+        return "-".join(self.name.replace(",", "").split())[:40]
 
     @property
     def limits(self) -> list[tuple[float, int]]:
@@ -90,7 +98,18 @@ TWO_WINDOWS = Scenario(
     timeout=30,
 )
 UNPACED = Scenario("unpaced", 20, (("minute", 60.0, 10),), pacing="", target="")
-SCENARIOS = (PACED, TWO_WINDOWS, UNPACED)
+# Some records never upload: a fifth of the sources are gone, a tenth of the images were
+# stored by an earlier attempt whose answer was lost. The rest drain at the limiter's pace.
+SOME_GONE = Scenario(
+    "paced, some sources gone, some adopted",
+    50,
+    (("minute", 20.0, 10),),
+    pacing="10/20 seconds",
+    target="drain",
+    gone=0.2,
+    adopted=0.1,
+)
+SCENARIOS = (PACED, SOME_GONE, TWO_WINDOWS, UNPACED)
 
 
 def greedy_schedule(
@@ -99,30 +118,38 @@ def greedy_schedule(
     *,
     concurrency: int | None = None,
     transfer: float = 0.0,
+    start: float = 0.0,
 ) -> list[float]:
     """The earliest start of each of `count` uploads, all ready at 0, when every sliding
     window (seconds, uploads) may hold at most `uploads` of them and at most `concurrency`
     transfers of `transfer` seconds run at once. Greedy is optimal here: the i-th upload
-    can start no earlier than the (i-limit)-th plus the window, nor than the
-    (i-concurrency)-th plus a transfer. (Lsky counts [now - window, now], so the bound is
-    an infimum: the real slot is an instant later.)"""
+    can start no earlier than the (i-limit)-th has left the window, nor than the
+    (i-concurrency)-th plus a transfer. Lsky dates an upload in whole seconds of its clock
+    and counts both ends of a window, so an upload leaves it when its second plus the
+    window plus one begins: `start` is the wall-clock time of 0 (the clock's seconds)."""
     starts: list[float] = []
     for i in range(count):
-        start = 0.0
+        earliest = 0.0
         for seconds, limit in limits:
             if i >= limit:
-                start = max(start, starts[i - limit] + seconds)
+                leaves = math.floor(start + starts[i - limit]) + seconds + 1 - start
+                earliest = max(earliest, leaves)
         if concurrency is not None and i >= concurrency:
-            start = max(start, starts[i - concurrency] + transfer)
-        starts.append(start)
+            earliest = max(earliest, starts[i - concurrency] + transfer)
+        starts.append(earliest)
     return starts
 
 
 def theoretical_drain(
-    count: int, limits: Sequence[tuple[float, int]], *, concurrency: int, transfer: float
+    count: int,
+    limits: Sequence[tuple[float, int]],
+    *,
+    concurrency: int,
+    transfer: float,
+    start: float = 0.0,
 ) -> float:
     """Seconds from the burst to the end of its last transfer, at best."""
-    starts = greedy_schedule(count, limits, concurrency=concurrency, transfer=transfer)
+    starts = greedy_schedule(count, limits, concurrency=concurrency, transfer=transfer, start=start)
     return (starts[-1] if starts else 0.0) + transfer
 
 
@@ -276,6 +303,25 @@ def take_row(services: Services, command: str) -> tuple[Row, dict[str, Any]]:
     return row, result
 
 
+def _plant(db: Any, lsky: Any, record_ids: list[int]) -> None:
+    """Each record's image on Lsky already, named as its upload would be: stored by an
+    earlier attempt whose answer was lost, a minute ago (out of every window)."""
+    import urllib3  # noqa: PLC0415
+
+    from lib.archive.naming import hosted_file_stem  # noqa: PLC0415
+
+    for record_id, url, started in db.run(
+        "SELECT id, image_url, started_at FROM image_generation_records"
+        " WHERE id = ANY(CAST(:ids AS bigint[]))",
+        ids=record_ids,
+    ):
+        stem = hosted_file_stem(
+            username="bench", user_id=1, record_id=record_id, started_at=started
+        )
+        image = urllib3.request("GET", url).data
+        lsky.add_image(image, origin_name=f"{stem}.png", age=60.0)
+
+
 def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one linear story
     if args.get("mode") == "take":
         return measure_take(args)
@@ -304,10 +350,11 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one line
             window_scale={name: seconds for name, seconds, _ in scenario.windows},
         )
     )
+    _plant(db, lsky, args.get("adopted", []))
     sqs = boto3.client("sqs")
     queues = create_queue_pair(
         sqs,
-        f"bench-lane-{scenario.name.split()[0].strip(',')}-{int(time.time() * 1000)}",
+        f"bench-lane-{scenario.slug}-{int(time.time() * 1000)}",
         visibility_timeout=720,
     )
     env = {
@@ -326,7 +373,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one line
             f"archive-{n}",
             "handlers.archive:lambda_handler",
             env=env,
-            log_path=logs / f"lane-{scenario.name.split()[0].strip(',')}-archive-{n}.log",
+            log_path=logs / f"lane-{scenario.slug}-archive-{n}.log",
             function_name="ArchiveFunction",
             timeout_seconds=scenario.timeout,
         )
@@ -407,7 +454,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one line
         ids=record_ids,
     )
     stack.close()  # event source, containers, Lsky, the connection
-    stored = [round(t - t0, 3) for t in lsky.stored_timestamps()]
+    stored = [round(t - t0, 3) for t in lsky.stored_timestamps(include_planted=False)]
     with lock:
         delivered = list(deliveries)
     return {
@@ -415,9 +462,15 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0915 - one line
         "concluded": concluded,
         "observed_seconds": observed,
         "send_seconds": sent_seconds,
+        "sent_wall": sent_wall,
         "archived_at": [
             round(float(at) - sent_wall, 3) if at is not None else None for *_, at in rows
         ],
+        "archived_by_id": {
+            str(record_id): round(float(at) - sent_wall, 3)
+            for record_id, _, _, at in rows
+            if at is not None
+        },
         "statuses": dict(Counter(str(status) for _, status, _, _ in rows)),
         "attempts": dict(Counter(int(attempts) for _, _, attempts, _ in rows)),
         "deliveries": sorted(delivered, key=lambda d: d["at"]),
@@ -476,7 +529,11 @@ def timeline(drain: Drain) -> str:
     """Each stored upload beside its slot in the theoretical schedule (seconds from send)."""
     scenario = drain.scenario
     ideal = greedy_schedule(
-        scenario.records, scenario.limits, concurrency=CONTAINERS, transfer=drain.transfer
+        len(drain.result["stored"]),
+        scenario.limits,
+        concurrency=CONTAINERS,
+        transfer=drain.transfer,
+        start=drain.result["sent_wall"],
     )
     lines = [f"lane {scenario.name}: upload  stored(s)  ideal start(s)  late(s)"]
     for n, (stored, start) in enumerate(zip(drain.result["stored"], ideal, strict=False), 1):
@@ -484,25 +541,59 @@ def timeline(drain: Drain) -> str:
     return "\n".join(lines)
 
 
+def seed(services: Services, scenario: Scenario) -> tuple[list[int], list[int], list[int]]:
+    """The burst's records, interleaved: (all, gone, adopted). A gone one's source answers
+    403; an adopted one's image is on Lsky already (planted by the child), its row marked
+    as an earlier attempt whose answer was lost leaves it."""
+    ids = services.seed(scenario.source, scenario.records)
+    gone = ids[2 :: round(1 / scenario.gone)] if scenario.gone else []
+    rest = [i for i in ids if i not in gone]
+    count = round(scenario.records * scenario.adopted)
+    adopted = rest[4 :: len(rest) // count][:count] if count else []
+    services.db.run(
+        "UPDATE image_generation_records SET image_url = :url"
+        " WHERE id = ANY(CAST(:ids AS bigint[]))",
+        url=services.image_url(GONE),
+        ids=gone,
+    )
+    services.db.run(
+        "UPDATE image_generation_records SET archive_may_be_hosted = true"
+        " WHERE id = ANY(CAST(:ids AS bigint[]))",
+        ids=adopted,
+    )
+    return ids, gone, adopted
+
+
 def drain_once(services: Services, scenario: Scenario) -> Drain:
     services.start_moto()
-    record_ids = services.seed(scenario.source, scenario.records)
-    args = {"scenario": asdict(scenario), "record_ids": record_ids, "dsn": services.dsn}
+    record_ids, gone, adopted = seed(services, scenario)
+    args = {
+        "scenario": asdict(scenario),
+        "record_ids": record_ids,
+        "dsn": services.dsn,
+        "adopted": adopted,
+    }
     env = services.handler_env()
-    result = run_child("bench.lane", args, env, log_name=f"lane-{scenario.name.split()[0]}")
-    if not result["concluded"] or result["statuses"] != {"SUCCEEDED": scenario.records}:
+    result = run_child("bench.lane", args, env, log_name=f"lane-{scenario.slug}")
+    expected = {"SUCCEEDED": scenario.records - len(gone)} | ({"FAILED": len(gone)} if gone else {})
+    if not result["concluded"] or result["statuses"] != expected:
         raise RuntimeError(
             f"lane {scenario.name}: the burst did not drain: {result['statuses']} "
             f"after {result['observed_seconds']:.0f} s (see bench/results/logs/lane-*.log)"
         )
+    uploading = [i for i in record_ids if i not in gone and i not in adopted]
     transfers = [d["transfer"] for d in result["deliveries"] if d["transfer"] is not None]
     transfer = statistics.median(transfers)
     theoretical = theoretical_drain(
-        scenario.records, scenario.limits, concurrency=CONTAINERS, transfer=transfer
+        len(uploading),
+        scenario.limits,
+        concurrency=CONTAINERS,
+        transfer=transfer,
+        start=result["sent_wall"],
     )
     drain = Drain(
         scenario=scenario,
-        seconds=max(result["archived_at"]),
+        seconds=max(result["archived_by_id"][str(i)] for i in uploading),
         theoretical=theoretical,
         transfer=transfer,
         invocations=len(result["deliveries"]),
@@ -520,7 +611,15 @@ def rows_for(drain: Drain, command: str) -> list[Row]:
     pacing = f"LSKY_RATE_LIMITS {s.pacing!r}" if s.pacing else "pacing off"
     windows = ", ".join(f"{limit} per {seconds:g} s" for _, seconds, limit in s.windows)
     slow = ", a slow source" if s.source != TINY else ""
-    setup = f"{s.records} records at once, Lsky {windows}, {pacing}{slow}, {CONTAINERS} containers"
+    some = (
+        f", {s.gone:.0%} of the sources gone (403), {s.adopted:.0%} of the images adopted"
+        if s.gone or s.adopted
+        else ""
+    )
+    setup = (
+        f"{s.records} records at once{some}, Lsky {windows}, {pacing}{slow}, "
+        f"{CONTAINERS} containers"
+    )
     refusals = f"{drain.refusals} refusal{'s' * (drain.refusals != 1)}"
     drain_text = (
         f"{drain.seconds:.1f} s vs {drain.theoretical:.1f} s theoretical = {drain.ratio:.2f}x "
@@ -539,7 +638,8 @@ def rows_for(drain: Drain, command: str) -> list[Row]:
         rows = [
             Row(
                 "7",
-                f"{name}: drain time vs the limits' minimum ({setup})",
+                f"{name}: drain time{' of the records that upload' if some else ''} "
+                f"vs the limits' minimum{' for them' if some else ''} ({setup})",
                 drain_text,
                 f"<= {TARGET_DRAIN_RATIO}x, no refusal",
                 drain.ratio <= TARGET_DRAIN_RATIO and drain.refusals == 0,
@@ -584,8 +684,9 @@ def rows_for(drain: Drain, command: str) -> list[Row]:
 
 def run(services: Services, scenarios: Sequence[Scenario] = SCENARIOS) -> list[Row]:
     command = command_for("lane")
-    rows: list[Row] = []
-    raw: dict[str, Any] = {}
+    take, taken = take_row(services, command)
+    rows: list[Row] = [take]
+    raw: dict[str, Any] = {"take_slot": taken}
     for scenario in scenarios:
         drain = drain_once(services, scenario)
         raw[scenario.name] = {

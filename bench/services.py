@@ -31,6 +31,8 @@ TINY_BYTES = 200
 # A tiny image from a slow provider: each download takes this long (the lane bench).
 SLOW = "/slow.png"
 SLOW_SECONDS = 5.0
+# A provider's URL that expired: every download answers 403 (the lane bench).
+GONE = "/gone.png"
 # Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
 ROUTES: dict[str, tuple[int, bool]] = {
     TINY: (TINY_BYTES, False),
@@ -82,6 +84,7 @@ class Services:
         self.db.run("INSERT INTO users (id, username) VALUES (1, 'bench') ON CONFLICT DO NOTHING")
         routes = [f"{path}={size}{':chunked' * chunk}" for path, (size, chunk) in ROUTES.items()]
         routes = [r + f":delay={SLOW_SECONDS}" if r.startswith(SLOW) else r for r in routes]
+        routes.append(f"{GONE}=0:status=403")
         upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes])
         self.upstream_url = _read_announcement(upstream, "UPSTREAM_URL=")
         lsky = self._spawn(

@@ -4,7 +4,7 @@ A separate process so the server's threads do not share a GIL (or an RSS figure)
 with the process being measured; on Lambda the provider is on another machine.
 
     python -m bench.upstream /tiny.png=200 /big.png=50000000 /nolen.png=50000000:chunked \
-        /slow.png=200:delay=1.5
+        /slow.png=200:delay=1.5 /gone.png=0:status=403
 
 prints `UPSTREAM_URL=http://127.0.0.1:PORT` once listening, then serves until stdin
 closes (so it never outlives the bench that started it). Bodies are valid PNGs of
@@ -30,7 +30,9 @@ def main(argv: list[str]) -> int:
         size_text, _, mode = rest.partition(":")
         size = int(size_text)
         delay = float(mode.removeprefix("delay=")) if mode.startswith("delay=") else 0.0
-        if size < 1024:
+        if mode.startswith("status="):  # a source that is gone: e.g. 403, an expired URL
+            server.add(path, b"gone", status=int(mode.removeprefix("status=")))
+        elif size < 1024:
             small = images.png(size=size) if size > 100 else images.png()
             server.add(path, small, delay=delay)  # delay: a slow provider, before the body
         else:

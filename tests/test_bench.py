@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from bench.common import Row, peak_rss, reset_peak_rss, rss
+from bench.lane import greedy_schedule
 from bench.migrate import window
 from bench.run import render
 
@@ -35,3 +37,14 @@ def test_the_migrate_bench_counts_every_statement_that_overlapped_the_run() -> N
     samples = [(0.0, 1.0), (4.0, 0.5), (9.0, 2.0), (10.5, 0.1), (12.0, 0.1)]
     # Started before and still waiting; inside; started inside and ending after.
     assert window(samples, start=0.5, end=10.0) == [1.0, 0.5, 2.0]
+
+
+def test_the_lane_s_minimum_counts_lsky_s_whole_seconds() -> None:
+    # Two per 10 s from 0.9 s past a second: the first pair leaves the window when second
+    # 0 + 10 + 1 begins (10.1 s later), not 10 s after it went.
+    assert greedy_schedule(4, [(10.0, 2)], start=1000.9) == pytest.approx([0, 0, 10.1, 10.1])
+    assert greedy_schedule(3, [(10.0, 1)], concurrency=1, transfer=0.5, start=1000.0) == [
+        0.0,
+        11.0,
+        22.0,
+    ]

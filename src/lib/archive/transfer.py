@@ -66,9 +66,9 @@ class Transfer:
         if lane.paused:
             # Only a staging claim takes a row while the lane is paused: capture it now.
             return self._capture_and_wait(at)
-        if self._paced() and task.booked_at is None and _queued(lane):
-            # Others wait for slots already: queue behind them before fetching anything,
-            # once the source says it has the image (a gone one fails now, holding no slot).
+        if self._paced() and task.booked_at is None and _queued(lane) and not task.may_be_hosted:
+            # Others wait for slots already: queue behind them before fetching anything, once
+            # the source has the image (a gone one fails now), unless it may be hosted already.
             waiting = self._source_gone(at) or self._slot_or_wait(at, None)
             if waiting is not None:
                 return waiting
