@@ -185,10 +185,10 @@ def test_the_requeue_interval_grows_with_the_backlog() -> None:
 @pytest.mark.parametrize(
     ("wait", "fetch", "fetches_now"),
     [
-        (0.4, 0.0, True),  # a moment away: fetch, then a short sleep at most
+        (0.2, 0.0, True),  # a moment away: fetch, then a short sleep at most
         (5.0, 5.0, True),  # the fetch covers the wait
-        (5.9, 5.0, True),  # ...all but a moment of it
-        (6.2, 5.0, False),  # a second invocation: no sleep longer than a moment
+        (5.2, 5.0, True),  # ...all but a moment of it
+        (5.4, 5.0, False),  # a second invocation: no sleep longer than a moment
         (30.0, 5.0, False),
         (1.5, 0.01, False),  # a quick source does not stretch to a long wait
     ],

@@ -27,7 +27,10 @@ BOOK_WITHIN_SECONDS = 900.0
 # An attempt with the bytes in hand sleeps for a slot at most this long, or as long as it
 # took to fetch them, whichever is more: a short sleep is cheaper than a second invocation
 # (and a slow source's bytes are worth keeping), a long one is billed time spent waiting.
-SLEEP_LIMIT_SECONDS = 1.0
+# Lsky counts whole seconds, so a booked slot that moves moves by a second (an upload
+# before it answered just past one): held again, that costs an invocation of tens of
+# milliseconds; slept, most of a second billed.
+SLEEP_LIMIT_SECONDS = 0.25
 SLEEP_TRIES = 3
 # A booked record's lateness behind its booking (the queue's pickup, the claim) is learnt
 # from lateness up to this, and booked for up to this; anything later is not the pickup

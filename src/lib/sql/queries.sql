@@ -608,7 +608,8 @@ SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
 -- or under way as far back as the window reaches (an upload under way counts until it
 -- answers, 15 minutes at most), every other booked slot, and the
 -- hours rolled up, counted at the hour's end (which can only make a window look fuller than
--- it was), live and backfilled apart. Epoch seconds, as arrays: one row, one round trip.
+-- it was), live and backfilled apart. One row, one round trip; the entries as one text
+-- (`epoch n state history record;...`: a driver parses arrays of hundreds slowly).
 WITH entries AS (
     SELECT u.at, 1 AS n, u.state, COALESCE(r.archive_backfilled, false) AS history,
            u.record_id
@@ -633,11 +634,9 @@ SELECT COALESCE(l.paused_until > now(), false),
         WHERE b.record_id = CAST(:record_id AS bigint) AND b.state = 'booked'),
        COALESCE((SELECT archive_backfilled FROM image_generation_records
                  WHERE id = CAST(:record_id AS bigint)), false),
-       array_agg(CAST(EXTRACT(EPOCH FROM e.at) AS double precision)) FILTER (WHERE e.at IS NOT NULL),
-       array_agg(e.n) FILTER (WHERE e.at IS NOT NULL),
-       array_agg(e.state) FILTER (WHERE e.at IS NOT NULL),
-       array_agg(e.history) FILTER (WHERE e.at IS NOT NULL),
-       array_agg(e.record_id) FILTER (WHERE e.at IS NOT NULL)
+       COALESCE(string_agg(concat_ws(' ', EXTRACT(EPOCH FROM e.at), e.n, e.state,
+                                     CASE WHEN e.history THEN 1 ELSE 0 END,
+                                     COALESCE(e.record_id, 0)), ';'), '')
 FROM image_archive_lane AS l
 LEFT JOIN entries AS e ON true
 WHERE l.lane = 'lsky'

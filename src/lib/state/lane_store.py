@@ -55,6 +55,12 @@ class _Ledger:
     entries: tuple[slots.Entry, ...]
 
 
+def _entry(fields: list[str]) -> slots.Entry:
+    """One entry of slot_ledger's text: epoch seconds, uploads, state, history, record."""
+    at, n, state, history, record = fields
+    return slots.Entry(float(at), int(n), slots.State(state), history == "1", int(record) or None)
+
+
 def _at(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
 
@@ -192,14 +198,8 @@ class LaneStore(Statements):
 
     def _ledger(self, record_id: int | None, seconds: float) -> _Ledger:
         [row] = self._run("slot_ledger", record_id=record_id, seconds=seconds)
-        paused, paused_until, version, now, epoch, mine, history = row[:7]
-        times, counts, states, histories, records = (value or [] for value in row[7:12])
-        entries = tuple(
-            slots.Entry(float(at), int(n), slots.State(state), bool(backfill), record)
-            for at, n, state, backfill, record in zip(
-                times, counts, states, histories, records, strict=True
-            )
-        )
+        paused, paused_until, version, now, epoch, mine, history, text = row
+        entries = tuple(_entry(item.split(" ")) for item in str(text).split(";") if item)
         return _Ledger(
             paused=bool(paused),
             paused_until=paused_until,
