@@ -178,16 +178,7 @@ class PacedLane(RuleBasedStateMachine):
     def until_the_next_slot(self, jitter: float) -> None:
         """The clock runs to the earliest slot the ledger has for a live record: the edge
         where a window frees, which the next take then tries."""
-        ask = slots.Ask(
-            windows=self.spans,
-            margin=self.margin,
-            tolerance=0.0,
-            stale=0.0,
-            book_within=UNBOUNDED,
-            sleep_within=UNBOUNDED,
-        )
-        slot = slots.decide(self._others(0), now=self.now, mine=None, ask=ask).at
-        self.now = max(self.now, slot) + jitter * self.tolerance
+        self.now = max(self.now, self._earliest_slot()) + jitter * self.tolerance
 
     @precondition(lambda self: self._uploading())
     @rule(data=st.data())
@@ -271,15 +262,7 @@ class PacedLane(RuleBasedStateMachine):
         margins after."""
         if not self._settled():
             return
-        ask = slots.Ask(
-            windows=self.spans,
-            margin=self.margin,
-            tolerance=0.0,
-            stale=0.0,
-            book_within=UNBOUNDED,
-            sleep_within=UNBOUNDED,
-        )
-        slot = slots.decide(self.ledger.rows, now=self.now, mine=None, ask=ask).at
+        slot = self._earliest_slot()
         dates = [e.at for e in self.ledger.rows for _ in range(e.n)]
         lsky = max(
             latest_free(
@@ -333,6 +316,18 @@ class PacedLane(RuleBasedStateMachine):
             )
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _earliest_slot(self) -> float:
+        """The exact earliest slot for a new live record: no rounding, no sleep limit."""
+        ask = slots.Ask(
+            windows=self.spans,
+            margin=self.margin,
+            tolerance=0.0,
+            stale=0.0,
+            book_within=UNBOUNDED,
+            sleep_within=UNBOUNDED,
+        )
+        return slots.decide(self._others(0), now=self.now, mine=None, ask=ask).at
 
     def _others(self, record_id: int) -> list[Entry]:
         """What slot_ledger reads for a record: every entry but its own booking or slot."""

@@ -636,7 +636,8 @@ SELECT COALESCE(l.paused_until > now(), false),
                  WHERE id = CAST(:record_id AS bigint)), false),
        COALESCE(string_agg(concat_ws(' ', EXTRACT(EPOCH FROM e.at), e.n, e.state,
                                      CASE WHEN e.history THEN 1 ELSE 0 END,
-                                     COALESCE(e.record_id, 0)), ';'), '')
+                                     COALESCE(e.record_id, 0)), ';')
+                FILTER (WHERE e.at IS NOT NULL), '')
 FROM image_archive_lane AS l
 LEFT JOIN entries AS e ON true
 WHERE l.lane = 'lsky'
