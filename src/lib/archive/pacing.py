@@ -19,6 +19,11 @@ SLOT_MARGIN_SECONDS = 2.0
 # A slot due within this is taken now (the two clocks' noise), and within a quarter of the
 # margin at most: taken any earlier, it would spend the margin it was given.
 SLOT_TOLERANCE_SECONDS = 0.05
+# An upload under way or booked counts in the windows from when it should answer (this
+# container's recent uploads) and this much later: its pickup, fetch and transfer vary,
+# and Lsky's whole seconds turn a later answer across a second into a whole second more
+# for every slot measured from it. Within this, a booked slot stays free when it comes.
+ANSWER_SLACK_SECONDS = 0.25
 # A booked slot missed by more than this is given up and a fresh one taken.
 BOOKING_STALE_SECONDS = 120.0
 # Slots further away than this are not booked: the record is parked (no message held)

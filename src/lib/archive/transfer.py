@@ -218,7 +218,7 @@ class Transfer:
                 book_within=pacing.BOOK_WITHIN_SECONDS,
                 sleep_within=longest,
                 lead=lead,
-                upload=self.timings.upload,
+                upload=self.timings.upload + pacing.ANSWER_SLACK_SECONDS,
             )
             if attempt == 0 and held is not None and at.task.booked_at is not None:
                 self.timings.came_back((slot.now - at.task.booked_at).total_seconds())
