@@ -70,10 +70,13 @@ def paced(world: World) -> World:
 
 
 def test_a_slot_taken_before_a_download_that_fails_is_given_back(paced: World) -> None:
-    record(paced, 1, route={"status": 500})  # the provider fails: a retry
+    # The provider has the image when asked before the record queues, then fails the
+    # download (a 500: a retry).
+    record(paced, 1, route={"fail_after": 1, "fail_after_status": 500})
 
     paced.deliver(1)
 
+    assert paced.downloads(1) == 2
     assert paced.state(1) == ("PENDING", 1)
     assert paced.row(1)["archive_wait_reason"] == "backoff"
     assert ledger(paced.db, 1) == []

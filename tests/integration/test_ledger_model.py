@@ -41,6 +41,7 @@ ZONE = "Asia/Shanghai"
 LOCK_TTL = 180
 MAX_ATTEMPTS = 3
 URL = "https://upstream.invalid/img.png"
+DAY = 86_400
 WINDOW_SETS = (
     (Window(None, 3, 2),),
     (Window(None, 2, 1), Window(None, 10, 3)),
@@ -54,6 +55,7 @@ class Attempt:
     owner: str
     task: Any
     slot: bool = False  # its upload slot is taken (a taken row)
+    taken: float = 0.0  # when (the database's clock)
     created: float | None = None  # Lsky stores its upload then (when it is stored)
 
 
@@ -71,7 +73,9 @@ class LedgerMachine(RuleBasedStateMachine):
         self.held: set[int] = set()  # given back to come back for a booked slot
         self.idle: list[int] = []
         self.images: list[float] = []  # Lsky's rows, when stored (the database's clock)
-        self.counted = 0  # uploads Lsky may have counted: the ledger's `done` uploads
+        # Uploads Lsky may have counted, as the ledger should hold them: (date, the hour it
+        # was rolled up into, or None while it is a row of its own).
+        self.counted: list[tuple[float, float | None]] = []
         self.attempts = 0
         self.next_id = 0
 
@@ -79,11 +83,13 @@ class LedgerMachine(RuleBasedStateMachine):
         self.database.close()
         self.db.close()
 
-    @initialize(windows=st.sampled_from(WINDOW_SETS))
-    def setup(self, windows: tuple[Window, ...]) -> None:
+    @initialize(windows=st.sampled_from(WINDOW_SETS), history=st.lists(st.booleans(), min_size=4))
+    def setup(self, windows: tuple[Window, ...], history: list[bool]) -> None:
         self.windows = windows
         self.spans = limiter.pacing_windows([(w.seconds, w.limit) for w in windows], ZONE)
         self.margin = pacing.slot_margin(self.spans)
+        for backfilled in history:
+            self.arrive(backfilled)
 
     # -- records and their attempts -------------------------------------------------------
 
@@ -94,30 +100,25 @@ class LedgerMachine(RuleBasedStateMachine):
         self.idle.append(self.next_id)
 
     @precondition(lambda self: self.idle or self.held)
-    @rule(data=st.data())
-    def claim(self, data: st.DataObject) -> None:
+    @rule(
+        data=st.data(),
+        slot=st.booleans(),
+        lead=st.sampled_from([0.0, 0.5]),
+        stored=st.sampled_from([0, 0.4]),
+    )
+    def start(self, data: st.DataObject, slot: bool, lead: float, stored: float) -> None:
+        """An attempt claims the record and (unless it ends before, `slot` false) takes its
+        upload slot: goes, or is held for a booked one, or parked for one too far."""
         record_id = data.draw(st.sampled_from(sorted({*self.idle, *self.held})))
         self.db.run(
             "UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = :id",
             id=record_id,
         )
-        self.attempts += 1
-        owner = f"attempt-{self.attempts}"
-        claim = self.records.claim(
-            record_id, owner=owner, lock_ttl_seconds=LOCK_TTL, max_attempts=MAX_ATTEMPTS
-        )
-        if claim.task is None:  # its attempts are used up: FAILED by the claim
-            self._forget(record_id)
-            return
         self._forget(record_id)
-        self.running[record_id] = Attempt(owner, claim.task)
-
-    @precondition(lambda self: self._running(slot=False))
-    @rule(data=st.data(), lead=st.sampled_from([0.0, 0.5]), stored=st.sampled_from([0, 0.4]))
-    def take(self, data: st.DataObject, lead: float, stored: float) -> None:
-        record_id = data.draw(st.sampled_from(self._running(slot=False)))
-        attempt = self.running[record_id]
-        slot = self.lanes.take_slot(
+        attempt = self._claim(record_id)
+        if attempt is None or not slot:
+            return
+        taken = self.lanes.take_slot(
             record_id,
             limits=self.spans,
             margin=self.margin,
@@ -126,12 +127,12 @@ class LedgerMachine(RuleBasedStateMachine):
             book_within=pacing.BOOK_WITHIN_SECONDS,
             lead=lead,
         )
-        event(f"take: {slot.answer}")
-        now = slot.now.timestamp()
-        if slot.answer is SlotAnswer.GO:
+        event(f"take: {taken.answer}")
+        now = taken.now.timestamp()
+        if taken.answer is SlotAnswer.GO:
             assert not refuses(self.images, now, self.windows, ZoneInfo(ZONE), 0.0)
-            attempt.slot, attempt.created = True, now + stored
-        elif slot.answer is SlotAnswer.BOOKED:
+            attempt.slot, attempt.taken, attempt.created = True, now, now + stored
+        elif taken.answer is SlotAnswer.BOOKED:
             # Held until its slot: the attempt is given back, the booking kept.
             self._release(record_id, keep_booking=True)
             self.held.add(record_id)
@@ -166,7 +167,7 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             self.records.fail(attempt.task, owner=attempt.owner, error="read timeout", counted=True)
         self.images.append(self._created(attempt))
-        self.counted += 1
+        self.counted.append((self._now(), None))
 
     @precondition(lambda self: self.running)
     @rule(
@@ -215,9 +216,11 @@ class LedgerMachine(RuleBasedStateMachine):
         claim of each message) takes the rows over: a slot taken may have been counted."""
         vanished, self.running = self.running, {}
         self._time_passes(LOCK_TTL + 1)
+        now = self._now()
         for record_id, attempt in vanished.items():
             if attempt.slot:
-                self.counted += 1
+                # Dated the latest it could have answered: now, 15 minutes after it began.
+                self.counted.append((min(now, attempt.taken + 900), None))
                 if stored:
                     self.images.append(self._created(attempt))
             self.idle.append(record_id)
@@ -228,13 +231,7 @@ class LedgerMachine(RuleBasedStateMachine):
             return
         for record_id in vanished:
             self._forget(record_id)
-            self.attempts += 1
-            owner = f"attempt-{self.attempts}"
-            claim = self.records.claim(
-                record_id, owner=owner, lock_ttl_seconds=LOCK_TTL, max_attempts=MAX_ATTEMPTS
-            )
-            if claim.task is not None:
-                self.running[record_id] = Attempt(owner, claim.task)
+            self._claim(record_id)
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())
@@ -247,8 +244,16 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule()
     def roll_up(self) -> None:
+        """roll_up_ledger: rows older than two hours into hourly counts, hours older than
+        32 days dropped (those it held before this run: one statement's snapshot)."""
+        now = self._now()
         rolled, missed = self.lanes.roll_up()
         event(f"roll-up moved rows: {rolled > 0}")
+        kept = [(at, hour) for at, hour in self.counted if hour is None or hour >= now - 32 * DAY]
+        self.counted = [
+            (at, math.floor(at / 3_600) * 3_600.0 if hour is None and at < now - 7_200 else hour)
+            for at, hour in kept
+        ]
         if missed:
             self._forget_missed()
 
@@ -282,12 +287,12 @@ class LedgerMachine(RuleBasedStateMachine):
                 "SELECT record_id FROM image_archive_uploads WHERE state = 'booked'"
             )
         }
-        assert booked <= self.held
+        assert booked <= self.held | set(self.running)  # held, or back for its slot
         [[done]] = self.db.run(
             "SELECT (SELECT count(*) FROM image_archive_uploads WHERE state = 'done')"
             " + (SELECT COALESCE(sum(uploads), 0) FROM image_archive_upload_hours)"
         )
-        assert done == self.counted
+        assert done == len(self.counted)
 
     @invariant()
     def a_named_window_frees_as_lsky_counts(self) -> None:
@@ -324,6 +329,18 @@ class LedgerMachine(RuleBasedStateMachine):
             assert low - 1e-3 <= answer <= high + 2 * self.margin + 1e-3, (window, answer, low)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _claim(self, record_id: int) -> Attempt | None:
+        """A new attempt's claim; None when the claim failed the row (its attempts used)."""
+        self.attempts += 1
+        owner = f"attempt-{self.attempts}"
+        claim = self.records.claim(
+            record_id, owner=owner, lock_ttl_seconds=LOCK_TTL, max_attempts=MAX_ATTEMPTS
+        )
+        if claim.task is None:
+            return None
+        self.running[record_id] = Attempt(owner, claim.task)
+        return self.running[record_id]
 
     def _running(self, *, slot: bool) -> list[int]:
         return sorted(r for r, a in self.running.items() if a.slot == slot)
@@ -365,6 +382,10 @@ class LedgerMachine(RuleBasedStateMachine):
         if not keep_booking:
             self.idle.append(record_id)
 
+    def _now(self) -> float:
+        [[now]] = self.db.run("SELECT CAST(EXTRACT(EPOCH FROM now()) AS double precision)")
+        return float(now)
+
     def _created(self, attempt: Attempt) -> float:
         assert attempt.created is not None
         return attempt.created
@@ -383,6 +404,9 @@ class LedgerMachine(RuleBasedStateMachine):
             s=seconds,
         )
         self.images = [c - seconds for c in self.images]
+        self.counted = [
+            (at - seconds, None if hour is None else hour - seconds) for at, hour in self.counted
+        ]
         for attempt in self.running.values():
             if attempt.created is not None:
                 attempt.created -= seconds
@@ -392,5 +416,5 @@ class LedgerMachine(RuleBasedStateMachine):
 def test_the_ledger_s_statements_against_lsky_s_limiter(pg_dsn: str) -> None:
     run_state_machine_as_test(
         lambda: LedgerMachine(pg_dsn),
-        settings=settings(max_examples=model_examples(20), stateful_step_count=30),
+        settings=settings(max_examples=model_examples(25), stateful_step_count=40),
     )
