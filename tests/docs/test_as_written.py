@@ -14,15 +14,23 @@ import re
 import shlex
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.docs.markdown import (
+    ROOT,
+    anchors,
+    every_doc,
+    fenced_blocks,
+    heading_anchor,
+    inline_spans,
+    read,
+    table_rows,
+)
 from tests.test_template import translated
 
-ROOT = Path(__file__).resolve().parents[1]
 # What a fresh clone has that the make targets read (no .venv, no .venv-sam).
 BUILD_FILES = (
     "Makefile",
@@ -134,27 +142,6 @@ def test_deploy_doc_counts_the_iam_roles_the_stack_creates() -> None:
 # ---------------------------------------------------------------- what deploy.md and README say
 
 
-def read(name: str) -> str:
-    return (ROOT / name).read_text(encoding="utf-8")
-
-
-def heading_anchor(heading: str) -> str:
-    """GitHub's anchor for a Markdown heading."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def table_rows(text: str, section: str) -> dict[str, list[str]]:
-    """The first table under `## section`, by the backquoted name in its first cell."""
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    rows: dict[str, list[str]] = {}
-    for line in body.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-        name = re.match(r"`(\w+)`", cells[0]) if line.startswith("|") else None
-        if name:
-            rows[name.group(1)] = cells
-    return rows
-
-
 def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
     from tests.test_template import alarm_names
 
@@ -164,7 +151,7 @@ def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
         read("README.md"),
         read("docs/operations.md"),
     )
-    documented = table_rows(deploy, "Alarms")
+    documented = table_rows(deploy, "## Alarms")
     assert set(documented) == set(alarms), "docs/deploy.md's alarm table"
     headings = {
         heading_anchor(line.lstrip("#")): line
@@ -202,7 +189,7 @@ def test_deploy_doc_says_what_reserved_concurrency_needs() -> None:
 def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
     from tests.test_template import template
 
-    rows = table_rows(read("docs/deploy.md"), "Parameters")
+    rows = table_rows(read("docs/deploy.md"), "## Parameters")
     parameters = template()["Parameters"]
     assert set(rows) == set(parameters), "docs/deploy.md's parameter table"
     required = {"DbSecretArn", "LskyTokenSecretArn", "LskyBaseUrl"}  # rules or no default
@@ -225,25 +212,6 @@ def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
 
 
 # ---------------------------------------------------------------- examples run as written
-
-DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of every fenced code block, indented ones (in lists) too; a shell
-    line continued with a backslash is joined to the next."""
-    blocks = re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", text, re.S | re.M)
-    return [(m.group(2), re.sub(r"\\\n\s*", " ", textwrap.dedent(m.group(3)))) for m in blocks]
-
-
-def inline_spans(text: str) -> list[str]:
-    """Inline code spans, a span broken over lines joined again."""
-    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
-    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", outside)]
-
-
-def every_doc() -> dict[str, str]:
-    return {name: read(name) for name in DOCS}
 
 
 def test_python_examples_run_as_written(
@@ -380,7 +348,7 @@ def test_template_values_in_the_docs_pass_the_template_and_the_code() -> None:
                 checked.append((name, setting.variable, value, ok))
                 checked.append((name, "code", value, config_verdict(setting, value) == "ok"))
     # The parameter table's examples ("e.g. `20/minute,100/hour` or `10/30 seconds`").
-    for parameter, cells in table_rows(read("docs/deploy.md"), "Parameters").items():
+    for parameter, cells in table_rows(read("docs/deploy.md"), "## Parameters").items():
         examples = re.findall(r"e\.g\. `([^`]+)`(?: or `([^`]+)`)?", cells[4])
         for value in (v for pair in examples for v in pair if v):
             checked.append(("docs/deploy.md", parameter, value, template_accepts(parameter, value)))
@@ -392,11 +360,6 @@ def ignored(path: str) -> bool:
     """Git ignores it: made by running something (bench/results/, src/certs/)."""
     check = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
     return check.returncode == 0
-
-
-def anchors(text: str) -> set[str]:
-    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
-    return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", outside, re.M)}
 
 
 def test_docs_point_only_at_what_the_repository_has() -> None:
