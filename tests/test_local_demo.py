@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from devkit.demo import report, run, scenario
+from tests.docs.markdown import samples
+from tests.docs.samples import commands, mismatch, scrub
 from tests.support import HANG_SECONDS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +102,22 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
     assert {f["record_id"] for f in summary["failures"]} == {
         s.record_id for s in scenario.plan(scenario.SHORT.records) if s.kind in scenario.FAILS
     }
+    assert_doc_samples(out, tmp_path / "run")
+
+
+def assert_doc_samples(out: str, data_dir: Path) -> None:
+    """The docs' samples of `make local ARGS=--short` (README's summary, the output in
+    docs/development.md) are lines this run printed. Which container took a record and the
+    order of concurrent lines vary, so each line is looked for anywhere."""
+    shown = re.sub(r"archive-\d", "archive-N", scrub(out, data_dir=str(data_dir)))
+    found = [s for s in samples() if s.name.startswith("make-local")]
+    assert len(found) >= 2, found
+    for sample in found:
+        runs = commands(sample.body) or [("make local ARGS=--short", sample.body)]
+        for command, printed in runs:
+            assert command == "make local ARGS=--short", (sample.name, command)
+            lines = re.sub(r"archive-\d", "archive-N", printed)
+            assert mismatch(lines, shown, ordered=False) is None, (sample.doc, sample.name)
 
 
 def _port_open(port: int) -> bool:
