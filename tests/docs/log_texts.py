@@ -105,6 +105,10 @@ class Resolver:
                 return self.texts(body, module, depth) + self.texts(orelse, module, depth)
             case ast.BoolOp(values=values):
                 return [t for value in values for t in self.texts(value, module, depth)]
+            case ast.Tuple(elts=elements) | ast.List(elts=elements):
+                return [t for value in elements for t in self.texts(value, module, depth)]
+            case ast.Starred(value=value):
+                return self.texts(value, module, depth)
             case ast.Name(id=name):
                 return self._name(name, node, module, depth)
             case ast.Call(func=ast.Name(id="str"), args=[ast.Name(id=name)]):
@@ -132,7 +136,7 @@ class Resolver:
 
     def _name(self, name: str, node: ast.AST, module: Module, depth: int) -> list[Template]:
         scope = module.scope_of(node)
-        values = list(_assigned(scope, name))
+        values = list(_assigned(scope, name)) + list(_looped(scope, name))
         if values:
             return [t for value in values for t in self.texts(value, module, depth)]
         if isinstance(scope, ast.FunctionDef) and name in _parameters(scope):
@@ -178,6 +182,19 @@ def _assigned(scope: ast.AST, name: str) -> Iterator[ast.AST]:
                     for element, value in zip(target.elts, node.value.elts, strict=False):
                         if isinstance(element, ast.Name) and element.id == name:
                             yield value
+
+
+def _looped(scope: ast.AST, name: str) -> Iterator[ast.AST]:
+    """The elements of a literal `for name in (...)` in `scope`."""
+    for node in _own_nodes(scope):
+        if (
+            isinstance(node, ast.For)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+            and isinstance(node.iter, ast.Tuple | ast.List)
+        ):
+            for element in node.iter.elts:
+                yield element.value if isinstance(element, ast.Starred) else element
 
 
 def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
@@ -263,6 +280,33 @@ def logged() -> tuple[Template, ...]:
         for sink in _sinks(module):
             found += resolver.texts(sink, module)
     return tuple(dict.fromkeys(t for t in found if any(t)))
+
+
+@cache
+def metric_names() -> frozenset[str]:
+    """Every EMF metric the code can count: `add_metric(name=...)`, the `metrics=` a
+    verdict carries, and the metric column of CONCLUSIONS. What only passes a verdict's
+    metrics on (`verdict.metrics`) adds nothing of its own."""
+    from lib.archive.conclusion import CONCLUSIONS
+
+    resolver = Resolver()
+    found = {rule.metric for rule in CONCLUSIONS.values() if rule.metric}
+    for module in resolver.modules.values():
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            named = [k.value for k in node.keywords if k.arg == "name"]
+            if _called(node) == "add_metric" and named:
+                sources = named
+            else:
+                sources = [k.value for k in node.keywords if k.arg == "metrics"]
+            for source in sources:
+                found |= {
+                    "".join(piece for piece in template if piece)
+                    for template in resolver.texts(source, module)
+                    if None not in template
+                }
+    return frozenset(found)
 
 
 ELLIPSIS = ("…", "...")

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from tests.docs.log_texts import emitted, logged, modules
-from tests.docs.markdown import every_doc, fenced_blocks, inline_spans
+from tests.docs.log_texts import emitted, logged, metric_names, modules
+from tests.docs.markdown import every_doc, fenced_blocks, inline_spans, read, section
 
 # Lines Lambda itself writes to a function's log group.
 LAMBDA_LINES = {"Task timed out": "the runtime's line for an invocation that timed out"}
@@ -123,3 +123,15 @@ def test_every_outcome_list_in_the_docs_is_the_code_s() -> None:
 )
 def test_the_scan_finds_what_the_code_logs_and_nothing_else(phrase: str, written: bool) -> None:
     assert emitted(phrase) is written, [t for t in logged() if any(t)][:5]
+
+
+def test_the_metrics_table_names_every_metric_the_code_counts() -> None:
+    """docs/operations.md's metrics table against lib's add_metric calls and verdicts."""
+    body = section(read("docs/operations.md"), "## Logs and metrics")
+    table = body.split("| metric | counted when |", 1)[1].split("\n\n", 1)[0]
+    listed = {
+        name
+        for line in table.splitlines()[2:]
+        for name in re.findall(r"`(\w+)`", line.split(" | ")[0])
+    }
+    assert listed == set(metric_names())
