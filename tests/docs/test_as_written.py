@@ -405,3 +405,44 @@ def test_deploy_doc_counts_what_the_migration_declares() -> None:
         len(declared.constraints),
         len(declared.tables),
     ]
+
+
+def make_targets_named() -> set[str]:
+    """Every `make TARGET` the README and docs give a reader."""
+    named = set()
+    for text in every_doc().values():
+        lines = [line for _, body in fenced_blocks(text) for line in body.splitlines()]
+        for line in lines + inline_spans(text):
+            named |= set(re.findall(r"(?:^|[\s`(])make ([a-z][\w-]*)", line))
+    return named
+
+
+def test_every_make_target_the_docs_name_exists_and_make_help_lists_it(
+    fresh_clone: Path,
+) -> None:
+    named = make_targets_named()
+    assert {"local", "test", "help", "bench"} <= named, named
+    shown = subprocess.run(
+        ["make", "--no-print-directory", "-s", "help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "make local ARGS=--short" in shown
+    for target in sorted(named - {"help"}):
+        assert f"make {target} " in shown or f"make {target}," in shown, f"make help: {target}"
+        dry_run(fresh_clone, target)  # fails (check=True) on a target make does not know
+
+
+DOC_FILES = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 150 lines: what it is, the picture, how to run and deploy it, the figures,
+    and links; the rest is in docs/."""
+    lines = read("README.md").splitlines()
+    assert len(lines) <= 150, len(lines)
+    for doc in DOC_FILES:
+        assert f"](docs/{doc})" in read("README.md"), f"the README does not link docs/{doc}"
