@@ -446,3 +446,28 @@ def test_the_readme_is_a_front_page() -> None:
     assert len(lines) <= 150, len(lines)
     for doc in DOC_FILES:
         assert f"](docs/{doc})" in read("README.md"), f"the README does not link docs/{doc}"
+
+
+def code_map() -> dict[str, list[str]]:
+    """docs/development.md's code map: folder -> the files its row names."""
+    body = read("docs/development.md").split("\n## Code map\n", 1)[1]
+    rows = {}
+    for line in body.splitlines():
+        cells = line.strip("|").split(" | ")
+        folder = re.fullmatch(r"\s*`(src/[\w/]+/)`", cells[0]) if line.startswith("|") else None
+        if folder:
+            rows[folder.group(1)] = re.findall(r"`(\w+\.(?:py|sql))`", " ".join(cells[1:]))
+    return rows
+
+
+def test_the_code_map_names_every_module_where_it_is() -> None:
+    rows = code_map()
+    assert {"src/lib/state/", "src/lib/archive/", "src/lib/platform/", "src/lib/cli/"} <= set(rows)
+    for folder, names in rows.items():
+        present = {
+            p.name
+            for p in (ROOT / folder).iterdir()
+            if p.suffix in (".py", ".sql") and p.name not in ("__init__.py", "__main__.py")
+        }
+        assert set(names) <= present, (folder, sorted(set(names) - present))
+        assert present <= set(names), (folder, "not in the code map", sorted(present - set(names)))
