@@ -7,11 +7,13 @@ and a flag named alone in the section of its command (`--ahead-seconds`)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import shlex
 
 import pytest
 
+from tests.docs.log_texts import modules
 from tests.docs.markdown import every_doc, fenced_blocks, inline_spans, read, section
 
 FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
@@ -158,3 +160,20 @@ def test_the_check_tells_real_flags_from_invented_ones(words: list[str], known: 
     _, accepted = archive_ctl_flags(words)
     flags = [w for w in words if w.startswith("--")]
     assert all(flag in accepted for flag in flags) is known
+
+
+def test_the_exit_code_table_is_the_code_s() -> None:
+    """docs/operations.md's exit codes are the EXIT_* codes archive-ctl's modules name."""
+    codes = {
+        node.value.value
+        for name, module in modules().items()
+        if name.startswith("lib.cli")
+        for node in module.tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and any(isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in node.targets)
+    }
+    text = read("docs/operations.md")
+    table = text.split("\n| exit code | meaning |\n", 1)[1].split("\n\n", 1)[0]
+    documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
+    assert documented == codes
