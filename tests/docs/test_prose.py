@@ -18,7 +18,8 @@ YEAR = r"(?:19|20)\d{2}"
 # Anywhere, code blocks and sample outputs included: a sample shows a timestamp as its
 # format (YYYY-MM-DDTHH:MM:SS+00:00), an example input a duration (`--since 30d`).
 DATES = {
-    "an ISO date": re.compile(rf"(?<![\w-]){YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b"),
+    # A date alone or a timestamp's (2026-12-04T03:56:02): not followed by another digit.
+    "an ISO date": re.compile(rf"(?<![\w-]){YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?!\d)"),
     "a compact timestamp": re.compile(rf"(?<!\d){YEAR}(?:0[1-9]|1[0-2])[0-3]\dT\d{{4,6}}Z?"),
     "a month and year": re.compile(rf"\b{MONTH}\.? (?:\d{{1,2}},? )?{YEAR}\b"),
     "a day and month": re.compile(rf"\b\d{{1,2}} {MONTH}\b"),
@@ -59,6 +60,7 @@ def test_the_doc_has_no_dates_commit_hashes_or_issue_numbers(doc: str) -> None:
         "files in lsky/6b101cca06f0d.png",
         "alice_1234_20261202T124735Z.png",
         "```\n  paused until 2026-12-02T14:00:00+00:00\n```",
+        "```\n  9  FAILED  failed 2026-12-04T03:56:02+00:00 (25 min ago)\n```",
         "Runs of 2026-12-03: 1.05",
         "in 2027 it goes",
     ],

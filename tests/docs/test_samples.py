@@ -188,17 +188,56 @@ def _enqueue(stage: Stage) -> Iterator[None]:
     yield
 
 
-@scenario("requeue")
-def _requeue(stage: Stage) -> Iterator[None]:
+def _failures(db: Any) -> None:
+    """Three records failed in the last two hours, the oldest by a release that did not
+    record when (its failure time is estimated from its last send), and one parked by the
+    lane. Ages are whole minutes, so a slow run (up to about 30 s from here to the
+    command) prints the same ones."""
+    failed = {"archive_status": "'FAILED'", "archive_attempts": "3"}
     add(
-        stage.db,
+        db,
         7,
-        3,
-        archive_status="'FAILED'",
-        archive_attempts="3",
-        started_at="now() - interval '9 hours' + s * interval '1 hour'",
+        **failed,
+        started_at="now() - interval '2 hours'",
+        archive_first_claimed_at="now() - interval '100 minutes'",
+        archive_enqueued_at="now() - interval '67 minutes'",
+        archive_error="'download failed: timed out waiting for https://cdn.example.com/a.png"
+        " [attempt 3/3]'",
+    )
+    add(
+        db,
+        8,
+        **failed,
+        started_at="now() - interval '3 hours'",
+        archive_failed_at="now() - interval '50 minutes'",
+        archive_error="'upload failed (HTTP 500): 服务异常，请稍后再试 [attempt 3/3]'",
+    )
+    add(
+        db,
+        9,
+        **failed,
+        started_at="now() - interval '26 hours'",
+        archive_failed_at="now() - interval '25 minutes'",
         archive_error="'download failed (HTTP 503): upstream answered HTTP 503 [attempt 3/3]'",
     )
+    add(
+        db,
+        12,
+        **pending("10 minutes 15 seconds", archive_wait_reason="'paused'"),
+        archive_error="'upload failed (HTTP 429): Too Many Attempts. [attempt 1/3]'",
+    )
+
+
+@scenario("list")
+def _list(stage: Stage) -> Iterator[None]:
+    _failures(stage.db)
+    yield
+    yield
+
+
+@scenario("requeue")
+def _requeue(stage: Stage) -> Iterator[None]:
+    _failures(stage.db)
     yield
     yield
 
