@@ -11,6 +11,7 @@ from lib.archive import enqueue as enqueueing
 from lib.cli.args import record_id
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, CommandError, Context, out
 from lib.platform.redact import outside_text
+from lib.state.events import Actor
 from lib.state.records import ERROR_LIMIT
 
 
@@ -48,7 +49,7 @@ def run_enqueue(ctx: Context) -> int:
     if not ids:
         raise CommandError("no record ids given")
     queue_url = ctx.required_queue_url()  # checked before any row is written
-    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids)
+    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids, by=Actor.ENQUEUE)
     return _print_report(report, "sent")
 
 

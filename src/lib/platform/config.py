@@ -55,6 +55,10 @@ DEFAULT_SWEEP_MAX_ROWS = 5000
 # The longest pause a Retry-After header may impose (lane or row): a host asking for
 # a day must not stop archiving for a day without an operator seeing it first.
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
+# Sweeper: a record's events are kept this many days after the conclusion they lead to
+# (docs/history.md), and ten years at most.
+DEFAULT_EVENT_RETENTION_DAYS = 30
+MAX_EVENT_RETENTION_DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class SweeperSettings:
     lsky_token_secret_arn: str | None = None
     # Shared with the archive function, like max_attempts.
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    # ARCHIVE_EVENT_RETENTION_DAYS: how long a concluded record's story is kept.
+    event_retention_days: int = DEFAULT_EVENT_RETENTION_DAYS
 
 
 def service_name(env: Mapping[str, str] | None = None) -> str:
@@ -237,6 +243,12 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         lsky_token=text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=text(env, "LSKY_TOKEN_SECRET_ARN"),
         max_retry_after_seconds=max_retry_after_seconds(env),
+        event_retention_days=positive_int(
+            env,
+            "ARCHIVE_EVENT_RETENTION_DAYS",
+            DEFAULT_EVENT_RETENTION_DAYS,
+            MAX_EVENT_RETENTION_DAYS,
+        ),
     )
 
 
