@@ -148,6 +148,21 @@ def test_no_secret_in_logs_output_or_rows(
             row.pop("image_url")
         assert not leaks(json.dumps(row, default=str)), row
     assert archive.raw_logs  # the paths above did log
+    # Every record's story, as stored and as `archive-ctl show` prints it (text and JSON).
+    events = db.run("SELECT record_id, kind, detail FROM image_archive_events")
+    assert {kind for _, kind, _ in events} >= {"fetched", "upload_answered", "retried", "failed"}
+    assert "[redacted]" in json.dumps([detail for _, _, detail in events], ensure_ascii=False)
+    assert not leaks(json.dumps(events, default=str, ensure_ascii=False))
+    from lib.cli import main as cli
+
+    archive_env(DATABASE_URL=role_dsn, LSKY_TOKEN=TOKEN)  # archive-ctl reads as the role
+    for record_id in range(1, 12):
+        for extra in ([], ["--json"]):
+            capfd.readouterr()
+            cli.main(["show", str(record_id), *extra])
+            shown = capfd.readouterr()
+            assert f"{record_id}" in shown.out
+            assert not leaks(shown.out + shown.err)
 
 
 def synthetic(archive: ArchiveHarness, record_id: int) -> dict[str, Any]:

@@ -596,6 +596,8 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "lane_paused": None,
         "lane_resumed": False,
         "unparked": 0,
+        "stories_expired": 0,
+        "events_removed": 0,
         "staged_waiting": 0,
         "pages": 2,
         "claimed": 2,
@@ -820,7 +822,10 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
             if "max_attempts" in statement:
                 bound["max_attempts"] = 3
             nodes = explain(conn, statement, analyze=True, **bound)
-            assert not [n for n in nodes if n.node_type == "Seq Scan"], (name, nodes)
+            # The events table is empty here (a scan of nothing is the planner's cheapest):
+            # bench/history.py checks the story's reads among 10,000,000 events.
+            scans = [n for n in nodes if n.node_type == "Seq Scan"]
+            assert not [n for n in scans if n.relation != "image_archive_events"], (name, nodes)
             # A range scan of the partial index (plain or bitmap, as the planner likes)...
             [scan] = [n for n in nodes if n.index == index]
             assert scan.node_type in ("Index Scan", "Bitmap Index Scan", "Index Only Scan")

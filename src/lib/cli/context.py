@@ -7,7 +7,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pg8000.exceptions
 from botocore.exceptions import ClientError
@@ -32,6 +32,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1  # nothing or not everything could be done: configuration, database, SQS
 EXIT_USAGE = 2  # argparse's own code for a bad command line
 EXIT_PARTIAL = 3  # done, but some records were not found or not sent
+EXIT_NOT_FOUND = 4  # `show`: no such record
 EXIT_INTERRUPTED = 130
 
 
@@ -87,6 +88,12 @@ class Context:
     @property
     def sqs(self) -> SQSClient:
         return self.queue.client
+
+    def logs_client(self) -> Any:
+        """CloudWatch Logs, for `show --logs` (boto3 imported on first use)."""
+        from lib.platform import aws  # noqa: PLC0415
+
+        return aws.client("logs", connect_timeout=5, read_timeout=15, max_attempts=2)
 
     def sqs_no_retry(self) -> SQSClient:
         from lib.platform.sqs import Queue  # noqa: PLC0415

@@ -135,8 +135,10 @@ def move_manually(
     queue_url: str,
     max_messages: int,
     on_batch: Callable[[ManualMove], None] | None = None,
+    before_send: Callable[[Sequence[MessageTypeDef]], None] | None = None,
 ) -> ManualMove:
-    """Move up to `max_messages` from the DLQ to the queue, ten at a time.
+    """Move up to `max_messages` from the DLQ to the queue, ten at a time; `before_send`
+    sees each batch before it is sent (the records' rows first, as a producer does).
 
     Bounded on purpose: while the archive function runs, a message that fails again
     can come back to the DLQ, and an unbounded loop would chase it forever.
@@ -150,6 +152,8 @@ def move_manually(
         messages = _receive(client, dlq_url, min(BATCH, room), MOVE_VISIBILITY_SECONDS)
         if not messages:
             break
+        if before_send is not None:
+            before_send(messages)
         sent = client.send_message_batch(
             QueueUrl=queue_url,
             Entries=[

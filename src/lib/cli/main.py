@@ -16,11 +16,12 @@ from contextlib import contextmanager
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli import backfill, enqueue, grants, lane, migrate, redrive, status
-from lib.cli.args import parse_since, positive, positive_at_most, positive_number
+from lib.cli import backfill, enqueue, grants, lane, logs_insights, migrate, redrive, show, status
+from lib.cli.args import parse_since, positive, positive_at_most, positive_number, record_id
 from lib.cli.context import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_PARTIAL,
     EXIT_USAGE,
@@ -37,11 +38,13 @@ EXIT_CODES = f"""exit codes:
   {EXIT_ERROR}    error (configuration, database or SQS); the message says which
   {EXIT_USAGE}    bad command line
   {EXIT_PARTIAL}    partly done: some records were not found or their message was not sent
+  {EXIT_NOT_FOUND}    show: no such record
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); what was done is consistent, run it again to go on
 """
 
 EXAMPLES = f"""examples:
   {PROG} status                                   how things stand
+  {PROG} show 123                                 why is record 123 not archived (yet)?
   {PROG} enqueue 123 124                          queue records (row first, then message)
   {PROG} requeue --failed --since 24h --dry-run   what failed today, and why
   {PROG} backfill --since 30d --dry-run           never-queued generations of the last 30 days
@@ -116,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="also count SUCCEEDED and never-queued rows (full scan)"
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    _show_command(command)
 
     p = command(
         "enqueue",
@@ -265,6 +270,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     _schema_commands(command)
     return parser
+
+
+def _show_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`show`: one record's story."""
+    p = command(
+        "show",
+        show.run,
+        "one record's story: its state, what it waits for, its events",
+        "Prints on one screen the record's state, what it is waiting for and until when "
+        "(its backoff, a booked upload slot, the lane's pause, its message, the sweeper; "
+        "nothing when its message looks lost), its attempts and last error, its hosted URL or "
+        "staged copy, then its events (image_archive_events) in order, newest last, with "
+        "relative times. Exit 4 when there is no such record.",
+    )
+    p.add_argument("record_id", type=record_id, metavar="RECORD_ID", help="the record's id")
+    p.add_argument("--json", action="store_true", help="the same as one JSON object")
+    p.add_argument(
+        "--logs",
+        action="store_true",
+        help="add the CloudWatch Logs Insights query for the record's log lines, and run it "
+        "over both functions' log groups when AWS credentials are present",
+    )
+    p.add_argument(
+        "--events",
+        type=positive_at_most(show.MAX_EVENTS),
+        default=show.DEFAULT_EVENTS,
+        metavar="N",
+        help=f"show the newest N events (default {show.DEFAULT_EVENTS})",
+    )
+    p.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="the stack whose log groups --logs reads (default: $ARCHIVE_STACK_NAME, "
+        f"else {logs_insights.DEFAULT_STACK})",
+    )
 
 
 def _schema_commands(command: Callable[..., argparse.ArgumentParser]) -> None:

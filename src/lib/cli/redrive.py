@@ -4,18 +4,44 @@ the manual move, and prints progress; the SQS calls themselves are in lib.cli.dl
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.sweep_rules import named_ids
 from lib.cli import dlq
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, PROG, CommandError, Context, out
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+
+def _records_of(messages: Sequence[MessageTypeDef]) -> list[tuple[int, str]]:
+    """(record id, message id) of the messages whose body names a record (a malformed one
+    goes back as it came, and the archive function sends it to the DLQ again)."""
+    named = []
+    for message in messages:
+        try:
+            named.append((parse_record_id(message["Body"]), message["MessageId"]))
+        except MalformedMessage:
+            continue
+    return named
 
 
 def _manual_redrive(ctx: Context, dlq_url: str) -> int:
     queue_url = ctx.required_queue_url()
+    requeued: dict[int, str] = {}
 
     def progress(move: dlq.ManualMove) -> None:
         out(f"  moved {move.moved} so far")
+
+    def mark(messages: Sequence[MessageTypeDef]) -> None:
+        # Row first: a FAILED record's message would be acknowledged as a duplicate.
+        named = _records_of(messages)
+        if named:
+            requeued.update(ctx.records().mark_redriven(named))
 
     result = dlq.move_manually(
         ctx.sqs,
@@ -23,11 +49,15 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
         queue_url=queue_url,
         max_messages=ctx.args.max_messages,
         on_batch=progress,
+        before_send=mark,
     )
     out(
         f"moved {result.moved} messages to {queue_url} ({result.stopped}); "
         f"{result.send_failed} not sent, {result.not_deleted} sent but left in the DLQ"
     )
+    failed = [record_id for record_id, was in requeued.items() if was == "FAILED"]
+    if failed:
+        out(f"FAILED records given new attempts for their messages: {named_ids(failed)}")
     return EXIT_OK if not result.send_failed and not result.not_deleted else EXIT_PARTIAL
 
 
@@ -82,6 +112,11 @@ def run(ctx: Context) -> int:
         out("StartMessageMoveTask is not available at this endpoint; moving the messages here")
         return _manual_redrive(ctx, dlq_url)
     out(f"started move task {handle}: {dlq_arn} -> {destination or 'the original source queue'}")
+    out(
+        "SQS moves the messages itself, unseen here: records that became FAILED meanwhile "
+        "stay FAILED and their messages are acknowledged as duplicates (--manual requeues "
+        "them as it moves; `archive-ctl show ID` tells)"
+    )
     if not args.wait:
         out(f"follow it with: {PROG} redrive-dlq --wait-for {handle}")
         return EXIT_OK

@@ -192,7 +192,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         lsky_base_url=base_url,
         database=database,
-        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        max_attempts=max_attempts(env),
         retry_delays=retry_delays(env),
         lock_ttl_seconds=lock_ttl,
         max_image_bytes=positive_int(
@@ -224,19 +224,12 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
     return SweeperSettings(
         database=load_database_config(env),
         queue_url=queue_url,
-        grace_seconds=positive_int(
-            env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS, MAX_SWEEP_SECONDS
-        ),
-        requeue_interval_seconds=positive_int(
-            env,
-            "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
-            DEFAULT_REQUEUE_INTERVAL_SECONDS,
-            MAX_SWEEP_SECONDS,
-        ),
+        grace_seconds=sweep_grace_seconds(env),
+        requeue_interval_seconds=requeue_interval_seconds(env),
         max_rows=positive_int(
             env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS, MAX_SWEEP_ROWS
         ),
-        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        max_attempts=max_attempts(env),
         lock_ttl_seconds=lock_ttl,
         # Optional here (only the account probe uses it), but checked like the archive's.
         lsky_base_url=lsky_base_url(env),
@@ -285,3 +278,26 @@ def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:
     """ARCHIVE_LOCK_TTL_SECONDS alone, for readers that need no other setting."""
     env = os.environ if env is None else env
     return positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS)
+
+
+def max_attempts(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_MAX_ATTEMPTS alone (the functions, and `archive-ctl show`)."""
+    return positive_int(
+        os.environ if env is None else env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS
+    )
+
+
+def sweep_grace_seconds(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_SWEEP_GRACE_SECONDS alone (the sweeper, and `archive-ctl show`)."""
+    env = os.environ if env is None else env
+    return positive_int(
+        env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS, MAX_SWEEP_SECONDS
+    )
+
+
+def requeue_interval_seconds(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_REQUEUE_INTERVAL_SECONDS alone (the sweeper, and `archive-ctl show`)."""
+    env = os.environ if env is None else env
+    return positive_int(
+        env, "ARCHIVE_REQUEUE_INTERVAL_SECONDS", DEFAULT_REQUEUE_INTERVAL_SECONDS, MAX_SWEEP_SECONDS
+    )
