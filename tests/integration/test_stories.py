@@ -114,7 +114,7 @@ def test_archived_the_first_time(world: World, ctl: Ctl) -> None:
     text, data = shown(ctl, 1)
     assert text.splitlines()[0] == "record 1: SUCCEEDED, attempt 1 of 3"
     assert "waiting for  nothing: archived" in text
-    assert f"hosted       {row['hosted_image_url']}" in text
+    assert f"hosted       {row['hosted_image_url']}, archived " in text
     assert "by producer (inferred from the row: the producer writes no event)" in text
     assert (data["state"], data["waiting"]["for"], data["hosted_url"]) == (
         "SUCCEEDED",
@@ -272,7 +272,7 @@ def test_staged_and_published_later(
     text, data = shown(ctl, 5)
     key = world.row(5)["archive_staged_key"]
     assert data["staged_key"] == key
-    assert f"staged       {key} (" in text
+    assert f"staged       {key}, 164 bytes, staged " in text
     assert "published from its staged copy" in data["waiting"]["words"]
     assert ctl("lane", "clear") == EXIT_OK
     assert "unparked: 5" in ctl.out

@@ -415,11 +415,13 @@ def render(shown: Shown) -> str:
         if row.hosted_url:
             altered = ", stored altered" if row.altered else ""
             lines.append(
-                f"  hosted       {row.hosted_url} ({_when(row.archived_at, now)}{altered})"
+                f"  hosted       {row.hosted_url}, archived {_when(row.archived_at, now)}{altered}"
             )
         if row.staged_key:
-            size = f"{row.staged_bytes:,} bytes, " if row.staged_bytes is not None else ""
-            lines.append(f"  staged       {row.staged_key} ({size}{_when(row.staged_at, now)})")
+            size = f", {row.staged_bytes:,} bytes" if row.staged_bytes is not None else ""
+            lines.append(
+                f"  staged       {row.staged_key}{size}, staged {_when(row.staged_at, now)}"
+            )
     shown_count = len(story.events)
     if story.total > shown_count:
         lines.append(f"events: {story.total}, the newest {shown_count} (newest last)")
