@@ -24,8 +24,8 @@ from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
-from lib.state.stories import StoryRecords
 from lib.state.status import WaitReason
+from lib.state.stories import StoryRecords
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
 from tests.integration.world import World

@@ -4,12 +4,11 @@ what `archive-ctl show` prints of them, as text and as JSON."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import threading
-from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +58,7 @@ def shown(ctl: Ctl, record_id: int, *extra: str) -> tuple[str, dict[str, Any]]:
     assert ctl("show", str(record_id), *extra) == EXIT_OK, ctl.err
     text = ctl.out
     assert ctl("show", str(record_id), "--json", *extra) == EXIT_OK, ctl.err
-    data: dict[str, Any] = __import__("json").loads(ctl.out)
+    data: dict[str, Any] = json.loads(ctl.out)
     listed = [(kind, int(attempt)) for attempt, kind in EVENT_LINE.findall(text)]
     assert listed == [(e["kind"], e["attempt"]) for e in data["events"]]
     ages = [e["ago_seconds"] for e in data["events"]]
@@ -134,7 +133,8 @@ def test_two_failures_then_archived(world: World, ctl: Ctl) -> None:
     assert len(response["batchItemFailures"]) == 1
     text, data = shown(ctl, 2)
     assert data["waiting"]["for"] == "backoff"
-    assert "waiting for  its backoff until" in text and "then attempt 2 of 3" in text
+    assert "waiting for  its backoff until" in text
+    assert "then attempt 2 of 3" in text
     assert "its message held" in text
     assert "last error   download failed (HTTP 503): upstream answered HTTP 503" in text
     for _ in range(2):
@@ -158,7 +158,8 @@ def test_two_failures_then_archived(world: World, ctl: Ctl) -> None:
     assert detail(world.db, 2, "fetched", 0)["status"] == 503
     retried = detail(world.db, 2, "retried", 1)
     assert retried["error_class"] == "transient"
-    assert retried["delay_seconds"] == 120 and retried["next_run_at"]
+    assert retried["delay_seconds"] == 120
+    assert retried["next_run_at"]
     assert world.state(2) == ("SUCCEEDED", 3)
 
     text, data = shown(ctl, 2)
@@ -398,7 +399,8 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
         sqs.receive_message(QueueUrl=queues.url, VisibilityTimeout=0, WaitTimeSeconds=1)
         if world.archive.visible(queues.dlq_url):
             break
-    assert ctl("redrive-dlq", "--dry-run") == EXIT_OK and "1 messages looked at" in ctl.out
+    assert ctl("redrive-dlq", "--dry-run") == EXIT_OK
+    assert "1 messages looked at" in ctl.out
 
     text, data = shown(ctl, 8)
     assert (data["state"], data["waiting"]["for"]) == ("FAILED", "nothing")
@@ -412,7 +414,8 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
     assert events[:6] == kinds(
         "enqueued", "received", "claimed", "lock_taken_over", "failed", "enqueued"
     )
-    assert events[6:8] == kinds("received", "claimed") and events[-1] == "archived"
+    assert events[6:8] == kinds("received", "claimed")
+    assert events[-1] == "archived"
     assert detail(world.db, 8, "lock_taken_over")["by"] == "sweeper"
     failed = detail(world.db, 8, "failed")
     assert (failed["by"], failed["error"]) == ("sweeper", "lock expired after the last attempt")
@@ -432,7 +435,7 @@ def test_show_says_no_such_record_with_its_own_exit_code(ctl: Ctl, db: Any) -> N
     assert ctl("show", "999999") == EXIT_NOT_FOUND
     assert ctl.out.startswith("record 999999: no such record")
     assert ctl("show", "999999", "--json") == EXIT_NOT_FOUND
-    assert __import__("json").loads(ctl.out)["found"] is False
+    assert json.loads(ctl.out)["found"] is False
     with pytest.raises(SystemExit) as usage:
         ctl("show", "0")  # not a record id
     assert usage.value.code == 2
@@ -446,7 +449,8 @@ def test_show_infers_the_producer_s_enqueue_before_any_event(ctl: Ctl, db: Any) 
     text, data = shown(ctl, 11)
 
     assert data["events"] == []
-    assert "(none yet: queued" in text and "by the producer, inferred from the row" in text
+    assert "(none yet: queued" in text
+    assert "by the producer, inferred from the row" in text
 
 
 def test_a_message_that_looks_lost_is_said_to_wait_for_nothing(ctl: Ctl, db: Any) -> None:
@@ -457,4 +461,74 @@ def test_a_message_that_looks_lost_is_said_to_wait_for_nothing(ctl: Ctl, db: Any
     text, data = shown(ctl, 12)
 
     assert data["waiting"]["for"] == "lost"
-    assert "waiting for  nothing: its message (sent" in text and "looks lost" in text
+    assert "waiting for  nothing: its message (sent" in text
+    assert "looks lost" in text
+
+
+# -- show --logs ----------------------------------------------------------------------------
+
+
+def test_show_logs_without_credentials_prints_the_query_and_says_why_it_did_not_run(
+    ctl: Ctl, world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    world.record(21)
+    world.deliver(21)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    text, data = shown(ctl, 21, "--logs")
+
+    assert "logs: CloudWatch Logs Insights over /aws/lambda/image-archive-archive, " in text
+    assert "/aws/lambda/image-archive-sweeper" in text
+    assert '| filter record_id = "21" or @message like /"record_ids":' in text
+    assert "not run: no AWS credentials" in text
+    logs = data["logs"]
+    assert (logs["ran"], logs["results"]) == (False, [])
+    assert logs["log_groups"] == [
+        "/aws/lambda/image-archive-archive",
+        "/aws/lambda/image-archive-sweeper",
+    ]
+    assert logs["start"] < data["events"][0]["at"]  # from before the record's first event
+
+
+def test_show_logs_runs_the_query_over_both_functions_log_groups(
+    ctl: Ctl, world: World, moto: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", moto.endpoint_url)
+    logs = boto3.client("logs")
+    stack = f"stories-{time.time_ns()}"
+    now_ms = int(time.time() * 1000)
+    lines = {
+        "archive": {"message": "archive succeeded", "record_id": "22", "outcome": "archived"},
+        "sweeper": {"message": "sweep sent records", "record_ids": ["22"], "step": "lost"},
+    }
+    for function, line in lines.items():
+        group = f"/aws/lambda/{stack}-{function}"
+        logs.create_log_group(logGroupName=group)
+        logs.create_log_stream(logGroupName=group, logStreamName="s")
+        logs.put_log_events(
+            logGroupName=group,
+            logStreamName="s",
+            logEvents=[{"timestamp": now_ms, "message": json.dumps(line)}],
+        )
+    world.record(22)
+    world.deliver(22)
+
+    text, data = shown(ctl, 22, "--logs", "--stack", stack)
+
+    assert data["logs"]["ran"] is True
+    messages = sorted(json.loads(row["@message"])["message"] for row in data["logs"]["results"])
+    assert messages == ["archive succeeded", "sweep sent records"]
+    assert "  2 lines" in text
+    assert re.search(r"  \S.*  archive  .*archive succeeded", text), text
+    assert re.search(r"  \S.*  sweeper  .*sweep sent records", text), text
+
+    assert ctl("show", "22", "--logs", "--stack", "no-such-stack") == EXIT_OK
+    assert "not run: a log group is not there: is --stack the stack's name?" in ctl.out
