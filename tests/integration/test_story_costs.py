@@ -99,7 +99,7 @@ def test_retention_removes_a_concluded_record_s_events_and_never_a_live_one_s(
     assert after[3] == before[3]  # live: every event kept, however old
     assert after[5] == before[5]
     assert 0 < after[4] < before[4]  # the second chapter: received ... archived
-    assert [kind for kind, _ in story(world.db, 4)][0] == "received"
+    assert story(world.db, 4)[0][0] == "received"
     assert (summary["stories_expired"], summary["events_removed"]) == (
         2,
         before[1] + before[4] - after[4],
@@ -109,9 +109,7 @@ def test_retention_removes_a_concluded_record_s_events_and_never_a_live_one_s(
     assert sweep()["stories_expired"] == 0  # nothing left to remove
 
 
-def test_retention_works_in_bounded_batches(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_retention_works_in_bounded_batches(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from lib.archive import sweeper
 
     monkeypatch.setattr(sweeper, "EXPIRY_RECORDS", 2)
