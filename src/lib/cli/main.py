@@ -302,8 +302,8 @@ def _show_command(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--stack",
         metavar="NAME",
-        help="the stack whose log groups --logs reads (default: $ARCHIVE_STACK_NAME, "
-        f"else {logs_insights.DEFAULT_STACK})",
+        help="the stack whose log groups --logs reads (default: "
+        f"{logs_insights.DEFAULT_STACK}, samconfig.toml's stack name)",
     )
 
 

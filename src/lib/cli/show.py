@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -471,7 +470,7 @@ def _logs(ctx: Context, story: Story, now: datetime) -> logs_insights.LogsReport
     if story.row is not None:
         times += [t for t in (story.row.started_at, story.row.enqueued_at) if t is not None]
     start = min(times, default=now - timedelta(days=1)) - logs_insights.MARGIN
-    stack = ctx.args.stack or os.environ.get("ARCHIVE_STACK_NAME") or logs_insights.DEFAULT_STACK
+    stack = ctx.args.stack or logs_insights.DEFAULT_STACK
     report = logs_insights.LogsReport(
         query=logs_insights.query_for(story.record_id),
         log_groups=logs_insights.log_groups(stack),

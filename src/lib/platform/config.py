@@ -282,9 +282,8 @@ def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:
 
 def max_attempts(env: Mapping[str, str] | None = None) -> int:
     """ARCHIVE_MAX_ATTEMPTS alone (the functions, and `archive-ctl show`)."""
-    return positive_int(
-        os.environ if env is None else env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS
-    )
+    env = os.environ if env is None else env
+    return positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
 
 
 def sweep_grace_seconds(env: Mapping[str, str] | None = None) -> int:
