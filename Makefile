@@ -7,13 +7,14 @@ SAM ?= $(SAM_VENV)/bin/sam
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv sam-venv lint format test unit local bench clean
+.PHONY: help venv sam-venv lint format test unit local services bench clean
 
 help:
 	@echo "make test    set up (venv, pinned deps, PostgreSQL binaries) and run every check"
 	@echo "make test-busy  the tests, three times, beside a CPU load (not part of make test)"
 	@echo "make test-deep  the model-based tests with 20x their examples (not part of make test)"
-	@echo "make local   run the whole pipeline locally on embedded defaults"
+	@echo "make local   run the whole pipeline locally on embedded defaults (ARGS=--keep: keep the services)"
+	@echo "make services  the local services on env.json's ports, for sam local invoke"
 	@echo "make bench   run the benchmarks under bench/ and print a table"
 	@echo "make lint    ruff check, ruff format --check, mypy --strict src"
 	@echo "make format  apply ruff's formatting and safe fixes"
