@@ -66,6 +66,13 @@ def shown(ctl: Ctl, record_id: int, *extra: str) -> tuple[str, dict[str, Any]]:
     return text, data
 
 
+def received_owner(world: World, record_id: int) -> str:
+    """The lock owner of the record's last claim: its invocation and message ids."""
+    line = world.archive.log_for("archive succeeded")
+    message = detail(world.db, record_id, "received")["message_id"]
+    return f"{line['function_request_id']}/{message}"
+
+
 def kinds(*names: str) -> list[str]:
     assert set(names) <= {str(kind) for kind in EventKind}, names
     return list(names)
@@ -103,12 +110,13 @@ def test_archived_the_first_time(world: World, ctl: Ctl) -> None:
     assert [a for _, a in story(world.db, 1)] == [0, 0, 1, 1, 1, 1]
     assert detail(world.db, 1, "enqueued") == {"by": "producer", "inferred": True}
     received = detail(world.db, 1, "received")
-    assert (received["receive_count"], received["claimed"]) == (1, True)
+    assert received == {"message_id": received["message_id"], "receive_count": 1}
+    assert detail(world.db, 1, "claimed") == {"owner": received_owner(world, 1)}
     assert detail(world.db, 1, "fetched")["source"] == "provider"
     assert detail(world.db, 1, "upload_answered")["status"] == 200
     row = world.row(1)
     archived = detail(world.db, 1, "archived")
-    assert (archived["url"], archived["recorded"]) == (row["hosted_image_url"], True)
+    assert archived == {"url": row["hosted_image_url"], "key": archived["key"], "altered": False}
 
     text, data = shown(ctl, 1)
     assert text.splitlines()[0] == "record 1: SUCCEEDED, attempt 1 of 3"

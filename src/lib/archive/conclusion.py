@@ -263,10 +263,11 @@ class Concluder:
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
             events=ctx.events.pending(),
+            # What went as usual is left out: the story keeps what an operator asks about.
             detail={
                 "key": str(copied.hosted.data.get("key", "")),
-                "adopted": copied.adopted,
-                "duplicates": list(copied.duplicates),
+                "adopted": copied.adopted or None,
+                "duplicates": list(copied.duplicates) or None,
                 "duplicate_possible": copied.duplicate_possible or None,
             },
         )

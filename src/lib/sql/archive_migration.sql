@@ -190,9 +190,11 @@ CREATE TABLE IF NOT EXISTS image_archive_events (
     detail JSONB NOT NULL DEFAULT '{}'
 );
 
--- `archive-ctl show`: one record's events in order, an index range.
+-- `archive-ctl show` and the retention: one record's events (tens of them: sorted in
+-- memory). On the record id alone, B-tree deduplication keeps an event's entry to a few
+-- bytes (docs/performance.md).
 CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
-    ON image_archive_events (record_id, at, seq);
+    ON image_archive_events (record_id);
 
 -- Retention: the conclusions, oldest first; the sweeper removes the events up to each.
 CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx

@@ -107,12 +107,15 @@ noted AS (
         UNION ALL
         SELECT now(), 1, target.archive_attempts, 'received',
                jsonb_build_object('message_id', CAST(:message_id AS text),
-                                  'receive_count', CAST(:receive_count AS int),
-                                  'archive_status', target.archive_status,
-                                  'claimed', EXISTS (SELECT 1 FROM claimed),
-                                  'lane_paused', EXISTS (SELECT 1 FROM lane
-                                                         WHERE lane.paused_until > now()),
-                                  'due_in_seconds', round(target.due_in))
+                                  'receive_count', CAST(:receive_count AS int))
+               -- Why a message was not claimed (a claimed one's next event says it all).
+               || CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN '{}'
+                       ELSE jsonb_build_object('claimed', false,
+                                               'archive_status', target.archive_status,
+                                               'lane_paused',
+                                               EXISTS (SELECT 1 FROM lane
+                                                       WHERE lane.paused_until > now()),
+                                               'due_in_seconds', round(target.due_in)) END
         UNION ALL
         SELECT now(), 2, target.archive_attempts, 'lock_taken_over',
                jsonb_build_object('by', CAST(:owner AS text),
@@ -122,8 +125,9 @@ noted AS (
           AND (EXISTS (SELECT 1 FROM claimed) OR EXISTS (SELECT 1 FROM exhausted))
         UNION ALL
         SELECT now(), 3, claimed.archive_attempts, 'claimed',
-               jsonb_build_object('owner', CAST(:owner AS text),
-                                  'staged', claimed.archive_staged_key IS NOT NULL)
+               jsonb_build_object('owner', CAST(:owner AS text))
+               || CASE WHEN claimed.archive_staged_key IS NOT NULL
+                       THEN jsonb_build_object('staged', true) ELSE '{}' END
         FROM claimed
         UNION ALL
         SELECT now(), 3, target.archive_attempts, 'failed',
@@ -214,9 +218,11 @@ noted AS (
           UNION ALL
           SELECT now(), jsonb_array_length(CAST(:events AS jsonb)) + 1, 'archived',
                  CAST(:detail AS jsonb)
-                 || jsonb_build_object('recorded', written.id IS NOT NULL,
-                                       'under_lock', before.archive_locked_by
-                                                     IS NOT DISTINCT FROM :owner)
+                 -- Only what went otherwise than usual: not recorded, or after the lock passed.
+                 || CASE WHEN written.id IS NULL
+                         THEN jsonb_build_object('recorded', false) ELSE '{}' END
+                 || CASE WHEN before.archive_locked_by IS DISTINCT FROM :owner
+                         THEN jsonb_build_object('under_lock', false) ELSE '{}' END
           FROM before LEFT JOIN written ON true) AS e
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
@@ -1102,15 +1108,16 @@ SELECT id, was FROM marked ORDER BY id;
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
 -- are removed. A live record keeps every event: requeued since, it is PENDING or RUNNING,
 -- and the rows are share-locked, so a requeue waits for the delete or the delete passes
--- the row by. A range of the conclusions' partial index, then of the record's own index.
--- Returns (record id, events removed).
+-- the row by. A range of the conclusions' partial index, each record looked up by its
+-- key (scalar subqueries: an anti-join would read the whole table once), then a range of
+-- its own index. Returns (record id, events removed).
 WITH oldest AS (
     SELECT e.record_id, e.at
     FROM image_archive_events AS e
     WHERE e.kind IN ('archived', 'failed')
       AND e.at < now() - make_interval(secs => :retention)
-      AND NOT EXISTS (SELECT 1 FROM image_generation_records AS r
-                      WHERE r.id = e.record_id AND r.archive_status IN ('PENDING', 'RUNNING'))
+      AND NOT COALESCE((SELECT r.archive_status IN ('PENDING', 'RUNNING')
+                        FROM image_generation_records AS r WHERE r.id = e.record_id), false)
     ORDER BY e.at
     LIMIT :limit
 ),
@@ -1125,7 +1132,8 @@ chapters AS (
     SELECT o.record_id, max(o.at) AS upto
     FROM oldest AS o
     WHERE o.record_id IN (SELECT id FROM concluded)
-       OR NOT EXISTS (SELECT 1 FROM image_generation_records AS r WHERE r.id = o.record_id)
+       OR NOT COALESCE((SELECT true FROM image_generation_records AS r
+                        WHERE r.id = o.record_id), false)
     GROUP BY o.record_id
 ),
 removed AS (
