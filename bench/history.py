@@ -19,7 +19,6 @@ concluded 40 days ago, for the retention. Then:
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import time
@@ -163,25 +162,11 @@ def sizes(conn: Any) -> dict[str, Any]:
     }
 
 
-def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan] + [n for child in plan.get("Plans", []) for n in plan_nodes(child)]
+def scans(conn: Any, sql: str, **params: Any) -> list[str]:
+    """The tables the statement, run once (rolled back), reads whole."""
+    from devkit.plans import explain, whole_table_reads  # noqa: PLC0415
 
-
-def explain(conn: Any, sql: str, **params: Any) -> list[dict[str, Any]]:
-    """The plan's nodes of the statement run once, in a transaction rolled back."""
-    conn.run("BEGIN")
-    try:
-        [[document]] = conn.run(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", **params)
-    finally:
-        conn.run("ROLLBACK")
-    if isinstance(document, str):
-        document = json.loads(document)
-    return plan_nodes(document[0]["Plan"])
-
-
-def scans(nodes: list[dict[str, Any]]) -> list[str]:
-    """The tables a plan reads whole."""
-    return sorted({str(n.get("Relation Name")) for n in nodes if n["Node Type"] == "Seq Scan"})
+    return whole_table_reads(explain(conn, sql, analyze=True, **params))
 
 
 def show_times(dsn: str) -> tuple[list[float], dict[str, list[str]]]:
@@ -214,12 +199,8 @@ def show_times(dsn: str) -> tuple[list[float], dict[str, list[str]]]:
     try:
         record = ids[0]
         plans = {
-            "record_story": scans(
-                explain(conn, QUERIES["record_story"], record_id=record, lock_ttl=180)
-            ),
-            "record_events": scans(
-                explain(conn, QUERIES["record_events"], record_id=record, limit=30)
-            ),
+            "record_story": scans(conn, QUERIES["record_story"], record_id=record, lock_ttl=180),
+            "record_events": scans(conn, QUERIES["record_events"], record_id=record, limit=30),
         }
     finally:
         conn.close()
@@ -249,7 +230,7 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
         }  # fmt: skip
         lost = {"limit": 100, "grace": 300, "interval": 900, "after": "-infinity"}
         plans = {
-            name: [t for t in scans(explain(conn, QUERIES[name], **params)) if t == EVENTS]
+            name: [t for t in scans(conn, QUERIES[name], **params) if t == EVENTS]
             for name, params in (
                 ("claim", claim),
                 ("take_lost", lost),
@@ -277,14 +258,16 @@ def expiry(dsn: str) -> dict[str, Any]:
             seconds = time.perf_counter() - started
         finally:
             conn.run("ROLLBACK")  # the next run measures the same batch
-        nodes = explain(conn, QUERIES["expire_events"], retention=30 * 86_400, limit=EXPIRY_BATCH)
+        read_whole = scans(
+            conn, QUERIES["expire_events"], retention=30 * 86_400, limit=EXPIRY_BATCH
+        )
     finally:
         conn.close()
     return {
         "seconds": seconds,
         "records": len(rows),
         "events": sum(int(count) for _, count in rows),
-        "scans": scans(nodes),
+        "scans": read_whole,
     }
 
 

@@ -38,6 +38,7 @@ class _Attempt:
     deadline: float
     events: EventLog  # the attempt's story, written by the statement that concludes it
     restage: bool = False  # the row's staged copy is gone: stage the bytes again
+    from_staged: bool = False  # the bytes in hand are the staged copy's
     slot_taken: bool = False
     looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
     fetch_seconds: float = 0.0  # how long getting the bytes in hand took
@@ -96,7 +97,7 @@ class Transfer:
             return held
         at.events.note(
             EventKind.FETCHED,
-            source="staged copy" if task.staged_key and not at.restage else "provider",
+            source="staged copy" if at.from_staged else "provider",
             bytes=held.size,
             type=held.image_type.mime_type,
             seconds=at.fetch_seconds,
@@ -116,7 +117,7 @@ class Transfer:
                 logger.warning("the row has a staged copy but staging is off; using the source")
             else:
                 try:
-                    return self.staging.read_back(task, at.deadline)
+                    held = self.staging.read_back(task, at.deadline)
                 except StagedCopyMissing as error:
                     # Expired by the lifecycle rule, or deleted: the source may still work.
                     logger.warning("staged copy missing; using the source", error=str(error))
@@ -125,6 +126,9 @@ class Transfer:
                 except StagedCopyMismatch as error:
                     at.events.note(EventKind.FETCHED, source="staged copy", error=str(error))
                     return _mismatched(str(error))
+                else:
+                    at.from_staged = True
+                    return held
         try:
             return self.copier.fetch(task, at.deadline)
         except ArchiveFailure as error:
