@@ -339,3 +339,20 @@ def test_make_services_serves_what_env_json_names_so_the_handlers_run_with_it(
     assert process.returncode == 0, output + rest
     ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", env_json.read_text())]
     assert [p for p in set(ports) if _port_open(p)] == []
+
+
+def test_make_services_reads_its_ports_and_names_from_env_json() -> None:
+    from devkit.demo.stack import layout_of
+
+    env = json.loads((REPO_ROOT / "env.json").read_text())
+    layout = layout_of(env)
+    assert (layout.postgres_port, layout.moto_port, layout.lsky_port) == (5432, 5000, 8080)
+    assert (layout.database, layout.queue, layout.dlq) == (
+        "image_archive",
+        "image-archive-queue",
+        "image-archive-dlq",
+    )
+    assert (layout.bucket, layout.lsky_token) == ("image-archive-staging", "1|local-test-token")
+    env["ArchiveFunction"]["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:5001"
+    with pytest.raises(ValueError, match="one moto server"):
+        layout_of(env)

@@ -14,7 +14,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib.archive import schedule
+from lib.archive import schedule, story
 from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
@@ -213,7 +213,7 @@ class Concluder:
                     ctx.record_id,
                     delay_seconds=verdict.delay_seconds,
                     wait_reason=verdict.wait_reason,
-                    detail=_story_detail(verdict),
+                    detail=story.verdict_detail(verdict),
                 )
             return True
         if write is Write.SUCCEED:
@@ -228,7 +228,7 @@ class Concluder:
                 staged=verdict.staged,
                 sent=verdict.sent,
                 events=ctx.events.pending(),
-                detail=_story_detail(verdict),
+                detail=story.verdict_detail(verdict),
             )
         if write is Write.FAIL:
             return self._fail(verdict, ctx, task)
@@ -245,7 +245,7 @@ class Concluder:
             forget_staged=verdict.forget_staged,
             sent=verdict.sent,
             events=ctx.events.pending(),
-            detail=_story_detail(verdict),
+            detail=story.verdict_detail(verdict),
         )
 
     def _succeed(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -263,13 +263,7 @@ class Concluder:
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
             events=ctx.events.pending(),
-            # What went as usual is left out: the story keeps what an operator asks about.
-            detail={
-                "key": str(copied.hosted.data.get("key", "")),
-                "adopted": copied.adopted or None,
-                "duplicates": list(copied.duplicates) or None,
-                "duplicate_possible": copied.duplicate_possible or None,
-            },
+            detail=story.archived_detail(copied),
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
@@ -289,7 +283,7 @@ class Concluder:
             staged=staged,
             sent=verdict.sent,
             events=ctx.events.pending(),
-            detail=_story_detail(verdict),
+            detail=story.verdict_detail(verdict),
         )
         if written and not keep:
             self.staging.discard(None if staged is None else staged.key)
@@ -390,16 +384,6 @@ _GIVEN_BACK_REASONS: Mapping[Outcome, WaitReason] = {
     Outcome.PAUSED: WaitReason.PAUSED,
     Outcome.PARKED: WaitReason.PAUSED,
 }
-
-
-# What a verdict's log fields add to the event its statement writes (the error itself,
-# the wait's reason and length are the statement's own).
-_STORY_FIELDS = ("error_class", "reason", "window", "booked", "paced_for_seconds", "due_in_seconds")
-
-
-def _story_detail(verdict: Verdict) -> dict[str, Any]:
-    fields = {key: verdict.fields[key] for key in _STORY_FIELDS if key in verdict.fields}
-    return {"outcome": str(verdict.outcome), **fields}
 
 
 def _known(may_be_hosted: bool | None) -> bool:

@@ -9,20 +9,25 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lib.archive import pacing, schedule
+from lib.archive import pacing, schedule, story
 from lib.archive import retry as policy
-from lib.archive.copier import Copier, LookUp, can_start, sent_of
+from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
-from lib.archive.outcome import Copied, Message, Outcome, Verdict
-from lib.archive.staging import StagedCopyMismatch, Staging, keeps_copy, worth_staging
+from lib.archive.outcome import Message, Outcome, Verdict, archived
+from lib.archive.staging import (
+    StagedCopyMismatch,
+    Staging,
+    keeps_copy,
+    mismatched,
+    worth_staging,
+)
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
-from lib.platform.redact import outside_text
 from lib.platform.s3 import StagedCopyMissing
 from lib.state.claim import SentImage, StagedCopy, Task
-from lib.state.events import EventKind, EventLog
+from lib.state.events import EventLog
 from lib.state.lane import LaneState, PauseReason
-from lib.state.lane_store import LaneStore, Slot, SlotAnswer
+from lib.state.lane_store import LaneStore, SlotAnswer
 from lib.transfer.failures import ArchiveFailure, Failure, Stage
 from lib.transfer.held import HeldImage
 
@@ -61,17 +66,11 @@ class Transfer:
         self.timings = pacing.Timings()
 
     def run(
-        self,
-        task: Task,
-        lane: LaneState,
-        message: Message,
-        remaining_ms: int,
-        events: EventLog | None = None,
+        self, task: Task, lane: LaneState, message: Message, remaining_ms: int, events: EventLog
     ) -> Verdict:
-        """`events`: where the attempt's story is noted (kept in memory until it concludes)."""
         now = time.monotonic()
         deadline = now + (remaining_ms - FINISH_RESERVE_MS) / 1000
-        at = _Attempt(task, message, lane, now, deadline, events or EventLog())
+        at = _Attempt(task, message, lane, now, deadline, events)
         if not can_start(at.deadline):
             # Checked before anything is fetched: the only time an attempt is given back.
             return schedule.no_time_for_transfer()
@@ -95,13 +94,7 @@ class Transfer:
         self.timings.fetched(at.fetch_seconds)
         if isinstance(held, Verdict):
             return held
-        at.events.note(
-            EventKind.FETCHED,
-            source="staged copy" if at.from_staged else "provider",
-            bytes=held.size,
-            type=held.image_type.mime_type,
-            seconds=at.fetch_seconds,
-        )
+        story.fetched(at.events, held, from_staged=at.from_staged, seconds=at.fetch_seconds)
         try:
             return self._with_bytes(at, held)
         finally:
@@ -113,30 +106,14 @@ class Transfer:
         """The staged copy read back when the row has one, else the source downloaded."""
         task = at.task
         if task.staged_key is not None:
-            if not self.staging.enabled:
-                logger.warning("the row has a staged copy but staging is off; using the source")
-            else:
-                try:
-                    held = self.staging.read_back(task, at.deadline)
-                except StagedCopyMissing as error:
-                    # Expired by the lifecycle rule, or deleted: the source may still work.
-                    logger.warning("staged copy missing; using the source", error=str(error))
-                    at.events.note(EventKind.FETCHED, source="staged copy", error=str(error))
-                    at.restage = True
-                except StagedCopyMismatch as error:
-                    at.events.note(EventKind.FETCHED, source="staged copy", error=str(error))
-                    return _mismatched(str(error))
-                else:
-                    at.from_staged = True
-                    return held
+            staged = _staged_copy(self.staging, at)
+            if staged is not None:
+                return staged
         try:
             return self.copier.fetch(task, at.deadline)
         except ArchiveFailure as error:
-            failure = error.failure
-            at.events.note(
-                EventKind.FETCHED, source="provider", error=failure.message, status=failure.status
-            )
-            return self._source_failed(at, failure)
+            story.source_failed(at.events, error.failure)
+            return self._source_failed(at, error.failure)
 
     def _source_failed(self, at: _Attempt, failure: Failure) -> Verdict:
         """The download failed. An image an earlier attempt may have stored can still be
@@ -145,11 +122,11 @@ class Transfer:
             try:
                 found = self.copier.find_ours(at.task, None, at.deadline)
             except ArchiveFailure as error:
-                _note_look_up(at.events, error.failure.message)
+                story.looked_up(at.events, error.failure.message)
             else:
-                _note_look_up(at.events, found)
+                story.looked_up(at.events, found)
                 if found.adopted is not None:
-                    return _archived(found.adopted)
+                    return archived(found.adopted)
         if at.restage:
             # Said plainly: the copy the row relied on is gone (the bucket's lifecycle rule)
             # and the provider's URL failed too (typically expired: a permanent 403).
@@ -168,7 +145,7 @@ class Transfer:
         try:
             found = self.copier.find_ours(task, sent, at.deadline)
         except ArchiveFailure as error:
-            _note_look_up(at.events, error.failure.message)
+            story.looked_up(at.events, error.failure.message)
             if host_condition(error.failure) is not None or task.attempt < (
                 self.settings.max_attempts
             ):
@@ -178,11 +155,11 @@ class Transfer:
                 error=error.failure.message,
             )
             return True
-        _note_look_up(at.events, found)
+        story.looked_up(at.events, found)
         for key, why in found.refused:
             logger.info("an image with the record's name is not ours", key=key, why=why)
         if found.adopted is not None:
-            return _archived(found.adopted)
+            return archived(found.adopted)
         return False
 
     def _with_bytes(self, at: _Attempt, held: HeldImage) -> Verdict:
@@ -206,27 +183,13 @@ class Transfer:
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
-            failure = error.failure
-            at.events.note(
-                EventKind.UPLOAD_ANSWERED,
-                status=failure.status,
-                error=failure.message,
-                failure=str(failure.kind),
-                may_be_hosted=failure.may_be_hosted,
-                seconds=time.monotonic() - uploading,
-            )
+            story.upload_failed(at.events, error.failure, seconds=time.monotonic() - uploading)
             if at.slot_taken:
-                self.lanes.settle_slot(task.record_id, counted=_counted(failure))
-            return self._failed(at, failure, held)
+                self.lanes.settle_slot(task.record_id, counted=_counted(error.failure))
+            return self._failed(at, error.failure, held)
         self.timings.uploaded(time.monotonic() - uploading)
-        at.events.note(
-            EventKind.UPLOAD_ANSWERED,
-            status=200,
-            key=str(copied.hosted.data.get("key", "")),
-            bytes=copied.size,
-            seconds=time.monotonic() - uploading,
-        )
-        return _archived(replace(copied, duplicate_possible=at.duplicate_possible))
+        story.upload_answered(at.events, copied, seconds=time.monotonic() - uploading)
+        return archived(replace(copied, duplicate_possible=at.duplicate_possible))
 
     # -- pacing --------------------------------------------------------------------------
 
@@ -259,7 +222,7 @@ class Transfer:
             )
             if attempt == 0 and held is not None and at.task.booked_at is not None:
                 self.timings.came_back((slot.now - at.task.booked_at).total_seconds())
-            _note_slot(at.events, slot)
+            story.slot(at.events, slot)
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True
                 return None
@@ -322,22 +285,8 @@ class Transfer:
             window=condition.window,
             detail=condition.detail,  # redacted and bounded on its way in
         )
-        paused_until = until.isoformat() if until is not None else "until cleared"
-        detail = outside_text(condition.detail, schedule.DETAIL_LIMIT)
-        logger.warning(
-            "upload lane paused; attempt given back",
-            reason=str(condition.reason),
-            window=condition.window,
-            detail=detail,
-            paused_until=paused_until,
-        )
-        at.events.note(
-            EventKind.LANE_PAUSED,
-            reason=str(condition.reason),
-            window=condition.window,
-            until=paused_until,
-            detail=detail,
-        )
+        fields = story.lane_paused(at.events, condition, until)
+        logger.warning("upload lane paused; attempt given back", **fields)
         verdict = schedule.wait_for_lane(
             schedule.paused_for(until, now),
             at.message,
@@ -394,12 +343,9 @@ class Transfer:
             staged = self.staging.capture(at.task, at.deadline, "lane paused")
         except ArchiveFailure as error:
             # The download itself failed: the record's own failure, paused lane or not.
-            failure = error.failure
-            at.events.note(
-                EventKind.FETCHED, source="provider", error=failure.message, status=failure.status
-            )
-            return self._attempt_failed(at, failure)
-        _note_staged(at.events, staged, "lane paused")
+            story.source_failed(at.events, error.failure)
+            return self._attempt_failed(at, error.failure)
+        story.staged(at.events, staged, "lane paused")
         return schedule.wait_for_lane(at.lane.paused_for_seconds, at.message, staged=staged)
 
     def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
@@ -407,40 +353,29 @@ class Transfer:
         if held is None or (at.task.staged_key is not None and not at.restage):
             return None
         staged = self.staging.stage(at.task, held, at.deadline, why)
-        _note_staged(at.events, staged, why)
+        story.staged(at.events, staged, why)
         return staged
 
 
-def _note_staged(events: EventLog, staged: StagedCopy | None, why: str) -> None:
-    if staged is not None:
-        events.note(
-            EventKind.STAGED, key=staged.key, sha256=staged.sha256, bytes=staged.size, why=why
-        )
-
-
-def _note_slot(events: EventLog, slot: Slot) -> None:
-    events.note(
-        EventKind.SLOT,
-        answer=str(slot.answer),
-        at=slot.at,
-        wait_seconds=None if slot.answer is SlotAnswer.PAUSED else slot.wait_seconds,
-    )
-
-
-def _note_look_up(events: EventLog, found: LookUp | str) -> None:
-    """The look-up for an earlier attempt's image: what was adopted and why, what was not
-    and why, or the failure (a text)."""
-    if isinstance(found, str):
-        events.note(EventKind.LOOKED_UP, error=found)
-        return
-    adopted = found.adopted
-    events.note(
-        EventKind.LOOKED_UP,
-        adopted=None if adopted is None else str(adopted.hosted.data.get("key", "")),
-        why=found.why or None,
-        duplicates=list(adopted.duplicates) if adopted is not None else [],
-        refused=[f"{key}: {why}" for key, why in found.refused],
-    )
+def _staged_copy(staging: Staging, at: _Attempt) -> HeldImage | Verdict | None:
+    """The row's staged copy read back, or the verdict on a copy that is not what was
+    captured; None: use the source (staging is off, or the copy is gone)."""
+    if not staging.enabled:
+        logger.warning("the row has a staged copy but staging is off; using the source")
+        return None
+    try:
+        held = staging.read_back(at.task, at.deadline)
+    except StagedCopyMissing as error:
+        # Expired by the lifecycle rule, or deleted: the source may still work.
+        logger.warning("staged copy missing; using the source", error=str(error))
+        story.staged_copy_failed(at.events, str(error))
+        at.restage = True
+        return None
+    except StagedCopyMismatch as error:
+        story.staged_copy_failed(at.events, str(error))
+        return mismatched(str(error))
+    at.from_staged = True
+    return held
 
 
 def _queued(lane: LaneState) -> bool:
@@ -459,26 +394,3 @@ def _counted(failure: Failure) -> bool:
     refusal, which Lsky's limiter answers before storing anything."""
     condition = host_condition(failure)
     return condition is None or condition.reason is not PauseReason.RATE_LIMIT
-
-
-def _archived(copied: Copied) -> Verdict:
-    return Verdict(
-        Outcome.ARCHIVED,
-        copied.hosted.url,
-        copied=copied,
-        fields={"bytes": copied.size, "mime_type": copied.hosted.mime_type},
-    )
-
-
-def _mismatched(error: str) -> Verdict:
-    """The staged copy is not what was captured: never archived. Our fault, not the
-    record's: the attempt is given back and the row forgets the copy (the source next)."""
-    logger.error("staged copy does not match what was captured; dropped", error=error)
-    return Verdict(
-        Outcome.OWN_FAULT,
-        f"staging error: {error}",
-        schedule.OWN_FAULT_RETRY_SECONDS,
-        forget_staged=True,
-        metrics=("StagingError", "StagedCopyMismatch"),
-        fields={"error": error},
-    )

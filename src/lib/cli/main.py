@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli import backfill, enqueue, grants, lane, logs_insights, migrate, redrive, show, status
+from lib.cli import backfill, enqueue, grants, lane, migrate, redrive, show, status
 from lib.cli.args import parse_since, positive, positive_at_most, positive_number, record_id
 from lib.cli.context import (
     EXIT_ERROR,
@@ -273,38 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _show_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """`show`: one record's story."""
-    p = command(
-        "show",
-        show.run,
-        "one record's story: its state, what it waits for, its events",
-        "Prints on one screen the record's state, what it is waiting for and until when "
-        "(its backoff, a booked upload slot, the lane's pause, its message, the sweeper; "
-        "nothing when its message looks lost), its attempts and last error, its hosted URL or "
-        "staged copy, then its events (image_archive_events) in order, newest last, with "
-        "relative times. Exit 4 when there is no such record.",
-    )
-    p.add_argument("record_id", type=record_id, metavar="RECORD_ID", help="the record's id")
-    p.add_argument("--json", action="store_true", help="the same as one JSON object")
-    p.add_argument(
-        "--logs",
-        action="store_true",
-        help="add the CloudWatch Logs Insights query for the record's log lines, and run it "
-        "over both functions' log groups when AWS credentials are present",
-    )
-    p.add_argument(
-        "--events",
-        type=positive_at_most(show.MAX_EVENTS),
-        default=show.DEFAULT_EVENTS,
-        metavar="N",
-        help=f"show the newest N events (default {show.DEFAULT_EVENTS})",
-    )
-    p.add_argument(
-        "--stack",
-        metavar="NAME",
-        help="the stack whose log groups --logs reads (default: "
-        f"{logs_insights.DEFAULT_STACK}, samconfig.toml's stack name)",
-    )
+    """`show`: one record's story (its options are lib.cli.show's)."""
+    show.add_arguments(command("show", show.run, show.SUMMARY, show.DESCRIPTION), record_id)
 
 
 def _schema_commands(command: Callable[..., argparse.ArgumentParser]) -> None:

@@ -13,6 +13,7 @@ from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.sweep_rules import named_ids
 from lib.cli import dlq
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, PROG, CommandError, Context, out
+from lib.state.status import ArchiveStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageTypeDef
@@ -55,7 +56,7 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
         f"moved {result.moved} messages to {queue_url} ({result.stopped}); "
         f"{result.send_failed} not sent, {result.not_deleted} sent but left in the DLQ"
     )
-    failed = [record_id for record_id, was in requeued.items() if was == "FAILED"]
+    failed = [record_id for record_id, was in requeued.items() if was == ArchiveStatus.FAILED]
     if failed:
         out(f"FAILED records given new attempts for their messages: {named_ids(failed)}")
     return EXIT_OK if not result.send_failed and not result.not_deleted else EXIT_PARTIAL
