@@ -19,10 +19,12 @@ help:
 	@echo "make lint    ruff check, ruff format --check, mypy --strict src"
 	@echo "make format  apply ruff's formatting and safe fixes"
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt -c constraints.txt
+	# The checkout itself, editable: $(VENV)/bin/archive-ctl (pyproject.toml [project.scripts]).
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 $(SAM_VENV)/.installed: requirements-sam.txt

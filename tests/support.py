@@ -67,6 +67,7 @@ ARCHIVE_INDEXES = (
     "image_generation_records_archive_parked_idx",
     "image_generation_records_archive_backfilled_idx",
     "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_failed_at_idx",
     "image_generation_records_archive_backfill_idx",
     "image_generation_records_archive_altered_idx",
     "image_generation_records_archive_staged_idx",

@@ -31,6 +31,7 @@ BUILD_FILES = (
     "requirements-dev.txt",
     "requirements-sam.txt",
     "constraints.txt",
+    "pyproject.toml",
     "template.yaml",
 )
 
@@ -76,6 +77,13 @@ def test_template_check_in_a_fresh_clone_creates_the_venvs_it_runs(fresh_clone: 
     lines = dry_run(fresh_clone, "template-check")
     assert first(lines, "-m venv .venv") < first(lines, ".venv/bin/cfn-lint")
     assert first(lines, "-m venv .venv-sam") < first(lines, ".venv-sam/bin/sam validate")
+
+
+def test_make_venv_installs_the_checkout_with_its_console_script(fresh_clone: Path) -> None:
+    """.venv/bin/archive-ctl after `make venv` (pyproject.toml [project.scripts])."""
+    lines = dry_run(fresh_clone, "venv")
+    requirements = first(lines, "pip install -q -r requirements-dev.txt")
+    assert first(lines, "pip install -q --no-deps -e .") > requirements
 
 
 def test_sam_build_in_a_fresh_clone_creates_the_sam_venv(fresh_clone: Path) -> None:

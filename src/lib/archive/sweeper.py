@@ -33,13 +33,14 @@ from lib.archive.sweep_rules import (
     requeue_interval,
 )
 from lib.platform.config import SweeperSettings
-from lib.platform.grants import describe_permission_denied, is_permission_denied
+from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
 from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
+from lib.state.privileges import explain_denial
 from lib.state.sweeps import SweepRecords, SweptRow
 
 
@@ -94,7 +95,7 @@ class Sweeper:
                 metrics.add_metric(name="PermissionDenied", unit=MetricUnit.Count, value=1)
                 logger.error(
                     "sweep stopped: the database role lacks a grant",
-                    error=describe_permission_denied(error),
+                    error=explain_denial(self.records.db, error),
                 )
             logger.exception("sweep aborted", **summary.as_dict())
             raise

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pg8000.exceptions
 
 from lib.cli import legacy_status
-from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, out
+from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
@@ -60,7 +60,7 @@ class Migration:
         self.hold_lock()
         if self.ctx.args.with_base_schema:
             for statement in schema.load([schema.BASE_SCHEMA]):
-                out(f"  {statement.source.name}: {statement.summary}")
+                self.ctx.progress(f"  {statement.source.name}: {statement.summary}")
                 self.db.run(statement.sql)
         catalog = self.catalog()
         legacy = self.legacy(catalog)
@@ -75,37 +75,44 @@ class Migration:
             )
             raise CommandError(plan.refusal + repaired)
         if not plan.changes:
-            out(f"  {self.described(catalog)}")
+            self.ctx.progress(f"  {self.described(catalog)}")
         for step in plan.steps:
             self.execute(step, legacy)
         seconds = self.ctx.clock() - started
+        self.ctx.answer({**_answer(plan, legacy), "dry_run": False, "seconds": round(seconds, 2)})
         if plan.changes:
-            out(f"migrated in {seconds:.2f} s: {len(plan.changes)} steps; the schema is up to date")
+            self.ctx.say(
+                f"migrated in {seconds:.2f} s: {len(plan.changes)} steps; the schema is up to date"
+            )
         else:
-            out(f"the schema was up to date: nothing to change ({seconds:.2f} s)")
+            self.ctx.say(f"the schema was up to date: nothing to change ({seconds:.2f} s)")
         return EXIT_OK
 
     def dry_run(self) -> int:
         holder = self.lock_holder()
         if holder:
-            out(f"note: another migration is running ({holder}); this plan may be out of date")
+            self.ctx.progress(
+                f"note: another migration is running ({holder}); this plan may be out of date"
+            )
         if self.ctx.args.with_base_schema:
             for statement in schema.load([schema.BASE_SCHEMA]):
-                out(f"-- {statement.source.name} (first)\n{statement.sql};\n")
+                self.ctx.say(f"-- {statement.source.name} (first)\n{statement.sql};\n")
         catalog = self.catalog(allow_missing_table=self.ctx.args.with_base_schema)
         legacy = self.legacy(catalog)
         plan = mp.plan(self.declaration, catalog, legacy)
-        out(f"  {self.described(catalog)}")
+        described = self.described(catalog)
+        self.ctx.say(f"  {described}")
         if plan.refusal is not None:
-            out(plan.refusal)
+            self.ctx.say(plan.refusal)
         for number, step in enumerate(plan.steps, 1):
-            out(f"{number}. {step.summary} [{_WAITS[step.action.wait]}]")
+            self.ctx.say(f"{number}. {step.summary} [{_WAITS[step.action.wait]}]")
             if step.sql:
-                out("   " + step.sql.replace("\n", "\n   ") + ";")
+                self.ctx.say("   " + step.sql.replace("\n", "\n   ") + ";")
             if step.action is mp.Action.MARK_MAY_BE_HOSTED:
-                out(f"   {self.would_mark(catalog)}")
+                self.ctx.say(f"   {self.would_mark(catalog)}")
         verdict = "would stop before changing the schema" if plan.refusal else "nothing applied"
-        out(f"dry run: {len(plan.changes)} changes planned, {verdict}")
+        self.ctx.say(f"dry run: {len(plan.changes)} changes planned, {verdict}")
+        self.ctx.answer({**_answer(plan, legacy), "dry_run": True, "catalog": described})
         return EXIT_ERROR if plan.refusal else EXIT_OK
 
     # -- what is there ----------------------------------------------------------------
@@ -135,7 +142,7 @@ class Migration:
         found = legacy_status.classify(rows)
         for value in found:
             verdict = f"maps to {value.target}" if value.target else "cannot be mapped"
-            out(f"  archive_status {value.label}: {value.counted}; {verdict}")
+            self.ctx.progress(f"  archive_status {value.label}: {value.counted}; {verdict}")
         return found
 
     def described(self, catalog: mp.Catalog) -> str:
@@ -174,7 +181,9 @@ class Migration:
                     " to run `archive-ctl migrate` again once it finishes"
                 )
             if holder and holder != reported:
-                out(f"waiting up to {self.wait:.0f} s for another migration to finish ({holder})")
+                self.ctx.progress(
+                    f"waiting up to {self.wait:.0f} s for another migration to finish ({holder})"
+                )
                 reported = holder
             self.ctx.sleep(LOCK_POLL_SECONDS)
 
@@ -203,7 +212,7 @@ class Migration:
                 f"{step.summary}: {describe_permission_denied(error)}. {SAFE_AGAIN}"
             ) from None
         seconds = self.ctx.clock() - started
-        out(f"  {step.summary}{detail} ({seconds:.2f} s)")
+        self.ctx.progress(f"  {step.summary}{detail} ({seconds:.2f} s)")
 
     def _execute(self, step: mp.Step, legacy: list[mp.LegacyValue]) -> str:
         action = step.action
@@ -248,7 +257,7 @@ class Migration:
                         f" {MIGRATION_LOCK_TIMEOUT_MS} ms, so its users waited no longer than"
                         f" that. Nothing of this step was applied. {SAFE_AGAIN}"
                     ) from None
-                out(
+                self.ctx.progress(
                     f"    {step.table} is busy ({holders}): try {attempt} gave up after"
                     f" {MIGRATION_LOCK_TIMEOUT_MS} ms, next in {delay:g} s"
                 )
@@ -317,7 +326,9 @@ class Migration:
             after, changed = int(last), changed + int(count)
             if batch % PROGRESS_EVERY_BATCHES == 0:
                 looked = batch * BATCH_ROWS
-                out(f"    {step.action.words}: {looked} rows looked at, {changed} changed")
+                self.ctx.progress(
+                    f"    {step.action.words}: {looked} rows looked at, {changed} changed"
+                )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def holders(self, table: str) -> str:
@@ -333,6 +344,21 @@ class Migration:
         if milliseconds != self._lock_timeout_ms:
             self.db.run(f"SET lock_timeout = {int(milliseconds)}")
             self._lock_timeout_ms = milliseconds
+
+
+def _answer(plan: mp.Plan, legacy: list[mp.LegacyValue]) -> dict[str, object]:
+    """--json: the plan, applied or not."""
+    return {
+        "refusal": plan.refusal,
+        "changes": len(plan.changes),
+        "steps": [
+            {"summary": step.summary, "wait": _WAITS[step.action.wait], "sql": step.sql}
+            for step in plan.steps
+        ],
+        "legacy_values": [
+            {"value": v.label, "rows": v.counted, "maps_to": v.target} for v in legacy
+        ],
+    }
 
 
 _WAITS = {

@@ -6,14 +6,13 @@ its events in words (lib.cli.show_events), newest last (lib.state.stories).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from lib.cli import logs_insights
-from lib.cli.args import positive_at_most
-from lib.cli.context import EXIT_NOT_FOUND, EXIT_OK, Context, out
+from lib.cli.args import positive_at_most, record_id
+from lib.cli.context import EXIT_NOT_FOUND, EXIT_OK, Context
 from lib.cli.progress import duration
 from lib.cli.show_events import TEXT_LIMIT, describe
 from lib.cli.show_wait import Timing, Wait, waiting_for, when
@@ -155,10 +154,9 @@ DESCRIPTION = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser, record_id: Any) -> None:
-    """`show`'s command line (main.py registers the command; `record_id` is its type)."""
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`show`'s options (lib.cli.parser registers the command; --json is every command's)."""
     parser.add_argument("record_id", type=record_id, metavar="RECORD_ID", help="the record's id")
-    parser.add_argument("--json", action="store_true", help="the same as one JSON object")
     parser.add_argument(
         "--logs",
         action="store_true",
@@ -220,5 +218,6 @@ def run(ctx: Context) -> int:
     shown = Shown(story, lane, settings, now)
     if args.logs:
         shown.logs = _logs(ctx, story, now)
-    out(json.dumps(shown.as_dict(), indent=2, default=str) if args.json else render(shown))
+    ctx.answer(shown.as_dict())
+    ctx.say(render(shown))
     return EXIT_OK if story.row is not None else EXIT_NOT_FOUND

@@ -8,7 +8,7 @@ them. Any other unusable value, or a missing required one, is a ConfigError nami
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,6 +126,16 @@ def service_name(env: Mapping[str, str] | None = None) -> str:
 def metrics_namespace(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     return text(env, "POWERTOOLS_METRICS_NAMESPACE") or "ImageArchive"
+
+
+def use_aws_region(env: MutableMapping[str, str] | None = None) -> None:
+    """Make boto3 (ours and Powertools') honour AWS_REGION, which Lambda, the AWS CLI and the
+    newer SDKs read first, while boto3 reads only AWS_DEFAULT_REGION: set, AWS_REGION wins.
+    archive-ctl calls it once at start; Lambda sets both."""
+    env = os.environ if env is None else env
+    region = text(env, "AWS_REGION")
+    if region is not None:
+        env["AWS_DEFAULT_REGION"] = region
 
 
 def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:

@@ -52,6 +52,10 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_first_clai
 -- lane serves live rows first (the sweeper sends them first; a backfill takes only the
 -- capacity live demand leaves). Set once, never cleared.
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_backfilled BOOLEAN NOT NULL DEFAULT false;
+-- When the archive became FAILED: set by every statement that fails a row, cleared by a
+-- requeue. NULL on a row an older release failed: readers then take queries.sql's
+-- failed_time, which falls back to the last send (docs/database.md, "Failure time").
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_failed_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -76,9 +80,21 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfil
     ON image_generation_records (archive_next_run_at)
     WHERE archive_status = 'PENDING' AND archive_backfilled;
 
--- Operators list and replay failures by generation time (`requeue --failed --since`).
+-- FAILED rows by generation time. An earlier release's `requeue --since` read it; this one
+-- finds failures by when they failed (the next index), which also serves every count of
+-- FAILED rows, so nothing reads this one now. Kept: dropping it is not one of the shapes
+-- the migration knows, and an older release still running during a deploy uses it.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
     ON image_generation_records (started_at)
+    WHERE archive_status = 'FAILED';
+
+-- `archive-ctl list` and `requeue` find failures by when they failed, newest first, and
+-- `status` counts those of the last 24 h: on queries.sql's failed_time expression, written
+-- the same way there (the planner matches it by its text), with id for the keyset order.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_at_idx
+    ON image_generation_records
+       ((COALESCE(archive_failed_at,
+                  GREATEST(archive_enqueued_at, archive_first_claimed_at, started_at))), id)
     WHERE archive_status = 'FAILED';
 
 -- `archive-ctl backfill` pages through the never-queued SUCCEEDED generations by

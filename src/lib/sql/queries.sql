@@ -85,6 +85,7 @@ exhausted AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'FAILED',
         archive_error = 'lock expired after the last attempt',
+        archive_failed_at = now(),
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
         archive_locked_at = NULL
@@ -175,6 +176,7 @@ written AS (
         archive_altered = CAST(:altered AS boolean),
         archive_may_be_hosted = false,
         archive_error = NULL,
+        archive_failed_at = NULL,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
         archive_locked_at = NULL,
@@ -260,6 +262,7 @@ WITH concluded AS (
     UPDATE image_generation_records
     SET archive_status = 'FAILED',
         archive_error = :error,
+        archive_failed_at = now(),
         archive_may_be_hosted = :may_be_hosted,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
@@ -322,6 +325,7 @@ SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
                          THEN 'lock expired after the last attempt'
                          ELSE format('lock expired during attempt %s/%s; sent again',
                                      r.archive_attempts, CAST(:max_attempts AS int)) END,
+    archive_failed_at = CASE WHEN r.archive_attempts >= :max_attempts THEN now() END,
     archive_next_run_at = CASE WHEN r.archive_attempts >= :max_attempts
                                THEN NULL ELSE r.archive_next_run_at END,
     archive_enqueued_at = CASE WHEN r.archive_attempts >= :max_attempts
@@ -441,6 +445,7 @@ SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILE
     archive_error = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_error
                          ELSE format('generation status is %s; nothing to archive', r.status)
                     END,
+    archive_failed_at = CASE WHEN r.status = 'SUCCEEDED' THEN NULL ELSE now() END,
     archive_next_run_at = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_next_run_at END,
     archive_enqueued_at = CASE WHEN r.status = 'SUCCEEDED'
                                THEN now() ELSE r.archive_enqueued_at END
@@ -598,19 +603,93 @@ SELECT id, now(), 1, archive_attempts, 'unsent',
        jsonb_build_object('by', CAST(:by AS text), 'error', CAST(:error AS text))
 FROM unstamped;
 
--- name: failed_since
--- FAILED rows of a SUCCEEDED generation (partial index on started_at).
+-- name: failed_time
+-- When a FAILED row failed: archive_failed_at, which every statement that fails a row sets.
+-- A row an older release failed has none: then the latest time known before its failure
+-- (its last send, its first claim, its generation), never later than the real one.
+-- archive_migration.sql's failed_at index is on this very text: change both or neither.
+COALESCE(archive_failed_at,
+         GREATEST(archive_enqueued_at, archive_first_claimed_at, started_at))
+
+-- name: record_selection
+-- The filters `archive-ctl list` and `requeue` share (lib.state.selection); a NULL
+-- parameter filters nothing. :error is an ILIKE pattern, :error_patterns the LIKE
+-- prefixes of an error class, :waiting the wait reason of a PENDING row not due yet.
+(CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+AND id >= CAST(:id_from AS bigint) AND id <= CAST(:id_to AS bigint)
+AND (CAST(:error AS text) IS NULL OR archive_error ILIKE CAST(:error AS text))
+AND (CAST(:error_patterns AS text[]) IS NULL
+     OR archive_error LIKE ANY(CAST(:error_patterns AS text[])))
+AND (CAST(:waiting AS text) IS NULL
+     OR (archive_status = 'PENDING' AND archive_next_run_at > now()
+         AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
+
+-- name: failed_selection
+-- FAILED rows the selection names that failed in [:since, :until); :requeuable keeps only
+-- those of a SUCCEEDED generation (the only ones a requeue can give new attempts).
 archive_status = 'FAILED'
-AND status = 'SUCCEEDED'
-AND started_at >= CAST(:since AS timestamptz)
+AND {{failed_time}} >= CAST(:since AS timestamptz)
+AND {{failed_time}} < CAST(:until AS timestamptz)
+AND (NOT CAST(:requeuable AS boolean) OR status = 'SUCCEEDED')
+AND {{record_selection}}
+
+-- name: listed_record
+-- A record as `archive-ctl list` shows it (lib.state.selection.ListedRecord).
+id, status, archive_status, archive_attempts, archive_wait_reason,
+archive_enqueued_at IS NULL, archive_next_run_at, archive_locked_at, archive_error,
+archived_at, hosted_image_url, started_at,
+CASE WHEN archive_status = 'FAILED' THEN {{failed_time}} END,
+archive_status = 'FAILED' AND archive_failed_at IS NULL
+
+-- name: list_failed
+-- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
+-- of the failed_at index read backwards, however many rows the table holds.
+SELECT {{listed_record}}
+FROM image_generation_records
+WHERE {{failed_selection}}
+  AND ({{failed_time}}, id) < (CAST(:after_time AS timestamptz), CAST(:after_id AS bigint))
+ORDER BY {{failed_time}} DESC, id DESC
+LIMIT :limit;
+
+-- name: count_failed
+-- How many rows list_failed would list over every page (the same index range).
+SELECT count(*) FROM image_generation_records WHERE {{failed_selection}};
+
+-- name: list_records
+-- Records in any state (:state NULL) or one (a state name; 'none': never queued), newest
+-- record first, keyset-paged below :after_id. No state: the primary key read backwards;
+-- PENDING or RUNNING: their partial index (the rows of that state, then sorted).
+-- :with_error (an error filter): only the states that keep an error (a success clears
+-- it), written as an OR so that the three partial indexes serve it, not the table.
+SELECT {{listed_record}}
+FROM image_generation_records
+WHERE id < CAST(:after_id AS bigint)
+  AND (CAST(:state AS text) IS NULL
+       OR archive_status = CAST(:state AS text)
+       OR (CAST(:state AS text) = 'none' AND archive_status IS NULL))
+  AND (NOT CAST(:with_error AS boolean)
+       OR archive_status = 'PENDING' OR archive_status = 'RUNNING'
+       OR archive_status = 'FAILED')
+  AND {{record_selection}}
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: record_states
+-- What each id asked for is, for the ones a requeue did not take.
+SELECT wanted.id, r.id IS NOT NULL, r.status, r.archive_status
+FROM unnest(CAST(:ids AS bigint[])) AS wanted (id)
+LEFT JOIN image_generation_records AS r ON r.id = wanted.id
+ORDER BY wanted.id;
 
 -- name: requeue_failed
--- A fresh attempt budget, oldest generation first; the last error is kept as history.
+-- A fresh attempt budget for the FAILED rows the selection names, in list_failed's order
+-- (what `list --state FAILED` shows is what is taken); the last error is kept as history,
+-- the failure time cleared.
 WITH picked AS (
     SELECT id, archive_attempts, archive_error
     FROM image_generation_records
-    WHERE {{failed_since}}
-    ORDER BY started_at
+    WHERE {{failed_selection}}
+    ORDER BY {{failed_time}} DESC, id DESC
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
@@ -618,6 +697,7 @@ requeued AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'PENDING',
         archive_attempts = 0,
+        archive_failed_at = NULL,
         archive_next_run_at = now(),
         archive_enqueued_at = now(),
         archive_locked_by = NULL,
@@ -635,16 +715,6 @@ noted AS (
 )
 SELECT id, archive_enqueued_at FROM requeued;
 
--- name: preview_failed
-SELECT id, started_at, archive_attempts, archive_error
-FROM image_generation_records
-WHERE {{failed_since}}
-ORDER BY started_at
-LIMIT :limit;
-
--- name: count_failed
-SELECT count(*) FROM image_generation_records WHERE {{failed_since}};
-
 -- name: live_counts
 -- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED).
 SELECT
@@ -660,7 +730,7 @@ SELECT
       WHERE archive_status = 'RUNNING' AND {{lock_expired}}),
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
     (SELECT count(*) FROM image_generation_records
-      WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours');
+      WHERE archive_status = 'FAILED' AND {{failed_time}} >= now() - interval '24 hours');
 
 -- name: waiting_counts
 -- `archive-ctl status`: PENDING rows not due yet, by why they wait and whether a message
@@ -1086,6 +1156,7 @@ marked AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'PENDING',
         archive_attempts = CASE WHEN picked.was = 'FAILED' THEN 0 ELSE r.archive_attempts END,
+        archive_failed_at = CASE WHEN picked.was = 'FAILED' THEN NULL ELSE r.archive_failed_at END,
         archive_next_run_at = CASE WHEN picked.was = 'FAILED' THEN now()
                                    ELSE COALESCE(r.archive_next_run_at, now()) END,
         archive_enqueued_at = now()

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from lib.state.queries import Statements
+from lib.state.selection import MAX_ID, Cursor, ListedRecord, Selection
 from lib.state.sweeps import BEGINNING
 
 
@@ -21,14 +22,6 @@ class MarkedRow:
     status: str | None
     archive_status: str | None
     marked_at: datetime | None  # None: not marked (see status/archive_status)
-
-
-@dataclass(frozen=True)
-class FailedRecord:
-    record_id: int
-    started_at: datetime | None
-    attempts: int
-    error: str | None
 
 
 @dataclass(frozen=True)
@@ -104,19 +97,60 @@ class OperatorRecords(Statements):
         )
         return {int(record_id): str(was) for record_id, was in rows}
 
-    def requeue_failed(self, *, since: datetime | None, limit: int) -> list[tuple[int, datetime]]:
-        rows = self._run("requeue_failed", since=BEGINNING if since is None else since, limit=limit)
-        return [(int(record_id), stamp) for record_id, stamp in rows]
+    def list_records(
+        self, selection: Selection, *, after: Cursor | None, limit: int, requeuable: bool = False
+    ) -> list[ListedRecord]:
+        """One page, newest first: failures by failure time, anything else by id.
+        requeuable: failures of a SUCCEEDED generation only (what a requeue takes)."""
+        if selection.failures or requeuable:
+            rows = self._run(
+                "list_failed",
+                requeuable=requeuable,
+                after_time=after.failed_at if after and after.failed_at else "infinity",
+                after_id=after.record_id if after else MAX_ID,
+                limit=limit,
+                **selection.failure_range(),
+                **selection.params(),
+            )
+        else:
+            rows = self._run(
+                "list_records",
+                state=selection.state,
+                with_error=selection.error_text is not None or bool(selection.error_patterns),
+                after_id=after.record_id if after else MAX_ID,
+                limit=limit,
+                **selection.params(),
+            )
+        return [ListedRecord.from_row(row) for row in rows]
 
-    def count_failed(self, *, since: datetime | None) -> int:
-        [[total]] = self._run("count_failed", since=BEGINNING if since is None else since)
+    def count_failed(self, selection: Selection, *, requeuable: bool) -> int:
+        [[total]] = self._run(
+            "count_failed",
+            requeuable=requeuable,
+            **selection.failure_range(),
+            **selection.params(),
+        )
         return int(total)
 
-    def preview_failed(self, *, since: datetime | None, limit: int) -> list[FailedRecord]:
-        rows = self._run("preview_failed", since=BEGINNING if since is None else since, limit=limit)
+    def requeue_failed(self, selection: Selection, *, limit: int) -> list[tuple[int, datetime]]:
+        """Give up to `limit` FAILED rows of the selection new attempts (PENDING, due now,
+        stamped), newest failure first; returns (id, stamp) of each."""
+        rows = self._run(
+            "requeue_failed",
+            requeuable=True,
+            limit=limit,
+            **selection.failure_range(),
+            **selection.params(),
+        )
+        return [(int(record_id), stamp) for record_id, stamp in rows]
+
+    def record_states(self, record_ids: list[int]) -> list[MarkedRow]:
+        """Each id as it is now (marked_at None): why a requeue left it alone."""
         return [
-            FailedRecord(int(i), started, int(attempts), error)
-            for i, started, attempts, error in rows
+            MarkedRow(int(record_id), bool(exists), status, archive_status, None)
+            for record_id, exists, status, archive_status in self._run(
+                "record_states", ids=record_ids
+            )
         ]
 
     def live_counts(self, *, lock_ttl_seconds: int) -> LiveCounts:
