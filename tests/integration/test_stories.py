@@ -413,6 +413,9 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
     text, data = shown(ctl, 8)
     assert (data["state"], data["waiting"]["for"]) == ("FAILED", "nothing")
     assert "last error   lock expired after the last attempt" in text
+    assert "waiting for  nothing: FAILED " in text
+    assert "`archive-ctl requeue --id 8` gives it new attempts" in text
+    assert data["failed_at"] is not None
     assert ctl("redrive-dlq", "--manual") == EXIT_OK
     assert "FAILED records given new attempts for their messages: 8" in ctl.out
     event = world.archive.receive(wait_seconds=2)

@@ -45,6 +45,8 @@ def row(**changes: Any) -> RecordRow:
         now=NOW,
         booked_at=None,
         events=0,
+        failed_at=None,
+        failed_at_estimated=False,
     )
     return replace(base, **changes)
 
@@ -59,8 +61,11 @@ def ago(seconds: float) -> datetime:
         ({"archive_status": None}, OPEN, "never_queued", None, "never queued"),
         ({"archive_status": "SUCCEEDED", "archived_at": ago(60)}, OPEN, "nothing", None,
          "nothing: archived 11:59:00 (60 s ago)"),
-        ({"archive_status": "FAILED", "staged_key": "staged/7/a.png"}, OPEN, "nothing", None,
-         "requeue --failed` gives it new attempts from its staged copy"),
+        ({"archive_status": "FAILED", "staged_key": "staged/7/a.png", "failed_at": ago(120)},
+         OPEN, "nothing", None, "nothing: FAILED 11:58:00 (2 min ago); `archive-ctl requeue "
+         "--id 7` gives it new attempts from its staged copy"),
+        ({"archive_status": "FAILED", "failed_at": ago(60), "failed_at_estimated": True}, OPEN,
+         "nothing", None, "FAILED 11:59:00 (60 s ago) (estimated: an older release did not "),
         ({"archive_status": "RUNNING", "locked_by": "inv", "locked_at": ago(30)}, OPEN, "lock",
          ago(30 - 180), "attempt 1 under way (inv), its lock held until 12:02:30 (in 2 min)"),
         ({"archive_status": "RUNNING", "locked_at": ago(600), "lock_expired": True, "attempts": 3},

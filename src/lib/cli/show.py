@@ -62,6 +62,8 @@ class Shown:
                 "enqueued_at": _iso(row.enqueued_at),
                 "next_run_at": _iso(row.next_run_at),
                 "wait_reason": row.wait_reason,
+                "failed_at": _iso(row.failed_at),
+                "failed_at_estimated": row.failed_at_estimated,
                 "backfilled": row.backfilled,
             }
         data["events_total"] = self.story.total

@@ -67,10 +67,12 @@ def waiting_for(row: RecordRow, lane: LaneState | None, timing: Timing) -> Wait:
         return Wait("nothing", None, f"nothing: archived {when(row.archived_at, now)}")
     if status == ArchiveStatus.FAILED:
         copy = " from its staged copy" if row.staged_key else ""
+        estimated = " (estimated: an older release did not record it)" * row.failed_at_estimated
         return Wait(
             "nothing",
             None,
-            f"nothing: FAILED; `archive-ctl requeue --failed` gives it new attempts{copy}",
+            f"nothing: FAILED {when(row.failed_at, now)}{estimated}; `archive-ctl requeue --id "
+            f"{row.record_id}` gives it new attempts{copy}",
         )
     if status == ArchiveStatus.RUNNING:
         return _running(row, timing)

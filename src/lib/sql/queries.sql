@@ -1225,7 +1225,9 @@ SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_
        r.archive_altered, r.archive_may_be_hosted, r.archive_backfilled, r.started_at, now(),
        (SELECT min(u.at) FROM image_archive_uploads AS u
          WHERE u.record_id = r.id AND u.state = 'booked'),
-       (SELECT count(*) FROM image_archive_events AS e WHERE e.record_id = r.id)
+       (SELECT count(*) FROM image_archive_events AS e WHERE e.record_id = r.id),
+       CASE WHEN r.archive_status = 'FAILED' THEN {{failed_time}} END,
+       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL
 FROM image_generation_records AS r
 WHERE r.id = :record_id;
 

@@ -38,6 +38,8 @@ class RecordRow:
     now: datetime
     booked_at: datetime | None  # its booked upload slot (pacing), if any
     events: int  # how many events it has
+    failed_at: datetime | None  # when a FAILED record failed
+    failed_at_estimated: bool  # an older release failed it without recording when
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class StoryRecords(Statements):
                     "may_be_hosted": bool(row.may_be_hosted),
                     "backfilled": bool(row.backfilled),
                     "events": int(row.events),
+                    "failed_at_estimated": bool(row.failed_at_estimated),
                 }
             )
         return Story(record_id, row, events, total)
