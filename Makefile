@@ -7,11 +7,13 @@ SAM ?= $(SAM_VENV)/bin/sam
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv sam-venv lint format test unit local bench clean
+.PHONY: help venv sam-venv lint format test unit local services bench clean
 
 help:
 	@echo "make local                the whole pipeline on this machine (24 records), Ctrl-C stops it"
 	@echo "make local ARGS=--short   the same with 8 records, about 10 s (what CI runs)"
+	@echo "make local ARGS=--keep    the same, and the services keep running after the summary"
+	@echo "make services             the local services on env.json's ports, for sam local invoke"
 	@echo "make test                 set up (venv, pinned deps, PostgreSQL binaries) and run every check"
 	@echo "make test-busy            the tests, three times, beside a CPU load (not part of make test)"
 	@echo "make test-deep            the model-based tests with 20x their examples (not part of make test)"

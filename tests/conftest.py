@@ -108,7 +108,10 @@ def db(pg_dsn: str) -> Iterator[Any]:
     # TRUNCATE wait forever; fail loudly instead.
     conn.run("SET lock_timeout = '5s'")
     try:
-        conn.run("TRUNCATE users, image_generation_records RESTART IDENTITY CASCADE")
+        conn.run(
+            "TRUNCATE users, image_generation_records, image_archive_events"
+            " RESTART IDENTITY CASCADE"
+        )
         reset_lane(conn)  # shared state: every test starts with the lane open
     except Exception as exc:
         conn.close()

@@ -5,8 +5,9 @@ and the log column of `lib.archive.conclusion.CONCLUSIONS`.
 
 A text is a template: literal parts and holes (`None`) where a value is filled in at run
 time. A name in an f-string is followed to the strings it can hold: assignments in its
-function or module, a parameter's arguments at the calls in its module, a function's
-returns, names imported from `lib`. What cannot be followed stays a hole."""
+function or module, a parameter's arguments at the calls in its module and in the modules
+that import the function, a function's returns, names imported from `lib`. What cannot
+be followed stays a hole."""
 
 from __future__ import annotations
 
@@ -140,7 +141,11 @@ class Resolver:
         if values:
             return [t for value in values for t in self.texts(value, module, depth)]
         if isinstance(scope, ast.FunctionDef) and name in _parameters(scope):
-            arguments = list(_arguments(module, scope, name))
+            arguments = [
+                found
+                for caller, called in self._callers(module, scope)
+                for found in _arguments(caller, scope, name, called)
+            ]
             return [t for arg, where in arguments for t in self.texts(arg, where, depth)] or [HOLE]
         values = list(_assigned(module.tree, name))
         if values:
@@ -152,6 +157,15 @@ class Resolver:
                 values = list(_assigned(other.tree, original))
                 return [t for value in values for t in self.texts(value, other, depth)] or [HOLE]
         return [HOLE]
+
+    def _callers(self, module: Module, function: ast.FunctionDef) -> Iterator[tuple[Module, str]]:
+        """The modules that can call `function`, and the name each calls it by: its own,
+        and those that import it from `module`."""
+        yield module, function.name
+        for other in self.modules.values():
+            for local, (source, original) in other.imports.items():
+                if source == module.name and original == function.name:
+                    yield other, local
 
     def _returns(self, name: str, module: Module, depth: int) -> list[Template]:
         where, function = module, module.function(name)
@@ -212,12 +226,12 @@ def _parameters(function: ast.FunctionDef) -> list[str]:
 
 
 def _arguments(
-    module: Module, function: ast.FunctionDef, name: str
+    module: Module, function: ast.FunctionDef, name: str, called: str
 ) -> Iterator[tuple[ast.AST, Module]]:
-    """What the calls of `function` in its module pass as `name`."""
+    """What the calls of `function` (`called` in `module`) pass as `name`."""
     positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
     for node in ast.walk(module.tree):
-        if isinstance(node, ast.Call) and _called(node) == function.name:
+        if isinstance(node, ast.Call) and _called(node) == called:
             for keyword in node.keywords:
                 if keyword.arg == name:
                     yield keyword.value, module

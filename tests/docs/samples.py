@@ -8,8 +8,8 @@ steps make a real run comparable with it:
   dates), moto's queue URLs and ARNs into AWS's, a run's data directory into
   `local-data/...`. `UPDATE_DOC_SAMPLES=1` writes scrubbed output into the docs.
 - `loosen`, applied to both sides, forgets what differs from run to run without saying
-  anything: decimals (timings, sizes), ports, pids, UUIDs, a list cursor's time, trailing
-  spaces, the width of a column.
+  anything: decimals (timings, sizes), ports, pids, UUIDs, a list cursor's time, a number
+  of seconds, a time of day, trailing spaces, the width of a column.
 
 Then every line of the sample must be a line of the output, in order; a line `...` (or
 `…`) stands for any number of lines left out."""
@@ -41,6 +41,8 @@ LOOSE = (
     (re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])"), "N.N"),
     (re.compile(r"\bpid \d+"), "pid N"),
     (re.compile(r"\bt\d+_(?=\d)"), "tN_"),  # a list cursor: its failure time
+    (re.compile(r"(?<![\d.:])\d+ s\b"), "N s"),  # seconds: how long a run took to get there
+    (re.compile(r"\b\d{2}:\d{2}:\d{2}\b"), "HH:MM:SS"),  # a time of day (`show`)
     (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "UUID"),
     (re.compile(r"[ \t]+$", re.M), ""),
     # Column widths follow the widest value (an elapsed time past 10 s, a bigger count).

@@ -279,6 +279,126 @@ def _redrive(stage: Stage) -> Iterator[None]:
     yield
 
 
+def story(db: Any, record_id: int, *events: tuple[str, int, str, dict[str, Any]]) -> None:
+    """The record's events, oldest first: (how long ago, attempt, kind, detail), the detail
+    as the code writes it for that kind (what a real life of the record wrote)."""
+    for seq, (ago, attempt, kind, detail) in enumerate(events):
+        db.run(
+            "INSERT INTO image_archive_events (record_id, at, attempt, seq, kind, detail)"
+            " VALUES (:id, now() - CAST(:ago AS interval), :attempt, :seq, :kind,"
+            " CAST(:detail AS jsonb))",
+            id=record_id,
+            ago=ago,
+            attempt=attempt,
+            seq=seq,
+            kind=kind,
+            detail=json.dumps(detail, ensure_ascii=False),
+        )
+
+
+def ago(db: Any, interval: str) -> str:
+    """The database's now() less `interval`, as a detail holds a time."""
+    [[moment]] = db.run(f"SELECT now() - interval '{interval}'")
+    return str(moment.isoformat())
+
+
+MESSAGE, OWNER = "897df595-f524-4654-90bb-d863ac05435f", "aeac4c53-02d5-4936-baa5-2c44f18921a9"
+SWEEPER_FAILED, REDRIVE = "lock expired after the last attempt", "archive-ctl redrive-dlq"
+UPSTREAM_503 = "upstream answered HTTP 503 for https://cdn.example.com/gen/123.png?[redacted]"
+
+
+@scenario("show")
+def _show(stage: Stage) -> Iterator[None]:
+    """Record 123's first attempt met a 503 a moment ago: its backoff holds its message."""
+    error = f"download failed (HTTP 503): {UPSTREAM_503} [attempt 1/3]"
+    add(
+        stage.db,
+        123,
+        **pending("28 seconds", archive_wait_reason="'backoff'"),
+        archive_attempts="1",
+        archive_enqueued_at="now() - interval '40 seconds'",
+        archive_first_claimed_at="now() - interval '2 seconds'",
+        archive_error=f"'{error}'",
+        image_url="'https://cdn.example.com/gen/123.png'",
+    )
+    fetched = {"error": UPSTREAM_503, "source": "provider", "status": 503}
+    retried = {
+        "error": error,
+        "outcome": "retry",
+        "error_class": "transient",
+        "next_run_at": ago(stage.db, "-28 seconds"),
+        "delay_seconds": 30,
+    }
+    story(
+        stage.db,
+        123,
+        ("40 seconds", 0, "enqueued", {"by": "producer", "inferred": True}),
+        ("2 seconds", 0, "received", {"message_id": MESSAGE, "receive_count": 1}),
+        ("2 seconds", 1, "claimed", {"owner": f"{OWNER}/{MESSAGE}"}),
+        ("2 seconds", 1, "fetched", fetched),
+        ("2 seconds", 1, "retried", retried),
+    )
+    yield
+
+
+@scenario("show-redriven")
+def _show_redriven(stage: Stage) -> Iterator[None]:
+    """Record 8 (one attempt allowed): its container died mid-upload, the sweeper failed it
+    for the expired lock, its message reached the DLQ, `redrive-dlq --manual` gave it new
+    attempts, and the next one adopted the image the first had stored."""
+    stage.env["ARCHIVE_MAX_ATTEMPTS"] = "1"
+    url = "https://img.example.com/i/' || to_char(now(), 'YYYY/MM/DD') || '/6b124edccbb7e.png"
+    add(
+        stage.db,
+        8,
+        archive_status="'SUCCEEDED'",
+        archive_attempts="1",
+        archive_enqueued_at="now() - interval '12 minutes'",
+        archive_first_claimed_at="now() - interval '65 minutes'",
+        archived_at="now() - interval '10 minutes'",
+        hosted_image_url=f"'{url}'",
+        image_mime_type="'image/png'",
+    )
+    [[hosted]] = stage.db.run("SELECT hosted_image_url FROM image_generation_records WHERE id = 8")
+    first, second = (
+        ("7e9bad63-4dd7-4e7e-b584-ad046072f392", "23549d93-31f0-459d-b265-21b02322c7d7"),
+        ("0074255a-c36c-4d0e-b515-f3de38cff883", "8e42be3f-88e5-44e0-9765-f9058b771297"),
+    )
+    why = "the record's name, stored after its first claim, the sha1 of the bytes sent"
+    taken_over = {"by": "sweeper", "owner": "/".join(first[::-1])}
+    story(
+        stage.db,
+        8,
+        ("65 minutes", 0, "enqueued", {"by": "producer", "inferred": True}),
+        ("65 minutes", 0, "received", {"message_id": first[0], "receive_count": 1}),
+        ("65 minutes", 1, "claimed", {"owner": "/".join(first[::-1])}),
+        ("60 minutes", 1, "lock_taken_over", {**taken_over, "locked_at": ago(stage.db, "65 min")}),
+        ("60 minutes", 1, "failed", {"by": "sweeper", "error": SWEEPER_FAILED}),
+        (
+            "12 minutes",
+            0,
+            "enqueued",
+            {"by": REDRIVE, "was": "FAILED", "attempts": 1, "message_id": first[0]},
+        ),
+        ("10 minutes", 0, "received", {"message_id": second[0], "receive_count": 1}),
+        ("10 minutes", 1, "claimed", {"owner": "/".join(second[::-1])}),
+        (
+            "10 minutes",
+            1,
+            "fetched",
+            {"type": "image/png", "bytes": 164, "source": "provider", "seconds": 0.006},
+        ),
+        (
+            "10 minutes",
+            1,
+            "looked_up",
+            {"why": why, "adopted": "plFOv8", "refused": [], "duplicates": []},
+        ),
+        ("10 minutes", 1, "archived", {"key": "plFOv8", "url": hosted, "adopted": True}),
+    )
+    yield
+
+
 # The columns of the seed worker's schema: what the in-process TypeScript worker used.
 SEED_COLUMNS = (
     "archive_status TEXT",

@@ -81,6 +81,8 @@ def record_ids(messages: list[dict[str, Any]]) -> list[int]:
 INDEXES = set(ARCHIVE_INDEXES) | {
     "image_archive_uploads_at_idx",
     "image_archive_uploads_record_idx",
+    "image_archive_events_record_idx",
+    "image_archive_events_concluded_idx",
 }
 
 

@@ -3,12 +3,15 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lib.cli import legacy_status
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
+from lib.state.events import EventKind
 from lib.state.status import ArchiveStatus
 
 DECLARATION = mf.load_declaration()
@@ -74,7 +77,10 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     # tables a plain build, which is what the file writes there.
     assert all(i.concurrently == (i.table == mf.RECORDS) for i in d.indexes)
     assert "image_generation_records_archive_parked_idx" in {i.name for i in d.indexes}
-    assert {i.table for i in d.indexes} - {mf.RECORDS} == {"image_archive_uploads"}
+    assert {i.table for i in d.indexes} - {mf.RECORDS} == {
+        "image_archive_uploads",
+        "image_archive_events",
+    }
     # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
     # migrate adds and validates on its own.
     [constraint] = d.constraints
@@ -86,6 +92,11 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     assert all(t.startswith("image_archive_") for t in tables)
     uploads = next(t for t in d.tables if t.name == "image_archive_uploads")
     assert "CHECK (state IN ('booked', 'taken', 'done'))" in uploads.sql
+    # The events' kinds, like the uploads' states, are checked by the CREATE TABLE itself.
+    events = next(t for t in d.tables if t.name == "image_archive_events")
+    kinds = re.search(r"CHECK \(kind IN \((.*?)\)\)", events.sql, re.S)
+    assert kinds is not None
+    assert re.findall(r"'(\w+)'", kinds.group(1)) == [str(kind) for kind in EventKind]
     assert [s.table for s in d.seeds] == ["image_archive_lane"]
     assert d.lock_key == 1634888552
     assert d.table_names == (mf.RECORDS, *tables)
@@ -167,12 +178,12 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
 
     assert actions(plan) == [
         (mp.Action.ADD_COLUMNS, mf.RECORDS),
+        *[(mp.Action.CREATE_TABLE, t.name) for t in DECLARATION.tables],
+        # A column a later release added to a project table: after the CREATE TABLEs.
         *[
-            step
+            (mp.Action.ADD_COLUMNS, t.name)
             for t in DECLARATION.tables
-            for step in [(mp.Action.CREATE_TABLE, t.name)]
-            # A column a later release added to a project table: after its CREATE TABLE.
-            + [(mp.Action.ADD_COLUMNS, t.name)] * bool(DECLARATION.columns_of(t.name))
+            if DECLARATION.columns_of(t.name)
         ],
         *[(mp.Action.SEED, s.table) for s in DECLARATION.seeds],
         *[

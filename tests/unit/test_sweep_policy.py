@@ -70,6 +70,8 @@ def test_summary_dict() -> None:
         "lane_paused": None,
         "lane_resumed": False,
         "unparked": 0,
+        "stories_expired": 0,
+        "events_removed": 0,
         "staged_waiting": None,
         "pages": 2,
         "claimed": 0,

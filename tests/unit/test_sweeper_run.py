@@ -71,8 +71,11 @@ class FakeStore:
     def staged_summary(self) -> StagedSummary:
         return StagedSummary(waiting=0, oldest_age_seconds=0.0, failed_keeping_copy=0)
 
-    def date_undated(self, *, limit: int) -> int:
-        return 0
+    def date_undated(self, *, limit: int) -> list[int]:
+        return []
+
+    def expire_events(self, *, retention_seconds: int, limit: int) -> dict[int, int]:
+        return {}
 
     def restore(self, claimed: list[SweptRow]) -> int:
         self.restored += claimed

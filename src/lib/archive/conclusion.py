@@ -14,7 +14,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib.archive import schedule
+from lib.archive import schedule, story
 from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
@@ -22,6 +22,7 @@ from lib.platform.aws import error_code
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import Task
+from lib.state.events import EventLog
 from lib.state.records import ArchiveRecords, Recorded
 from lib.state.status import WaitReason
 
@@ -145,6 +146,8 @@ class Context:
     record_id: int | None = None
     task: Task | None = None
     received_at: float = field(default_factory=time.monotonic)  # the invocation's start
+    # The attempt's story, kept in memory until the statement that concludes it.
+    events: EventLog = field(default_factory=EventLog)
 
 
 class Concluder:
@@ -192,7 +195,14 @@ class Concluder:
     # -- the statement -----------------------------------------------------------------
 
     def _write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
-        """Run the outcome's statement; False when the row's lock had passed on."""
+        """Run the outcome's statement, which writes the attempt's events too; False when
+        the row's lock had passed on (the statement notes that as well)."""
+        written = self._run_write(write, verdict, ctx)
+        if write is not Write.NONE:
+            ctx.events.written()
+        return written
+
+    def _run_write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
         task = ctx.task
         if write is Write.NONE:
             return True
@@ -203,6 +213,7 @@ class Concluder:
                     ctx.record_id,
                     delay_seconds=verdict.delay_seconds,
                     wait_reason=verdict.wait_reason,
+                    detail=story.verdict_detail(verdict),
                 )
             return True
         if write is Write.SUCCEED:
@@ -216,6 +227,8 @@ class Concluder:
                 may_be_hosted=_known(verdict.may_be_hosted),
                 staged=verdict.staged,
                 sent=verdict.sent,
+                events=ctx.events.pending(),
+                detail=story.verdict_detail(verdict),
             )
         if write is Write.FAIL:
             return self._fail(verdict, ctx, task)
@@ -231,6 +244,8 @@ class Concluder:
             staged=verdict.staged,
             forget_staged=verdict.forget_staged,
             sent=verdict.sent,
+            events=ctx.events.pending(),
+            detail=story.verdict_detail(verdict),
         )
 
     def _succeed(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -247,6 +262,8 @@ class Concluder:
             altered=None if fidelity is None else fidelity.altered,
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
+            events=ctx.events.pending(),
+            detail=story.archived_detail(copied),
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
@@ -265,6 +282,8 @@ class Concluder:
             keep_staged=keep,
             staged=staged,
             sent=verdict.sent,
+            events=ctx.events.pending(),
+            detail=story.verdict_detail(verdict),
         )
         if written and not keep:
             self.staging.discard(None if staged is None else staged.key)
@@ -299,7 +318,10 @@ class Concluder:
         if ctx.record_id is None or verdict.outcome is Outcome.UNCONCLUDED:
             return verdict
         if not self.records.park(
-            ctx.record_id, delay_seconds=verdict.delay_seconds, wait_reason=None
+            ctx.record_id,
+            delay_seconds=verdict.delay_seconds,
+            wait_reason=None,
+            detail={"visibility_refused": True},
         ):
             return verdict
         return replace(

@@ -15,6 +15,7 @@ from typing import Protocol
 from lib.archive.message import encode
 from lib.platform.redact import outside_text
 from lib.platform.sqs import MAX_BATCH_ENTRIES
+from lib.state.events import Actor
 from lib.state.operations import OperatorRecords
 from lib.state.selection import Selection
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
@@ -116,32 +117,39 @@ def _send(
     *,
     stamp: datetime | None,
     report: EnqueueReport,
+    by: Actor,
 ) -> None:
     """Send one message per id; rows whose message did not go out lose our stamp, so the
-    sweeper sends them after its grace period."""
+    sweeper sends them after its grace period (and say so in their story)."""
     sent = send_records(sender, queue_url, record_ids)
     report.sent += sent.sent
     unsent: dict[int, str] = dict(sent.failed)
+    reason = "the queue refused the message"
     if sent.error is not None:
         reason = f"{type(sent.error).__name__}: {outside_text(sent.error, 200)}"
         unsent.update(dict.fromkeys(sent.not_tried, reason))
     if unsent and stamp is not None:
-        records.unstamp(list(unsent), stamp=stamp)
+        records.unstamp(list(unsent), stamp=stamp, by=by, error=reason)
     report.unsent.update(unsent)
 
 
 def enqueue(
-    records: OperatorRecords, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
+    records: OperatorRecords,
+    sender: BatchSender,
+    queue_url: str,
+    record_ids: Sequence[int],
+    *,
+    by: Actor = Actor.PRODUCER,
 ) -> EnqueueReport:
     """Mark the records PENDING (due now) and send their messages, in that order.
 
     Rows that cannot take a message (not found, generation not SUCCEEDED, archive
-    RUNNING or concluded) are reported, not changed.
+    RUNNING or concluded) are reported, not changed. `by`: who enqueues, in their story.
     """
     report = EnqueueReport()
     to_send: list[int] = []
     stamp: datetime | None = None
-    for row in records.mark_for_enqueue(list(record_ids)):
+    for row in records.mark_for_enqueue(list(record_ids), by=by):
         if not row.exists:
             report.missing.append(row.record_id)
         elif row.marked_at is None:
@@ -151,7 +159,7 @@ def enqueue(
         else:
             to_send.append(row.record_id)
             stamp = row.marked_at
-    _send(records, sender, queue_url, to_send, stamp=stamp, report=report)
+    _send(records, sender, queue_url, to_send, stamp=stamp, report=report, by=by)
     return report
 
 
@@ -174,7 +182,7 @@ def requeue_failed(
         if not rows:
             break
         ids = sorted(record_id for record_id, _ in rows)
-        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report)
+        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report, by=Actor.REQUEUE)
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
     taken = {*report.sent, *report.unsent}
@@ -257,7 +265,7 @@ def backfill_page(
     stamp = rows[0][2]  # one statement, one now()
     recorder = _SentRecorder(sender)
     try:
-        _send(records, recorder, queue_url, ids, stamp=stamp, report=report)
+        _send(records, recorder, queue_url, ids, stamp=stamp, report=report, by=Actor.BACKFILL)
     except KeyboardInterrupt:
         unsent = [i for i in ids if i not in recorder.sent]
         try:

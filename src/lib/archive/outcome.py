@@ -120,3 +120,13 @@ class Verdict:
     metrics: tuple[str, ...] = ()  # counted besides the outcome's own metric
     fields: Mapping[str, Any] = field(default_factory=dict)  # logged with the outcome
     log: str | None = None  # the log line's text when it says more than the table's
+
+
+def archived(copied: Copied) -> Verdict:
+    """The verdict of an image now on Lsky (uploaded, or adopted)."""
+    return Verdict(
+        Outcome.ARCHIVED,
+        copied.hosted.url,
+        copied=copied,
+        fields={"bytes": copied.size, "mime_type": copied.hosted.mime_type},
+    )

@@ -89,6 +89,20 @@ def not_ours(
     return None
 
 
+def why_ours(item: Mapping[str, Any], *, sent: SentImage | None) -> str:
+    """Why a listed image `not_ours` accepts can be this record's upload (the story's
+    `looked_up`): its name and time, and what else matched."""
+    named = "the record's name, stored after its first claim"
+    if sent is None:
+        return f"{named} (no bytes in hand to compare)"
+    if isinstance(item.get("sha1"), str) and item["sha1"].strip().lower() == sent.sha1:
+        return f"{named}, the sha1 of the bytes sent"
+    if sent.dimensions is not None and isinstance(item.get("width"), int):
+        width, height = sent.dimensions
+        return f"{named}, {width}x{height} as the image sent (the host re-encoded it)"
+    return f"{named} (the host lists no size to compare)"
+
+
 def _listed_time(value: Any, zone: tzinfo) -> datetime | None:
     if not isinstance(value, str):
         return None

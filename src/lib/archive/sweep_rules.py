@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,21 @@ UNPARK_SPREAD_SECONDS = 60.0
 # Ids listed in one log line at most (the counts are always complete).
 LOGGED_IDS = 50
 
+
+def logged_ids(ids: Iterable[int]) -> list[str]:
+    """The records a log line names: the first LOGGED_IDS of `ids` in order, as strings
+    (JavaScript-safe, as the message's recordId); its `count` field says how many."""
+    return [str(record_id) for record_id in sorted(ids)[:LOGGED_IDS]]
+
+
+def named_ids(ids: Iterable[int]) -> str:
+    """The same for a line of text: `4, 5, 9`, or the first LOGGED_IDS and how many more."""
+    every = sorted(ids)
+    shown = ", ".join(logged_ids(every))
+    more = len(every) - LOGGED_IDS
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
 # Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
 # row locks are held for milliseconds and that a stop mid-run leaves little behind.
 PAGE_SIZE = 100
@@ -28,6 +43,10 @@ PAGE_SIZE = 100
 SEND_RESERVE_MS = 15_000
 # A page also needs its claim statement; after that the page is sent batch by batch.
 PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
+# Retention: the stories of this many concluded records a statement (about ten events
+# each), this many statements a run at most; each only with PAGE_RESERVE_MS left.
+EXPIRY_RECORDS = 1_000
+EXPIRY_BATCHES = 10
 # The account probe's whole exchange with Lsky, at most; it always leaves the run this
 # much for its statements and a first page.
 PROBE_SECONDS = 10.0
@@ -145,6 +164,8 @@ class SweepSummary:
     lane_resumed: bool = False  # the probe found the account healthy and opened the lane
     unparked: int = 0  # rows parked by that pause, made due now
     ledger_rolled_up: int = 0  # uploads older than the ledger's hours, counted per hour
+    stories_expired: int = 0  # concluded records whose events the retention removed
+    events_removed: int = 0  # and how many events that was
     staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
     duration_ms: float = 0.0
 
@@ -164,6 +185,8 @@ class SweepSummary:
             "lane_paused": self.lane_paused,
             "lane_resumed": self.lane_resumed,
             "unparked": self.unparked,
+            "stories_expired": self.stories_expired,
+            "events_removed": self.events_removed,
             "staged_waiting": None if self.staged is None else self.staged.waiting,
             "pages": self.pages,
             "claimed": self.claimed,

@@ -16,7 +16,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
 from lib.archive.sweep_rules import (
-    LOGGED_IDS,
+    EXPIRY_BATCHES,
+    EXPIRY_RECORDS,
+    PAGE_RESERVE_MS,
     PAGE_SIZE,
     UNPARK_SPREAD_SECONDS,
     Step,
@@ -25,6 +27,7 @@ from lib.archive.sweep_rules import (
     can_send_batch,
     latest_due,
     live_first,
+    logged_ids,
     next_page,
     probe_deadline,
     requeue_interval,
@@ -34,6 +37,7 @@ from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue
+from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
 from lib.state.privileges import explain_denial
@@ -67,7 +71,12 @@ class Sweeper:
         started = time.monotonic()
         summary = SweepSummary()
         try:
-            summary.dated = self.records.date_undated(limit=self.settings.max_rows)
+            dated = self.records.date_undated(limit=self.settings.max_rows)
+            summary.dated = len(dated)
+            if dated:
+                logger.info(
+                    "undated records made due", count=len(dated), record_ids=logged_ids(dated)
+                )
             summary.ledger_rolled_up, _ = self.lanes.roll_up()
             self._read_lane(summary, remaining_ms)
             for step in Step:
@@ -75,6 +84,7 @@ class Sweeper:
                 if stop is not None:
                     summary.stop_reason = stop
                     break
+            self._expire_events(summary, remaining_ms)
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
             summary.staged = self.records.staged_summary()
         except Exception as error:
@@ -107,11 +117,16 @@ class Sweeper:
             and self._probe(probe_deadline(remaining_ms()))
         ):
             self.lanes.clear(reason="account")
-            summary.unparked = self.lanes.unpark(
-                spread_seconds=UNPARK_SPREAD_SECONDS, limit=self.settings.max_rows
+            unparked = self.lanes.unpark(
+                spread_seconds=UNPARK_SPREAD_SECONDS, by=Actor.SWEEPER, limit=self.settings.max_rows
             )
+            summary.unparked = len(unparked)
             summary.lane_resumed = True
-            logger.info("the host account is healthy again; upload lane opened")
+            logger.info(
+                "the host account is healthy again; upload lane opened",
+                unparked=len(unparked),
+                record_ids=logged_ids(unparked),
+            )
             lane = self.lanes.state()
         self._lane_open = not lane.paused
         summary.lane_paused = lane.reason if lane.paused else None
@@ -172,6 +187,12 @@ class Sweeper:
             rows = self._take(step, limit, after)
             if not rows:
                 return None
+            logger.info(
+                "sweep took records",
+                step=str(step),
+                count=len(rows),
+                record_ids=logged_ids(row.record_id for row in rows),
+            )
             summary.pages += 1
             summary.claimed += len(rows)
             self._concluded(step, rows, summary)
@@ -221,7 +242,7 @@ class Sweeper:
             step=str(step),
             reason=reason,
             count=len(failed),
-            record_ids=[str(record_id) for record_id in failed[:LOGGED_IDS]],
+            record_ids=logged_ids(failed),
         )
 
     def _send(
@@ -239,6 +260,13 @@ class Sweeper:
             may_send=lambda: can_send_batch(remaining_ms()),
         )
         summary.requeued += len(report.sent)
+        if report.sent:
+            logger.info(
+                "sweep sent records",
+                step=str(step),
+                count=len(report.sent),
+                record_ids=logged_ids(report.sent),
+            )
         stop: StopReason | None = None
         if report.error is not None:
             # Nothing of that call was sent; the rows stay eligible for the next run.
@@ -257,13 +285,34 @@ class Sweeper:
                 step=str(step),
                 count=len(report.failed),
                 codes=sorted(set(report.failed.values())),
-                record_ids=[str(record_id) for record_id in sorted(report.failed)[:LOGGED_IDS]],
+                record_ids=logged_ids(report.failed),
             )
         unsent = set(report.unsent)
         if unsent:
             summary.send_failures += len(unsent)
             self.records.restore([row for row in rows if row.record_id in unsent])
         return stop
+
+    def _expire_events(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
+        """Retention: concluded records' stories past ARCHIVE_EVENT_RETENTION_DAYS, a batch
+        of records at a time while time is left; never a live record's (docs/history.md)."""
+        retention = self.settings.event_retention_days * 86_400
+        for _ in range(EXPIRY_BATCHES):
+            if remaining_ms() < PAGE_RESERVE_MS:
+                return
+            removed = self.records.expire_events(retention_seconds=retention, limit=EXPIRY_RECORDS)
+            if not removed:
+                return
+            summary.stories_expired += len(removed)
+            summary.events_removed += sum(removed.values())
+            logger.info(
+                "events of concluded records removed after the retention",
+                count=len(removed),
+                events=sum(removed.values()),
+                record_ids=logged_ids(removed),
+            )
+            if len(removed) < EXPIRY_RECORDS:
+                return
 
     @staticmethod
     def _emit_metrics(summary: SweepSummary) -> None:

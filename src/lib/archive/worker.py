@@ -78,13 +78,16 @@ class ArchiveWorker:
             lock_ttl_seconds=self.settings.lock_ttl_seconds,
             max_attempts=self.settings.max_attempts,
             capture_while_paused=self.transfer.staging.enabled,
+            message_id=message.message_id,
+            receive_count=message.receive_count,
         )
         if claim.task is None:
             return schedule.not_claimed(claim.snapshot, message)
         ctx.task = claim.task
         logger.append_keys(attempt=claim.task.attempt)
         lane = claim.snapshot.lane or LaneState(now=datetime.now(UTC))
-        return self.transfer.run(claim.task, lane, message, remaining_ms())
+        ctx.events.start(lane.now)
+        return self.transfer.run(claim.task, lane, message, remaining_ms(), ctx.events)
 
     def _fault(self, error: Exception, ctx: Context) -> Verdict:
         verdict = self._fault_verdict(error, ctx)

@@ -41,6 +41,7 @@ EXIT_ERROR = 1  # the thing asked failed: configuration, database, SQS; the mess
 EXIT_USAGE = 2  # a bad command line: argparse's own code, and UsageError's
 EXIT_PARTIAL = 3  # done in part: some records not found or not sent; status: a part unread
 EXIT_NO_ROLE = 4  # grants: there is no such role
+EXIT_NOT_FOUND = 4  # show: there is no such record
 EXIT_NOT_MIGRATED = 5  # grants: tables or columns this release needs do not exist yet
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
 EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as a shell reports it
@@ -114,6 +115,12 @@ class Context:
     @property
     def sqs(self) -> SQSClient:
         return self.queue.client
+
+    def logs_client(self) -> Any:
+        """CloudWatch Logs, for `show --logs` (boto3 imported on first use)."""
+        from lib.platform import aws  # noqa: PLC0415
+
+        return aws.client("logs", connect_timeout=5, read_timeout=15, max_attempts=2)
 
     def sqs_no_retry(self) -> SQSClient:
         from lib.platform.sqs import Queue  # noqa: PLC0415

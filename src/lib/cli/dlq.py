@@ -191,15 +191,19 @@ def move_manually(
     max_messages: int,
     decide: Callable[[MessageTypeDef], Action] = move_all,
     on_batch: Callable[[ManualMove], None] | None = None,
+    before_send: Callable[[Sequence[MessageTypeDef]], None] | None = None,
 ) -> ManualMove:
     """Move, delete or leave up to `max_messages` DLQ messages, ten at a time, as `decide`
-    says for each. Messages left stay hidden while the run lasts (so they are not received
-    again and again) and are made visible again at its end, however it ends.
+    says for each; `before_send` sees the messages to move before they are sent (their
+    records' rows first, as a producer does). Messages left stay hidden while the run lasts
+    (so they are not received again and again) and are made visible again at its end,
+    however it ends.
 
     Bounded on purpose: while the archive function runs, a message that fails again
     can come back to the DLQ, and an unbounded loop would chase it forever.
     """
     result = ManualMove()
+    moving = _Move(client, dlq_url, queue_url, before_send)
     kept: dict[str, MessageTypeDef] = {}  # message id -> its latest receipt
     try:
         while True:
@@ -227,7 +231,7 @@ def move_manually(
             result.deleted += len(to_delete) - failed
             result.delete_failed += failed
             to_move = [m for m, action in actions if action is Action.MOVE]
-            if to_move and not _move(client, dlq_url, queue_url, to_move, result):
+            if to_move and not moving.send(to_move, result):
                 # Nothing of this batch could be sent: stop rather than spin on it.
                 result.stopped = "the queue refused every message of a batch"
                 break
@@ -240,31 +244,37 @@ def move_manually(
     return result
 
 
-def _move(
-    client: SQSClient,
-    dlq_url: str,
-    queue_url: str,
-    messages: Sequence[MessageTypeDef],
-    result: ManualMove,
-) -> bool:
-    """Send to the queue, then delete what was sent; False when nothing could be sent."""
-    sent = client.send_message_batch(
-        QueueUrl=queue_url,
-        Entries=[
-            {"Id": str(i), "MessageBody": m["Body"], "MessageAttributes": _attributes(m)}
-            for i, m in enumerate(messages)
-        ],
-    )
-    ok = {int(entry["Id"]) for entry in sent.get("Successful", [])}
-    unsent = [m for i, m in enumerate(messages) if i not in ok]
-    _release(client, dlq_url, unsent)
-    result.send_failed += len(unsent)
-    done = [m for i, m in enumerate(messages) if i in ok]
-    not_deleted = _delete(client, dlq_url, done)
-    result.moved += len(done) - not_deleted
-    result.moved_malformed += sum(malformed(m) for m in done)
-    result.not_deleted += not_deleted
-    return bool(done)
+@dataclass(frozen=True)
+class _Move:
+    """Where messages go, and who sees them first (their records' rows, before the send)."""
+
+    client: SQSClient
+    dlq_url: str
+    queue_url: str
+    before_send: Callable[[Sequence[MessageTypeDef]], None] | None = None
+
+    def send(self, messages: Sequence[MessageTypeDef], result: ManualMove) -> bool:
+        """Send to the queue, then delete what was sent; False when nothing could be sent."""
+        if self.before_send is not None:
+            self.before_send(messages)
+        client, dlq_url = self.client, self.dlq_url
+        sent = client.send_message_batch(
+            QueueUrl=self.queue_url,
+            Entries=[
+                {"Id": str(i), "MessageBody": m["Body"], "MessageAttributes": _attributes(m)}
+                for i, m in enumerate(messages)
+            ],
+        )
+        ok = {int(entry["Id"]) for entry in sent.get("Successful", [])}
+        unsent = [m for i, m in enumerate(messages) if i not in ok]
+        _release(client, dlq_url, unsent)
+        result.send_failed += len(unsent)
+        done = [m for i, m in enumerate(messages) if i in ok]
+        not_deleted = _delete(client, dlq_url, done)
+        result.moved += len(done) - not_deleted
+        result.moved_malformed += sum(malformed(m) for m in done)
+        result.not_deleted += not_deleted
+        return bool(done)
 
 
 @dataclass(frozen=True)

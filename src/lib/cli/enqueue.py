@@ -12,6 +12,7 @@ from lib.archive import enqueue as enqueueing
 from lib.cli import listing
 from lib.cli.args import record_id, selection_of
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, Context, UsageError
+from lib.state.events import Actor
 from lib.state.selection import Selection
 
 
@@ -59,7 +60,7 @@ def run_enqueue(ctx: Context) -> int:
     if not ids:
         raise UsageError("no record ids given")
     queue_url = ctx.required_queue_url()  # checked before any row is written
-    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids)
+    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids, by=Actor.ENQUEUE)
     return _print_report(ctx, report, "sent")
 
 

@@ -41,7 +41,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_USAGE:<4} bad command line
   {EXIT_PARTIAL:<4} partly done (enqueue, requeue, backfill, redrive-dlq), a partial answer
        (status), privileges missing (grants)
-  {EXIT_NO_ROLE:<4} grants: no such role
+  {EXIT_NO_ROLE:<4} grants: no such role; show: no such record
   {EXIT_NOT_MIGRATED:<4} grants: tables or columns are missing (run migrate first)
   {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C); what was done is consistent, run it again to go on
   {EXIT_BROKEN_PIPE:<4} the reader of the output went away (`| head`): stopped quietly
@@ -50,6 +50,7 @@ EXIT_CODES = f"""exit codes:
 
 EXAMPLES = f"""examples:
   {PROG} status                                   how things stand
+  {PROG} show 123                                 why is record 123 not archived (yet)?
   {PROG} list --failed-since 2h                   what failed in the last two hours, and why
   {PROG} list --state PENDING --waiting paused    what waits for the upload lane
   {PROG} enqueue 123 124                          queue records (row first, then message)

@@ -7,9 +7,11 @@ import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
+from lib.archive.sweep_rules import named_ids
 from lib.cli.context import EXIT_OK, Context
 from lib.cli.progress import duration
 from lib.platform.redact import outside_text
+from lib.state.events import Actor
 from lib.state.lane import LaneState, PauseReason
 from lib.state.lane_store import PAUSE_DETAIL_LIMIT as DETAIL_LIMIT
 
@@ -120,12 +122,14 @@ def run_clear(ctx: Context) -> int:
     ctx.say(f"cleared the {LANE} lane's pause; it was {describe(pause)}")
     if pause.detail:
         ctx.say(f"  detail: {pause.detail}")
-    unparked = 0
-    while batch := lanes.unpark(spread_seconds=UNPARK_SPREAD_SECONDS):
+    unparked: list[int] = []
+    while batch := lanes.unpark(spread_seconds=UNPARK_SPREAD_SECONDS, by=Actor.LANE_CLEAR):
         unparked += batch
-    ctx.answer({**answer, "cleared": True, "unparked": unparked})
+    ctx.answer({**answer, "cleared": True, "unparked": len(unparked), "unparked_ids": unparked})
+    if unparked:
+        ctx.say(f"  unparked: {named_ids(unparked)}")
     ctx.say(
-        f"{unparked} rows parked by the pause are due now (spread over "
+        f"{len(unparked)} rows parked by the pause are due now (spread over "
         f"{UNPARK_SPREAD_SECONDS:.0f} s): the sweeper sends them on its next run; new "
         "attempts start as messages arrive; `archive-ctl status` shows the lane"
     )

@@ -7,11 +7,12 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from lib import __version__
-from lib.cli import backfill, enqueue, grants, lane, listing, migrate, redrive, status
+from lib.cli import backfill, enqueue, grants, lane, listing, migrate, redrive, show, status
 from lib.cli.args import add_selection, parse_since, positive, positive_at_most, positive_number
 from lib.cli.context import (
     EXIT_MISSING_GRANTS,
     EXIT_NO_ROLE,
+    EXIT_NOT_FOUND,
     EXIT_NOT_MIGRATED,
     EXIT_OK,
     EXIT_PARTIAL,
@@ -119,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="records per page (default 50, at most 1000)",
     )
     p.add_argument("--after", metavar="CURSOR", help="the next page: the cursor a page ended with")
+
+    p = command(
+        "show",
+        show.run,
+        show.SUMMARY,
+        show.DESCRIPTION,
+        codes=[(EXIT_NOT_FOUND, "no such record (its events, if any, are shown)")],
+    )
+    show.add_arguments(p)
 
     p = command(
         "enqueue",

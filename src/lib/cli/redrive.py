@@ -5,12 +5,32 @@ the SQS calls themselves are in lib.cli.dlq."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from lib.archive.message import MalformedMessage, parse_record_id
+from lib.archive.sweep_rules import named_ids
 from lib.cli import dlq
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, PROG, CommandError, Context
+from lib.state.status import ArchiveStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs.type_defs import MessageTypeDef
+
+
+def _records_of(messages: Sequence[MessageTypeDef]) -> list[tuple[int, str]]:
+    """(record id, message id) of the messages whose body names a record (a malformed one
+    goes back as it came, and the archive function sends it to the DLQ again)."""
+    named = []
+    for message in messages:
+        try:
+            named.append((parse_record_id(message["Body"]), message["MessageId"]))
+        except MalformedMessage:
+            continue
+    return named
 
 
 def _manual_redrive(ctx: Context, dlq_url: str) -> int:
@@ -22,10 +42,17 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
         decide = dlq.delete_malformed
     # Deleting only the malformed ones sends nothing: no queue needed.
     queue_url = "" if args.delete_malformed else ctx.required_queue_url()
+    requeued: dict[int, str] = {}
 
     def progress(move: dlq.ManualMove) -> None:
         done = f"deleted {move.deleted}" if args.delete_malformed else f"moved {move.moved}"
         ctx.progress(f"  {done} so far")
+
+    def mark(messages: Sequence[MessageTypeDef]) -> None:
+        # Row first: a FAILED record's message would be acknowledged as a duplicate.
+        named = _records_of(messages)
+        if named:
+            requeued.update(ctx.records().mark_redriven(named))
 
     result = dlq.move_manually(
         ctx.sqs,
@@ -34,8 +61,17 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
         max_messages=args.max_messages,
         decide=decide,
         on_batch=progress,
+        before_send=mark,
     )
-    ctx.answer({"dlq_url": dlq_url, "queue_url": queue_url or None, **asdict(result)})
+    failed = sorted(record for record, was in requeued.items() if was == ArchiveStatus.FAILED)
+    ctx.answer(
+        {
+            "dlq_url": dlq_url,
+            "queue_url": queue_url or None,
+            **asdict(result),
+            "requeued_failed": failed,
+        }
+    )
     if args.delete_malformed:
         ctx.say(
             f"deleted {result.deleted} malformed messages from the DLQ ({result.stopped}); "
@@ -52,6 +88,8 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
             f"moved {result.moved} messages to {queue_url} ({result.stopped}){malformed}; "
             f"{result.send_failed} not sent, {result.not_deleted} sent but left in the DLQ"
         )
+    if failed:
+        ctx.say(f"FAILED records given new attempts for their messages: {named_ids(failed)}")
     if args.leave_malformed:
         ctx.say(
             f"left {result.left_malformed} malformed messages in the DLQ: "
@@ -136,6 +174,11 @@ def run(ctx: Context) -> int:
         return _manual_redrive(ctx, dlq_url)
     ctx.progress(
         f"started move task {handle}: {dlq_arn} -> {destination or 'the original source queue'}"
+    )
+    ctx.progress(
+        "SQS moves the messages itself, unseen here: records that became FAILED meanwhile "
+        "stay FAILED and their messages are acknowledged as duplicates (--manual requeues "
+        "them as it moves; `archive-ctl show ID` tells)"
     )
     if not args.wait:
         ctx.answer({"task": handle, "state": None, "waited": False})

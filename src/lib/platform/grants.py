@@ -59,6 +59,13 @@ NEEDS: tuple[Need, ...] = (
         (),
         "uploads per hour beyond the ledger's two hours (day, week, month windows)",
     ),
+    Need(
+        "image_archive_events",
+        ("SELECT", "INSERT", "DELETE"),
+        (),
+        "every record's story: the statements that change a record add its events, "
+        "`archive-ctl show` reads them, the sweeper removes them after the retention",
+    ),
 )
 
 

@@ -188,3 +188,30 @@ CREATE TABLE IF NOT EXISTS image_archive_upload_hours (
 -- Of an hour's uploads, those of backfilled records: live demand over a day, week or month
 -- window is the rest (`archive-ctl status` and `backfill`).
 ALTER TABLE image_archive_upload_hours ADD COLUMN IF NOT EXISTS backfill_uploads INT NOT NULL DEFAULT 0;
+
+-- Every record's story (lib.state.events, docs/history.md): one row per event, written by
+-- the statements that change the record; an attempt's own events are carried in memory to
+-- the statement that concludes it. `seq` orders the events one statement writes at one
+-- time. The kinds mirror lib.state.events.EventKind. The sweeper removes a record's events
+-- ARCHIVE_EVENT_RETENTION_DAYS after the conclusion (archived, failed) they lead to.
+CREATE TABLE IF NOT EXISTS image_archive_events (
+    record_id BIGINT NOT NULL,
+    at TIMESTAMPTZ NOT NULL,
+    attempt INT NOT NULL DEFAULT 0,
+    seq SMALLINT NOT NULL DEFAULT 0,
+    kind TEXT NOT NULL CONSTRAINT image_archive_events_kind_check CHECK (kind IN (
+        'enqueued', 'unsent', 'dequeued', 'dated', 'received', 'claimed', 'lock_taken_over',
+        'lock_lost', 'fetched', 'staged', 'slot', 'lane_paused', 'looked_up',
+        'upload_answered', 'held', 'parked', 'unparked', 'retried', 'failed', 'archived')),
+    detail JSONB NOT NULL DEFAULT '{}'
+);
+
+-- `archive-ctl show` and the retention: one record's events (tens of them: sorted in
+-- memory). On the record id alone, B-tree deduplication keeps an event's entry to a few
+-- bytes (docs/performance.md).
+CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
+    ON image_archive_events (record_id);
+
+-- Retention: the conclusions, oldest first; the sweeper removes the events up to each.
+CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx
+    ON image_archive_events (at) WHERE kind IN ('archived', 'failed');

@@ -71,10 +71,13 @@ class LaneStore(Statements):
         rows = self._run("clear_pause", reason=reason)
         return str(rows[0][0]) if rows else None
 
-    def unpark(self, *, spread_seconds: float, limit: int = 5_000) -> int:
-        """Rows parked by a pause become due within `spread_seconds`; returns how many
-        (call again until 0)."""
-        return len(self._run("unpark_paused", spread=spread_seconds, limit=limit))
+    def unpark(self, *, spread_seconds: float, by: str, limit: int = 5_000) -> list[int]:
+        """Rows parked by a pause become due within `spread_seconds`; returns their ids
+        (call again until none). `by`: who reopened the lane (their `unparked` event)."""
+        return [
+            int(row[0])
+            for row in self._run("unpark_paused", spread=spread_seconds, by=by, limit=limit)
+        ]
 
     # -- pacing: the ledger's slots -------------------------------------------------------
 

@@ -3,6 +3,7 @@ backfill history, and the counts `status` shows (lib/sql/queries.sql)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -71,16 +72,30 @@ DEMAND_READ_LIMIT = 10_000
 
 
 class OperatorRecords(Statements):
-    def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
+    def mark_for_enqueue(self, record_ids: list[int], *, by: str) -> list[MarkedRow]:
+        """`by`: who enqueues (lib.state.events.Actor), for the story's `enqueued`."""
         return [
             MarkedRow(int(record_id), bool(exists), status, archive_status, marked_at)
             for record_id, exists, status, archive_status, marked_at in self._run(
-                "mark_for_enqueue", ids=record_ids
+                "mark_for_enqueue", ids=record_ids, by=by
             )
         ]
 
-    def unstamp(self, record_ids: list[int], *, stamp: datetime) -> None:
-        self._run("unstamp", ids=record_ids, stamp=stamp)
+    def unstamp(self, record_ids: list[int], *, stamp: datetime, by: str, error: str) -> None:
+        """Rows whose message did not go out lose `stamp`; `by` and the (redacted) `error`
+        are their `unsent` event's."""
+        self._run("unstamp", ids=record_ids, stamp=stamp, by=by, error=error)
+
+    def mark_redriven(self, messages: Sequence[tuple[int, str]]) -> dict[int, str]:
+        """The records of DLQ messages ((record id, message id) pairs) made ready for their
+        messages' return: a FAILED row gets a fresh attempt budget, a PENDING one a stamp.
+        Returns {record id: what it was} for the rows marked."""
+        rows = self._run(
+            "mark_redriven",
+            ids=[record_id for record_id, _ in messages],
+            message_ids=[message_id for _, message_id in messages],
+        )
+        return {int(record_id): str(was) for record_id, was in rows}
 
     def list_records(
         self, selection: Selection, *, after: Cursor | None, limit: int, requeuable: bool = False

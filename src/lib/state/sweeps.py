@@ -89,8 +89,15 @@ class SweepRecords(Statements):
             return _swept(self._run("take_lost_backfilled", **params))
         return _swept(self._run("take_lost", **params))
 
-    def date_undated(self, *, limit: int) -> int:
-        return len(self._run("date_undated", limit=limit))
+    def date_undated(self, *, limit: int) -> list[int]:
+        """PENDING rows without a due time made due now; returns their ids."""
+        return [int(row[0]) for row in self._run("date_undated", limit=limit)]
+
+    def expire_events(self, *, retention_seconds: int, limit: int) -> dict[int, int]:
+        """Retention: the events of up to `limit` concluded records, up to a conclusion
+        older than `retention_seconds`, removed; returns {record id: events removed}."""
+        rows = self._run("expire_events", retention=retention_seconds, limit=limit)
+        return {int(record_id): int(count) for record_id, count in rows}
 
     def restore(self, rows: list[SweptRow]) -> int:
         """Give unsent rows their previous archive_enqueued_at back; returns how many."""
