@@ -4,6 +4,7 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -217,13 +218,38 @@ def test_an_upgrade_adding_may_be_hosted_marks_the_rows_an_older_release_may_hav
 
     added = [c.name for c in DECLARATION.columns_of(mf.RECORDS)[FIRST_RELEASE_COLUMNS:]]
     assert added[:2] == ["archive_may_be_hosted", "archive_altered"]
-    assert plan.steps[0].detail == ", ".join(added)
+    # The marking is noted (its table created first) before the column is added: a run
+    # that stops right after the ALTER leaves the note for the next one.
+    assert actions(plan)[:3] == [
+        (mp.Action.CREATE_TABLE, mp.STEPS_TABLE),
+        (mp.Action.NOTE_STEP, mp.MARK_STEP),
+        (mp.Action.ADD_COLUMNS, mf.RECORDS),
+    ]
+    assert plan.steps[2].detail == ", ".join(added)
+    assert actions(plan).count((mp.Action.CREATE_TABLE, mp.STEPS_TABLE)) == 1
     assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) in actions(plan)
     assert mp.legacy_scan_needed(DECLARATION, older)
-    # Once the column exists it carries the truth: never marked again.
+    # Once the column exists and no marking is left unfinished, it carries the truth.
     assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) not in actions(
         mp.plan(DECLARATION, catalog_with(constraint=None))
     )
+
+
+def test_a_marking_an_earlier_run_left_unfinished_is_planned_from_its_note() -> None:
+    """The column exists (the run that added it stopped after the ALTER, or mid-marking):
+    the note in image_archive_migration_steps, not the column's absence, plans the rest."""
+    stopped = replace(catalog_with(), unfinished=frozenset({mp.MARK_STEP}))
+    assert actions(mp.plan(DECLARATION, stopped)) == [
+        (mp.Action.SEED, "image_archive_lane"),
+        (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS),
+    ]
+    # Nothing noted: an up-to-date schema plans no change.
+    assert not mp.plan(DECLARATION, catalog_with()).changes
+    # A column added with archive_status in the same run (a fresh adoption): no state yet,
+    # nothing to note or mark.
+    fresh = actions(mp.plan(DECLARATION, catalog_with(columns=0, constraint=None, tables=())))
+    assert (mp.Action.NOTE_STEP, mp.MARK_STEP) not in fresh
+    assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) not in fresh
 
 
 def test_an_invalid_index_is_dropped_then_built_and_a_not_valid_constraint_only_validated() -> None:

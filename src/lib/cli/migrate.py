@@ -4,6 +4,7 @@ wait it can afford (docs/database.md, "The migration"). `--dry-run` stops after 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
@@ -52,6 +53,8 @@ class Migration:
         self.retry_for = float(ctx.args.retry_for)
         self.wait = float(ctx.args.wait)
         self._lock_timeout_ms = MIGRATION_LOCK_TIMEOUT_MS  # the session's own
+        # Data steps an earlier run began: the last id each got through (None: none yet).
+        self._progress: dict[str, int | None] = {}
 
     # -- the two ways through ---------------------------------------------------------
 
@@ -109,7 +112,7 @@ class Migration:
             if step.sql:
                 self.ctx.say("   " + step.sql.replace("\n", "\n   ") + ";")
             if step.action is mp.Action.MARK_MAY_BE_HOSTED:
-                self.ctx.say(f"   {self.would_mark(catalog)}")
+                self.ctx.say(f"   {would_mark(self.db, catalog, self._progress.get(mp.MARK_STEP))}")
         verdict = "would stop before changing the schema" if plan.refusal else "nothing applied"
         self.ctx.say(f"dry run: {len(plan.changes)} changes planned, {verdict}")
         self.ctx.answer({**_answer(plan, legacy), "dry_run": True, "catalog": described})
@@ -130,6 +133,10 @@ class Migration:
                 f"there is no {mf.RECORDS} table here (the generation service's): is this the"
                 " right database? For an empty local database use `migrate --with-base-schema`"
             )
+        if mp.STEPS_TABLE in catalog.tables:
+            # The project's table, not the records: an up-to-date run still locks nothing of theirs.
+            self._progress = unfinished_steps(self.db)
+            catalog = dataclasses.replace(catalog, unfinished=frozenset(self._progress))
         return catalog
 
     def legacy(self, catalog: mp.Catalog) -> list[mp.LegacyValue]:
@@ -156,12 +163,6 @@ class Migration:
             f" indexes, {checks}/{len(d.constraints)} validated constraints,"
             f" {tables}/{len(d.tables)} project tables"
         )
-
-    def would_mark(self, catalog: mp.Catalog) -> str:
-        if not catalog.has_column(mf.RECORDS, "archive_attempts"):
-            return "(not counted: archive_attempts is added in the same run)"
-        [[count]] = self.db.run(QUERIES["count_may_have_uploaded"])
-        return f"{count} rows would be marked"
 
     # -- the migration's lock -------------------------------------------------------------
 
@@ -216,9 +217,19 @@ class Migration:
 
     def _execute(self, step: mp.Step, legacy: list[mp.LegacyValue]) -> str:
         action = step.action
+        if action is mp.Action.NOTE_STEP:
+            self.brief(step, lambda: self.db.run(QUERIES["note_migration_step"], step=step.name))
+            return ""
         if action is mp.Action.MARK_MAY_BE_HOSTED:
-            marked = self.batches(step, "mark_may_be_hosted")
-            return f": {marked} rows marked"
+            after = self._progress.get(mp.MARK_STEP)
+            start = FIRST_ID if after is None else after
+            marked = self.batches(step, "mark_may_be_hosted", start=start, step_name=mp.MARK_STEP)
+            done = functools.partial(
+                self.db.run, QUERIES["finish_migration_step"], step=mp.MARK_STEP
+            )
+            self.brief(step, done)
+            resumed = "" if after is None else f", resumed after id {after}"
+            return f": {marked} rows marked{resumed}"
         if action is mp.Action.MAP_LEGACY:
             mapped = self.batches(
                 step,
@@ -312,10 +323,11 @@ class Migration:
                 f" {SAFE_AGAIN}"
             ) from None
 
-    def batches(self, step: mp.Step, query: str, **params: Any) -> int:
-        """A data step as keyset batches of BATCH_ROWS rows, each a short transaction that
-        waits for row locks as briefly as a brief step waits for the table's."""
-        after, changed = FIRST_ID, 0
+    def batches(self, step: mp.Step, query: str, *, start: int = FIRST_ID, **params: Any) -> int:
+        """A data step as keyset batches of BATCH_ROWS rows after id `start`, each a short
+        transaction that waits for row locks as briefly as a brief step waits for the
+        table's."""
+        after, changed = start, 0
         for batch in itertools.count(1):
             run = functools.partial(
                 self.db.run, QUERIES[query], after=after, batch=BATCH_ROWS, **params
@@ -359,6 +371,24 @@ def _answer(plan: mp.Plan, legacy: list[mp.LegacyValue]) -> dict[str, object]:
             {"value": v.label, "rows": v.counted, "maps_to": v.target} for v in legacy
         ],
     }
+
+
+def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
+    """What the marking would do, for --dry-run (`after`: an earlier run's progress)."""
+    if not catalog.has_column(mf.RECORDS, "archive_attempts"):
+        return "(not counted: archive_attempts is added in the same run)"
+    if not catalog.has_column(mf.RECORDS, mp.MAY_BE_HOSTED_COLUMN):
+        [[count]] = db.run(QUERIES["count_may_have_uploaded"])
+        return f"{count} rows would be marked"
+    # Begun by an earlier run: what is left after its progress.
+    [[count]] = db.run(QUERIES["count_left_to_mark"], after=FIRST_ID if after is None else after)
+    return f"{count} rows would be marked (the rest of an earlier run's marking)"
+
+
+def unfinished_steps(db: Database) -> dict[str, int | None]:
+    """The data steps an earlier run noted and did not finish: the last id each got to."""
+    rows = db.run(QUERIES["unfinished_migration_steps"])
+    return {str(step): None if after is None else int(after) for step, after in rows}
 
 
 _WAITS = {

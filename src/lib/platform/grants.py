@@ -69,6 +69,10 @@ NEEDS: tuple[Need, ...] = (
 )
 
 
+# Project tables only `archive-ctl migrate` uses (it runs as the owner): no role needs them.
+MIGRATE_ONLY: frozenset[str] = frozenset({"image_archive_migration_steps"})
+
+
 @dataclass(frozen=True)
 class Privilege:
     table: str

@@ -215,3 +215,13 @@ CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
 -- Retention: the conclusions, oldest first; the sweeper removes the events up to each.
 CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx
     ON image_archive_events (at) WHERE kind IN ('archived', 'failed');
+
+-- Data steps `archive-ctl migrate` has begun and not finished, one row each: noted before
+-- the schema change that calls for it, its keyset progress kept batch by batch, deleted
+-- when done. A run that stops half-way (a lost connection, Ctrl-C, a step that gave up)
+-- leaves its row, and the next run finishes the step. Only migrate (the owner) uses it.
+CREATE TABLE IF NOT EXISTS image_archive_migration_steps (
+    step TEXT PRIMARY KEY,
+    after_id BIGINT,
+    noted_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);

@@ -1518,11 +1518,12 @@ ORDER BY 3 DESC, 1, 2;
  OR (s.archive_status IN ('PENDING', 'FAILED') AND s.archive_attempts > 0))
 
 -- name: mark_may_be_hosted
--- Run once, when migrate adds archive_may_be_hosted (DEFAULT false) to a table that has
--- archive states: rows an older release may have uploaded get true, so their next attempt
--- looks the image up instead of storing a second copy. A batch is the next :batch rows by
--- primary key after :after, one short transaction; returns the last id looked at (NULL:
--- done) and how many rows were marked.
+-- When migrate adds archive_may_be_hosted (DEFAULT false) to a table that has archive
+-- states: rows an older release may have uploaded get true, so their next attempt looks
+-- the image up instead of storing a second copy. A batch is the next :batch rows by
+-- primary key after :after, one short transaction that also keeps the step's progress
+-- (its row in image_archive_migration_steps: a run that stops resumes after it); returns
+-- the last id looked at (NULL: done) and how many rows were marked.
 WITH span AS (
     SELECT id FROM image_generation_records
     WHERE id > :after ORDER BY id LIMIT :batch
@@ -1533,12 +1534,34 @@ marked AS (
     FROM span
     WHERE s.id = span.id AND NOT s.archive_may_be_hosted AND {{may_have_uploaded}}
     RETURNING s.id
+),
+progress AS (
+    UPDATE image_archive_migration_steps
+    SET after_id = (SELECT max(id) FROM span)
+    WHERE step = :step_name AND EXISTS (SELECT 1 FROM span)
+    RETURNING 1
 )
 SELECT (SELECT max(id) FROM span), (SELECT count(*) FROM marked);
 
 -- name: count_may_have_uploaded
--- `migrate --dry-run`: how many rows mark_may_be_hosted would mark.
+-- `migrate --dry-run`: how many rows mark_may_be_hosted would mark when it adds the column.
 SELECT count(*) FROM image_generation_records AS s WHERE {{may_have_uploaded}};
+
+-- name: count_left_to_mark
+-- `migrate --dry-run` with the marking begun: the rows after its progress it would mark.
+SELECT count(*) FROM image_generation_records AS s
+WHERE s.id > :after AND NOT s.archive_may_be_hosted AND {{may_have_uploaded}};
+
+-- name: unfinished_migration_steps
+-- The data steps an earlier run noted and did not finish, with their progress.
+SELECT step, after_id FROM image_archive_migration_steps ORDER BY step;
+
+-- name: note_migration_step
+-- Before the change that calls for a data step: it is to be done, by this run or the next.
+INSERT INTO image_archive_migration_steps (step) VALUES (:step) ON CONFLICT (step) DO NOTHING;
+
+-- name: finish_migration_step
+DELETE FROM image_archive_migration_steps WHERE step = :step;
 
 -- name: map_legacy_statuses
 -- Legacy archive_status values to states (lib.cli.legacy_status): :legacy, :hosted and
