@@ -254,6 +254,17 @@ def reset_lane(conn: Any) -> None:
     conn.run("DELETE FROM image_archive_upload_hours")
 
 
+def reset_queue_mark(conn: Any) -> None:
+    """Forget how far the worker has read the queue (each test has a queue of its own)."""
+    conn.run("UPDATE image_archive_queue SET received_through = NULL")
+
+
+def queue_mark(conn: Any) -> datetime | None:
+    """The queue's receive mark as the claims left it (image_archive_queue)."""
+    [[mark]] = conn.run("SELECT received_through FROM image_archive_queue WHERE queue = 'archive'")
+    return mark if isinstance(mark, datetime) else None
+
+
 def lane_row(conn: Any) -> dict[str, Any]:
     """The lane's pause, and what its ledger holds (uploads done or under way, bookings)."""
     [row] = conn.run(

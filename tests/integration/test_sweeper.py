@@ -324,12 +324,16 @@ def test_sqs_down_loses_nothing(
     caplog.set_level(logging.DEBUG, logger="botocore.retries.standard")
     summary = sweep.run()
 
-    # Two calls gave up after their few retries (botocore says so): the queue's depth,
+    # Two calls gave up after their few retries (botocore says so): the queue's counts,
     # then the first page's send. No storm, and nothing after that: the run stops.
     gave_up = [r for r in caplog.records if r.getMessage().startswith("Max attempts")]
     assert len(gave_up) == 2
     assert summary["requeued"] == 0
-    assert summary["send_failures"] == 2  # the first page (rows 1, 2); nothing more was tried
+    # The first page: row 1, which has no message out. Whether row 2's still waits in the
+    # queue cannot be told without SQS (and nothing is received yet): it is not taken.
+    assert summary["send_failures"] == 1
+    assert summary["queue_waiting"] is None
+    assert sweep.log_for("could not read the queue's counts")["level"] == "WARNING"
     assert summary["stop_reason"] == "sqs_error"
     assert summary["stopped_early"] is True
     error = sweep.log_for("could not send to the archive queue; stopping this run")
@@ -587,6 +591,10 @@ def test_handler_emits_metrics_and_logs_the_summary(
     oldest = summary.pop("oldest_pending_age_seconds")
     assert age_before >= 1000
     assert age_before - 1 <= oldest <= age_after + 1  # rounded
+    # SQS's clock against the database's, measured from its answer's Date header (whole
+    # seconds): here one machine's clock, so within a second and the call's time.
+    ahead = summary.pop("clock_ahead_seconds")
+    assert 0 <= ahead <= 2
     assert summary == {
         "requeued": 1,
         "expired_locks": 1,
@@ -594,6 +602,7 @@ def test_handler_emits_metrics_and_logs_the_summary(
         "send_failures": 0,
         "dated": 0,
         "requeue_interval_seconds": 900,  # an empty queue: the plain interval
+        "queue_waiting": 0,
         "lane_paused": None,
         "lane_resumed": False,
         "unparked": 0,

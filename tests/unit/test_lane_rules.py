@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive import pacing, schedule, sweep_rules
+from lib.archive import pacing, schedule
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
@@ -172,13 +172,7 @@ def test_a_rate_limit_that_is_not_one_stops_the_start(value: str, part: int) -> 
         rate_limits({"LSKY_RATE_LIMITS": value})
 
 
-def test_the_requeue_interval_grows_with_the_backlog() -> None:
-    assert sweep_rules.requeue_interval(900, queued=None, rate=1.0) == 900
-    assert sweep_rules.requeue_interval(900, queued=0, rate=0.0) == 900
-    # 300 queued at 1 upload a second: twice the 300 s they need.
-    assert sweep_rules.requeue_interval(900, queued=300, rate=1.0) == 1_500
-    # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
-    assert sweep_rules.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
+def test_the_drain_rate_is_the_uploads_of_the_last_15_minutes() -> None:
     assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900
 
 

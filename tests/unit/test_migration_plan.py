@@ -20,6 +20,8 @@ FILE = [s.sql for s in schema.load([schema.ARCHIVE_MIGRATION])]
 CONSTRAINT = "image_generation_records_archive_status_check"
 # The archive columns the first release added; archive_may_be_hosted came next.
 FIRST_RELEASE_COLUMNS = 11
+# Rows the project's tables start with, ensured by every run (INSERT ... DO NOTHING).
+SEEDS = [(mp.Action.SEED, "image_archive_lane"), (mp.Action.SEED, "image_archive_queue")]
 
 
 def catalog_with(
@@ -98,7 +100,7 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     kinds = re.search(r"CHECK \(kind IN \((.*?)\)\)", events.sql, re.S)
     assert kinds is not None
     assert re.findall(r"'(\w+)'", kinds.group(1)) == [str(kind) for kind in EventKind]
-    assert [s.table for s in d.seeds] == ["image_archive_lane"]
+    assert [s.table for s in d.seeds] == ["image_archive_lane", "image_archive_queue"]
     assert d.lock_key == 1634888552
     assert d.table_names == (mf.RECORDS, *tables)
 
@@ -118,7 +120,7 @@ def test_one_more_column_or_project_table_is_one_more_statement() -> None:
         (mp.Action.ADD_COLUMNS, mf.RECORDS),
         (mp.Action.CREATE_TABLE, "image_archive_audit"),
         (mp.Action.ADD_COLUMNS, "image_archive_audit"),
-        (mp.Action.SEED, "image_archive_lane"),
+        *SEEDS,
         (mp.Action.BUILD_PLAIN_INDEX, "image_archive_audit_at_idx"),
     ]
     # A plain build takes SHARE, which queues that table's writers while it waits.
@@ -166,7 +168,7 @@ def test_the_lock_and_a_validate_for_each_constraint_are_required() -> None:
 def test_an_up_to_date_schema_plans_no_change() -> None:
     plan = mp.plan(DECLARATION, catalog_with())
     assert plan.changes == ()
-    assert actions(plan) == [(mp.Action.SEED, "image_archive_lane")]  # INSERT ... DO NOTHING
+    assert actions(plan) == SEEDS  # INSERT ... DO NOTHING
     # The project tables' plain indexes too: a valid one is never built again (it would ask
     # for SHARE, queueing that table's writers, on every run).
     assert mp.Action.BUILD_PLAIN_INDEX not in {s.action for s in plan.steps}
@@ -240,7 +242,7 @@ def test_a_marking_an_earlier_run_left_unfinished_is_planned_from_its_note() -> 
     the note in image_archive_migration_steps, not the column's absence, plans the rest."""
     stopped = replace(catalog_with(), unfinished=frozenset({mp.MARK_STEP}))
     assert actions(mp.plan(DECLARATION, stopped)) == [
-        (mp.Action.SEED, "image_archive_lane"),
+        *SEEDS,
         (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS),
     ]
     # Nothing noted: an up-to-date schema plans no change.
@@ -257,12 +259,13 @@ def test_an_invalid_index_is_dropped_then_built_and_a_not_valid_constraint_only_
     indexes["image_generation_records_archive_failed_idx"] = False
     plan = mp.plan(DECLARATION, catalog_with(indexes=indexes, constraint=False))
 
-    assert actions(plan)[1:] == [
+    assert actions(plan) == [
+        *SEEDS,
         (mp.Action.DROP_INVALID_INDEX, "image_generation_records_archive_failed_idx"),
         (mp.Action.BUILD_INDEX, "image_generation_records_archive_failed_idx"),
         (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
     ]
-    assert plan.steps[1].sql == (
+    assert plan.steps[len(SEEDS)].sql == (
         "DROP INDEX CONCURRENTLY IF EXISTS image_generation_records_archive_failed_idx"
     )
 

@@ -207,13 +207,17 @@ class Concluder:
         if write is Write.NONE:
             return True
         if task is None:
-            # Nothing was claimed: only a park has a row to write (the claim met a pause).
-            if write is Write.PARK and ctx.record_id is not None:
+            # Nothing was claimed: the row is written only to say where its message is while
+            # it waits (the claim met a pause, or the invocation had no time): parked, none
+            # out; or held, back at the row's due time, which the sweeper's lost-message rule
+            # reads as the message's return to the queue.
+            if write in (Write.PARK, Write.RELEASE) and ctx.record_id is not None:
                 self.records.park(
                     ctx.record_id,
                     delay_seconds=verdict.delay_seconds,
                     wait_reason=verdict.wait_reason,
                     detail=story.verdict_detail(verdict),
+                    held=write is Write.RELEASE,
                 )
             return True
         if write is Write.SUCCEED:

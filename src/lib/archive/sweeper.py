@@ -9,34 +9,37 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
 from lib.archive.sweep_rules import (
+    ASSUMED_CLOCK_AHEAD_SECONDS,
     EXPIRY_BATCHES,
     EXPIRY_RECORDS,
     PAGE_RESERVE_MS,
     PAGE_SIZE,
     UNPARK_SPREAD_SECONDS,
+    QueueView,
     Step,
     StopReason,
     SweepSummary,
     can_send_batch,
+    clock_ahead,
     latest_due,
     live_first,
     logged_ids,
+    lost_before,
     next_page,
     probe_deadline,
-    requeue_interval,
 )
 from lib.platform.config import SweeperSettings
 from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
-from lib.platform.sqs import Queue
+from lib.platform.sqs import Queue, QueueCounts
 from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
@@ -63,7 +66,7 @@ class Sweeper:
         self.queue = queue
         self.probe = probe
         self._lane_open = True
-        self._requeue_interval = settings.requeue_interval_seconds
+        self._lost_before = datetime.min.replace(tzinfo=UTC)  # set by each run
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
@@ -79,6 +82,7 @@ class Sweeper:
                 )
             summary.ledger_rolled_up, _ = self.lanes.roll_up()
             self._read_lane(summary, remaining_ms)
+            self._read_queue(summary)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
                 if stop is not None:
@@ -108,7 +112,7 @@ class Sweeper:
 
     def _read_lane(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
         """The lane decides what this run sends: nothing lost or parked while it is paused
-        (the probe may open it), and a requeue interval that grows with the backlog."""
+        (the probe may open it)."""
         lane = self.lanes.state()
         if (
             lane.paused
@@ -140,12 +144,32 @@ class Sweeper:
             unit=MetricUnit.Count,
             value=1 if lane.paused and lane.reason == PauseReason.ACCOUNT else 0,
         )
-        self._requeue_interval = requeue_interval(
-            self.settings.requeue_interval_seconds,
-            queued=self._queued(),
-            rate=lane.drain_per_second,
+
+    def _read_queue(self, summary: SweepSummary) -> None:
+        """How far the queue has moved (the receive mark the claims keep), what waits in
+        it, and SQS's clock against the database's: when a sent row's message is lost."""
+        started = time.monotonic()
+        counts = self._counts()
+        mark, now = self.records.queue_mark()
+        elapsed = time.monotonic() - started
+        ahead = None
+        if counts is not None and counts.date is not None:
+            ahead = round(clock_ahead(counts.date, now, elapsed), 3)
+            if abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
+                # Measured, so the rule allows for it; said because every other clock
+                # comparison (lock expiry, due times) assumes the two agree.
+                logger.warning("SQS's clock and the database's disagree", clock_ahead_seconds=ahead)
+        view = QueueView(
+            now=now,
+            received_through=mark,
+            waiting=None if counts is None else counts.waiting,
+            clock_ahead=ahead,
+            retention_seconds=None if counts is None else counts.retention_seconds,
         )
-        summary.requeue_interval_seconds = self._requeue_interval
+        self._lost_before = lost_before(view, self.settings.requeue_interval_seconds)
+        summary.requeue_interval_seconds = round((now - self._lost_before).total_seconds())
+        summary.queue_waiting = view.waiting
+        summary.clock_ahead_seconds = ahead
 
     def _probe(self, deadline: float) -> bool:
         if self.probe is None:
@@ -160,11 +184,11 @@ class Sweeper:
             )
             return False
 
-    def _queued(self) -> int | None:
+    def _counts(self) -> QueueCounts | None:
         try:
-            return self.queue.depth(self.settings.queue_url)
-        except Exception as error:  # noqa: BLE001 - without the depth, the plain grace applies
-            logger.warning("could not read the queue depth", error=type(error).__name__)
+            return self.queue.counts(self.settings.queue_url)
+        except Exception as error:  # noqa: BLE001 - unknown counts: the receive mark decides
+            logger.warning("could not read the queue's counts", error=type(error).__name__)
             return None
 
     def _sweep(
@@ -219,7 +243,7 @@ class Sweeper:
                 return self.records.take_lost(
                     limit=limit,
                     grace_seconds=settings.grace_seconds,
-                    interval_seconds=self._requeue_interval,
+                    lost_before=self._lost_before,
                     after=after,
                     backfilled=step is Step.LOST_BACKFILLED,
                 )

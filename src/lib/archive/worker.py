@@ -80,6 +80,7 @@ class ArchiveWorker:
             capture_while_paused=self.transfer.staging.enabled,
             message_id=message.message_id,
             receive_count=message.receive_count,
+            queue_mark=message.queue_mark,
         )
         if claim.task is None:
             return schedule.not_claimed(claim.snapshot, message)

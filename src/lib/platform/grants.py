@@ -66,6 +66,12 @@ NEEDS: tuple[Need, ...] = (
         "every record's story: the statements that change a record add its events, "
         "`archive-ctl show` reads them, the sweeper removes them after the retention",
     ),
+    Need(
+        "image_archive_queue",
+        ("SELECT", "UPDATE"),
+        (),
+        "the queue's receive mark: a claim moves it on, the sweeper's lost-message rule reads it",
+    ),
 )
 
 

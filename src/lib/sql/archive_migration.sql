@@ -216,6 +216,17 @@ CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
 CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx
     ON image_archive_events (at) WHERE kind IN ('archived', 'failed');
 
+-- How far the archive function has read the archive queue: the newest SentTimestamp among
+-- the messages it received for the first time (the claim moves it on, never back; at most
+-- to the database's now()). The sweeper's lost-message rule compares a PENDING row's entry
+-- into the queue with it (lib.archive.sweep_rules). One row per queue.
+CREATE TABLE IF NOT EXISTS image_archive_queue (
+    queue TEXT PRIMARY KEY,
+    received_through TIMESTAMPTZ
+);
+
+INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) DO NOTHING;
+
 -- Data steps `archive-ctl migrate` has begun and not finished, one row each: noted before
 -- the schema change that calls for it, its keyset progress kept batch by batch, deleted
 -- when done. A run that stops half-way (a lost connection, Ctrl-C, a step that gave up)

@@ -30,6 +30,11 @@ WHERE target.archive_status IS NOT NULL
 -- its condition excludes `claimed`'s, so the two never touch the same row.
 -- archive_may_be_hosted: `target` returns it as the last attempt left it (the Task's
 -- may_be_hosted); `claimed` sets it, since this attempt may upload and then vanish.
+-- `received` moves the queue's receive mark on (the sweeper's lost-message rule) to
+-- :queue_mark, the SentTimestamp of a message received for the first time (NULL
+-- otherwise): never back, never past now(), and only by a second or more, so that a
+-- burst sent together writes it once. A mark another claim holds is skipped, never
+-- waited for: the mark then lags, which can only delay a re-send, not cause one.
 WITH lane AS (
     SELECT paused_until, {{lane_paused_for}} AS paused_for,
            pause_reason, pause_window, pause_detail, paused_since
@@ -80,6 +85,17 @@ claimed AS (
     RETURNING r.id, r.user_id, r.image_url, r.started_at, r.archive_attempts,
               r.archive_staged_key, r.archive_staged_sha256, r.archive_staged_bytes,
               r.archive_first_claimed_at, r.archive_sent
+),
+received AS (
+    UPDATE image_archive_queue
+    SET received_through = LEAST(CAST(:queue_mark AS timestamptz), now())
+    WHERE ctid = (SELECT ctid FROM image_archive_queue
+                  WHERE queue = 'archive'
+                    AND (received_through IS NULL
+                         OR received_through < LEAST(CAST(:queue_mark AS timestamptz), now())
+                                               - interval '1 second')
+                  FOR UPDATE SKIP LOCKED)
+    RETURNING 1
 ),
 exhausted AS (
     UPDATE image_generation_records AS r
@@ -419,13 +435,18 @@ noted AS (
 SELECT id FROM dated;
 
 -- name: lost_row
--- A lost message: due more than the grace period ago and not sent within the requeue
--- interval (a range of the PENDING partial index, keyset-paged on the due time, :after).
+-- A lost message (lib.archive.sweep_rules.is_lost): due more than the grace period ago,
+-- and either never sent (no stamp) or its message entered the queue (its last send, or
+-- the end of the hold the worker set: the due time) before :lost_before, the time the
+-- sweep's view of the queue says a message must be older than to be lost
+-- (sweep_rules.lost_before). A range of the PENDING partial index, keyset-paged on the
+-- due time (:after).
 archive_status = 'PENDING'
 AND archive_next_run_at >= CAST(:after AS timestamptz)
 AND archive_next_run_at < now() - make_interval(secs => :grace)
 AND (archive_enqueued_at IS NULL
-     OR archive_enqueued_at < now() - make_interval(secs => :interval))
+     OR (archive_enqueued_at < CAST(:lost_before AS timestamptz)
+         AND archive_next_run_at < CAST(:lost_before AS timestamptz)))
 
 -- name: parked_row
 -- A row we parked (no message out, a wait reason), due within the grace period (older
@@ -535,6 +556,11 @@ picked AS (
 swept AS ({{take_picked}}),
 noted AS ({{note_taken}})
 {{swept_rows}};
+
+-- name: queue_mark
+-- The queue's receive mark (the claim moves it) and the database's clock, for the sweep's
+-- view of the queue: one row even without the mark's row.
+SELECT (SELECT received_through FROM image_archive_queue WHERE queue = 'archive'), now();
 
 -- name: restore_stamps
 -- Put back the stamps of rows whose send failed, only where the stamp is still ours.
@@ -749,21 +775,24 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: park
--- A PENDING row the paused lane will not take for a long while: its message is
--- acknowledged, and the sweeper's lost-message step sends a new one once the row is
--- due and the lane open (no stamp: no message is out for it).
+-- A PENDING row that waits without having been claimed. Parked: the paused lane will not
+-- take it for a long while, its message is acknowledged, and the sweeper's lost-message
+-- step sends a new one once the row is due and the lane open (no stamp: no message is out
+-- for it). :held: its message is kept, hidden until the row is due, so the due time says
+-- when it comes back (the sweeper's lost-message rule reads it as the message's entry).
 WITH parked AS (
     UPDATE image_generation_records
     SET archive_next_run_at = GREATEST(archive_next_run_at,
                                        now() + make_interval(secs => :delay)),
         archive_wait_reason = COALESCE(CAST(:wait_reason AS text), archive_wait_reason),
-        archive_enqueued_at = NULL
+        archive_enqueued_at = CASE WHEN CAST(:held AS boolean) THEN archive_enqueued_at END
     WHERE id = :record_id AND archive_status = 'PENDING'
     RETURNING id, archive_attempts, archive_next_run_at, archive_wait_reason
 ),
 noted AS (
     INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
-    SELECT id, now(), 0, archive_attempts, 'parked',
+    SELECT id, now(), 0, archive_attempts,
+           CASE WHEN CAST(:held AS boolean) THEN 'held' ELSE 'parked' END,
            CAST(:detail AS jsonb) || jsonb_build_object('why', archive_wait_reason,
                                                         'until', archive_next_run_at)
     FROM parked

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from lib.platform.redact import outside_text
@@ -54,10 +55,13 @@ class ArchiveRecords(Statements):
         capture_while_paused: bool = False,
         message_id: str = "",
         receive_count: int = 0,
+        queue_mark: datetime | None = None,
     ) -> ClaimResult:
         """capture_while_paused (staging on): a paused lane still lets a row that is not
         staged yet be claimed, to be captured; a staged row waits for the lane.
-        message_id, receive_count: the message's, for the story's `received` event."""
+        message_id, receive_count: the message's, for the story's `received` event.
+        queue_mark: the message's SentTimestamp on its first receive (Message.queue_mark),
+        which moves the queue's receive mark on in the same statement."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -68,6 +72,7 @@ class ArchiveRecords(Statements):
             capture_while_paused=capture_while_paused,
             message_id=outside_text(message_id, MESSAGE_ID_LIMIT),
             receive_count=max(0, min(receive_count, 2**31 - 1)),
+            queue_mark=queue_mark,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
@@ -261,10 +266,12 @@ class ArchiveRecords(Statements):
         delay_seconds: int,
         wait_reason: WaitReason | None,
         detail: Mapping[str, Any] | None = None,
+        held: bool = False,
     ) -> bool:
         """A PENDING row left without a message until it is due in `delay_seconds` (the
-        sweeper sends it then). wait_reason None keeps the row's. detail: what its
-        `parked` event adds to why and until when."""
+        sweeper sends it then); `held`: its message is kept, hidden until then. wait_reason
+        None keeps the row's. detail: what its `parked` (or `held`) event adds to why and
+        until when."""
         return bool(
             self._run(
                 "park",
@@ -272,6 +279,7 @@ class ArchiveRecords(Statements):
                 delay=delay_seconds,
                 wait_reason=None if wait_reason is None else str(wait_reason),
                 detail=detail_param(**(detail or {})),
+                held=held,
             )
         )
 
