@@ -880,8 +880,9 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
 
 def test_rows_waiting_in_a_draining_backlog_are_not_re_sent(sweep: SweepHarness, db: Any) -> None:
     """30 rows sent 20 minutes ago wait behind each other while the lane drains slowly:
-    through several grace periods, the sweeper re-sends none of them (their messages are
-    queued, not lost), but still sends a row whose message never went out."""
+    through several grace periods, the sweeper re-sends none of them (their messages wait
+    in the queue, which nothing has been received from), but still sends a row whose
+    message never went out."""
     for record_id in range(1, 31):
         seed_record(db, record_id, image_url=URL, next_run_at=1200, enqueued_at=1200)
         sweep.sqs.send_message(QueueUrl=sweep.queues.url, MessageBody=encode(record_id))
@@ -901,3 +902,98 @@ def test_rows_waiting_in_a_draining_backlog_are_not_re_sent(sweep: SweepHarness,
     set_uploads(db, 0)
     db.run("DELETE FROM image_generation_records WHERE id = 99")
     assert sweep.run()["requeued"] == 30  # the queue is empty now: nothing is waiting
+
+
+def test_the_last_rows_of_a_drained_backlog_are_not_sent_twice(
+    sweep_env: Callable[..., None],
+    sweep: SweepHarness,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+) -> None:
+    """A plain backlog of 300, drained fast: at its end the queue ahead of the last two rows
+    is short (two messages) while those rows were sent as long ago as the rest. The old rule
+    (the depth now over the drain rate) re-sent both, and each was received twice. The
+    queue has not moved past their send (nothing sent after them was received), and two
+    messages wait: they are on their way."""
+    sweep_env(ARCHIVE_REQUEUE_INTERVAL_SECONDS="2", ARCHIVE_SWEEP_GRACE_SECONDS="1")
+    for record_id in range(1, 301):
+        upstream.add(f"/gen/{record_id}.png", PNG)
+    seed_record(db, 1, image_url=upstream.url("/gen/1.png"), next_run_at=0, enqueued_at=0)
+    # The producer's first step for the other 299: PENDING, due and stamped now.
+    db.run(
+        "INSERT INTO image_generation_records (id, user_id, status, image_url, archive_status,"
+        " archive_next_run_at, archive_enqueued_at)"
+        " SELECT g, 1, 'SUCCEEDED', :base || '/gen/' || g || '.png', 'PENDING', now(), now()"
+        " FROM generate_series(2, 300) AS g",
+        base=upstream.base_url,
+    )
+    for first in range(1, 301, 10):
+        sweep.sqs.send_message_batch(
+            QueueUrl=sweep.queues.url,
+            Entries=[{"Id": str(i), "MessageBody": encode(i)} for i in range(first, first + 10)],
+        )
+    stamps = {i: row["archive_enqueued_at"] for i, row in all_rows(db).items()}
+
+    drained: list[int] = []
+    while len(drained) < 298:
+        event = archive.receive(max_messages=min(10, 298 - len(drained)))
+        assert archive.invoke(event) == {"batchItemFailures": []}
+        archive.settle(event, {"batchItemFailures": []})
+        drained += [parse_record_id(record["body"]) for record in event["Records"]]
+    last_two = sorted(set(range(1, 301)) - set(drained))
+    assert len(last_two) == 2
+    # The lane drained fast: the ledger's last 15 minutes say 3,000 uploads.
+    set_uploads(db, 3000, within_seconds=600)
+    # Both rows were sent longer ago than the interval and the grace period.
+    wait_until(lambda: (db_now(db) - stamps[300]).total_seconds() > 4, "the interval passed")
+
+    summary = sweep.run()
+
+    assert summary["requeued"] == 0
+    assert summary["queue_waiting"] == 2
+    for record_id in last_two:
+        row = fetch_record(db, record_id)
+        assert (row["archive_status"], row["archive_enqueued_at"]) == ("PENDING", stamps[record_id])
+    # Each of the two is received once, on its first receive, and archived; nothing is left.
+    event = archive.receive(max_messages=10)
+    records = event["Records"]
+    assert sorted(parse_record_id(record["body"]) for record in records) == last_two
+    assert {record["attributes"]["ApproximateReceiveCount"] for record in records} == {"1"}
+    assert archive.invoke(event) == {"batchItemFailures": []}
+    archive.settle(event, {"batchItemFailures": []})
+    assert sweep.drain() == []
+    assert all(row["archive_status"] == "SUCCEEDED" for row in all_rows(db).values())
+
+
+def test_a_lost_message_on_a_quiet_lane_is_sent_again_whatever_is_held(
+    sweep_env: Callable[..., None],
+    sweep: SweepHarness,
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+) -> None:
+    """A quiet lane (no upload for an hour) with one record in backoff, its message held
+    for an hour. A record whose SendMessage failed (stamped, no message) waited a day
+    under the old rule (a depth of one that did not drain: the interval plus a day), long
+    after its provider's URL expired. Nothing waits to be received: what is in flight is
+    held on purpose, and the held row says until when. It is sent again now."""
+    sweep_env(ARCHIVE_RETRY_DELAYS="3600")
+    seed_record(
+        db, 1, image_url=upstream.add("/gen/1.png", status=503), next_run_at=0, enqueued_at=0
+    )
+    assert len(archive.deliver(encode(1))["batchItemFailures"]) == 1  # retried after an hour
+    held = fetch_record(db, 1)
+    assert (held["archive_status"], held["archive_wait_reason"]) == ("PENDING", "backoff")
+    assert archive.holds() == [3600]
+    # The producer stamped row 2 and its SendMessage failed, 1,000 s ago.
+    seed_record(db, 2, image_url=URL, next_run_at=1000, enqueued_at=1000)
+
+    summary = sweep.run()
+
+    assert summary["requeued"] == 1
+    assert summary["queue_waiting"] == 0
+    assert summary["requeue_interval_seconds"] == 900
+    assert sweep.drain() == [2]
+    assert archive.in_flight() == 1  # row 1's message, still held
+    assert fetch_record(db, 1)["archive_enqueued_at"] == held["archive_enqueued_at"]

@@ -91,6 +91,8 @@ received AS (
     SET received_through = LEAST(CAST(:queue_mark AS timestamptz), now())
     WHERE ctid = (SELECT ctid FROM image_archive_queue
                   WHERE queue = 'archive'
+                    -- LEAST ignores a NULL: no mark, no move.
+                    AND CAST(:queue_mark AS timestamptz) IS NOT NULL
                     AND (received_through IS NULL
                          OR received_through < LEAST(CAST(:queue_mark AS timestamptz), now())
                                                - interval '1 second')
