@@ -88,7 +88,7 @@ class LostMessageModel(RuleBasedStateMachine):
         measured=st.booleans(),
         skew=st.floats(-300, 300),
         error=st.floats(0, MEASURE_ERROR_SECONDS),
-        max_receives=st.sampled_from([2, 5]),
+        max_receives=st.sampled_from([1, 5]),
     )
     def setup(
         self,
