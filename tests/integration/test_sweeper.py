@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,7 +27,7 @@ from lib.archive import runtime
 from lib.archive.message import encode, parse_record_id
 from lib.archive.runtime import build_sweeper
 from lib.platform.config import load_sweeper_settings
-from lib.platform.sqs import Queue
+from lib.platform.sqs import Queue, QueueCounts
 from lib.state.queries import QUERIES
 from tests.integration.conftest import ArchiveHarness
 from tests.logcapture import LogAssertions, capture_logs
@@ -722,6 +723,8 @@ FROM generate_series(1, :rows) AS g
 
 
 class CountingQueue(Queue):
+    """A queue that counts what is sent to it and holds nothing else."""
+
     def __init__(self) -> None:
         super().__init__()
         self.sent: list[str] = []
@@ -729,6 +732,9 @@ class CountingQueue(Queue):
     def send_batch(self, queue_url: str, entries: Any) -> dict[str, str]:
         self.sent += [entry_id for entry_id, _ in entries]
         return {}
+
+    def counts(self, queue_url: str) -> QueueCounts:
+        return QueueCounts(visible=0, in_flight=0, delayed=0)
 
 
 def table_stats(conn: Any) -> dict[str, int]:
@@ -789,7 +795,11 @@ def test_a_run_reads_only_the_stale_rows_of_a_big_table(big_table: str) -> None:
                 QUERIES["take_lost"],
                 PENDING_INDEX,
                 400,
-                {"grace": 300, "interval": 900, "after": "-infinity"},
+                {
+                    "grace": 300,
+                    "lost_before": datetime.now(UTC) - timedelta(seconds=900),
+                    "after": "-infinity",
+                },
             ),
             "undated": (QUERIES["date_undated"], PENDING_INDEX, 0, {}),
         }

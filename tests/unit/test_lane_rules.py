@@ -17,7 +17,7 @@ from lib.archive.lane import (
 from lib.archive.outcome import Message
 from lib.platform.env_values import rate_limits
 from lib.platform.errors import ConfigError
-from lib.state.lane import LaneState, PauseReason
+from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -170,10 +170,6 @@ def test_a_rate_limit_that_is_not_one_stops_the_start(value: str, part: int) -> 
     # Pacing on the other parts alone would be looser than the operator asked.
     with pytest.raises(ConfigError, match=f"LSKY_RATE_LIMITS: part {part} is not a limit"):
         rate_limits({"LSKY_RATE_LIMITS": value})
-
-
-def test_the_drain_rate_is_the_uploads_of_the_last_15_minutes() -> None:
-    assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900
 
 
 @pytest.mark.parametrize(
