@@ -205,3 +205,22 @@ def test_sqs_s_clock_is_measured_from_its_date_header_as_an_upper_bound() -> Non
     # 11:59:58.5 at most 0.2 s after the call began: SQS is at most 2.7 s ahead.
     assert clock_ahead(T0, T0 - seconds(1.5), 0.2) == pytest.approx(2.7)
     assert clock_ahead(T0, T0 + seconds(30), 0.05) == pytest.approx(-28.95)
+    # A day or more apart: not SQS's clock (a proxy's header, a broken one): unknown.
+    assert clock_ahead(T0, T0 - seconds(86_400), 0.0) is None
+    assert clock_ahead(datetime(9999, 12, 31, tzinfo=UTC), T0, 0.0) is None
+
+
+@pytest.mark.parametrize(
+    "absurd",
+    [
+        {"retention": 10**12},  # a retention SQS would never say: at most its 14 days
+        {"retention": 0},
+        {"received": datetime(1, 1, 1, tzinfo=UTC), "ahead": 120.0},  # a mark written by hand
+        {"received": datetime(9999, 12, 31, tzinfo=UTC), "ahead": -86_400.0},
+    ],
+)
+def test_absurd_values_never_break_the_rule(absurd: dict[str, object]) -> None:
+    queue = view(waiting=3, **absurd)  # type: ignore[arg-type]
+    cutoff = lost_before(queue, INTERVAL)
+    assert T0 - seconds(MAX_RETENTION_SECONDS + RETENTION_MARGIN_SECONDS) <= cutoff
+    assert cutoff <= T0 - seconds(INTERVAL)

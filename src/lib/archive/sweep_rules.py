@@ -126,6 +126,9 @@ ASSUMED_CLOCK_AHEAD_SECONDS = 60
 # retention and a margin for a send's lag behind its stamp, nothing is left to wait for.
 MAX_RETENTION_SECONDS = 1_209_600
 RETENTION_MARGIN_SECONDS = 3_600
+# A measured difference larger than this is not a clock's: the header is taken as unknown.
+MAX_CLOCK_AHEAD_SECONDS = 86_400
+NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -154,17 +157,24 @@ def lost_before(view: QueueView, interval_seconds: int) -> datetime:
     worker has received a message sent ENTRY_SLACK_SECONDS after it (the queue has moved
     past it). Either way, never later than the queue's retention allows it to live."""
     plain = view.now - timedelta(seconds=interval_seconds)
-    if view.waiting == 0:
-        cutoff = plain
-    elif view.received_through is None:
-        cutoff = datetime.min.replace(tzinfo=UTC)  # nothing is known to have moved
-    else:
-        ahead = ASSUMED_CLOCK_AHEAD_SECONDS if view.clock_ahead is None else view.clock_ahead
-        moved = view.received_through - timedelta(seconds=ahead + ENTRY_SLACK_SECONDS)
-        cutoff = min(plain, moved)
-    retention = view.retention_seconds or MAX_RETENTION_SECONDS
+    # Nothing waiting: whatever is in flight is held on purpose, and its rows say so.
+    cutoff = plain if view.waiting == 0 else min(plain, _moved_past(view))
+    retention = min(view.retention_seconds or MAX_RETENTION_SECONDS, MAX_RETENTION_SECONDS)
     gone = view.now - timedelta(seconds=retention + RETENTION_MARGIN_SECONDS)
     return max(cutoff, gone)
+
+
+def _moved_past(view: QueueView) -> datetime:
+    """Before this, whatever entered the queue has come out: the receive mark in the
+    database's clock, less the slack. The beginning of time when nothing was received
+    (or the mark is not a time the arithmetic can move: a row written by hand)."""
+    if view.received_through is None:
+        return NEVER
+    ahead = ASSUMED_CLOCK_AHEAD_SECONDS if view.clock_ahead is None else view.clock_ahead
+    try:
+        return view.received_through - timedelta(seconds=ahead + ENTRY_SLACK_SECONDS)
+    except OverflowError:
+        return NEVER
 
 
 def entered_queue(enqueued_at: datetime | None, next_run_at: datetime | None) -> datetime | None:
@@ -196,11 +206,13 @@ def is_lost(
     return entered is None or entered < cutoff
 
 
-def clock_ahead(sqs_date: datetime, db_now: datetime, elapsed_seconds: float) -> float:
+def clock_ahead(sqs_date: datetime, db_now: datetime, elapsed_seconds: float) -> float | None:
     """How far SQS's clock is ahead of the database's at most (seconds): its answer's Date
     (whole seconds, rounded down) against the database's now() read after it, the two
-    reads `elapsed_seconds` apart from the SQS call's start to the statement's end."""
-    return (sqs_date - db_now).total_seconds() + 1.0 + max(elapsed_seconds, 0.0)
+    reads `elapsed_seconds` apart from the SQS call's start to the statement's end. None
+    for a difference of more than a day: a Date header that is not SQS's clock."""
+    ahead = (sqs_date - db_now).total_seconds() + 1.0 + max(elapsed_seconds, 0.0)
+    return ahead if abs(ahead) <= MAX_CLOCK_AHEAD_SECONDS else None
 
 
 def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | None:

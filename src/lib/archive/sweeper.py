@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -19,6 +19,7 @@ from lib.archive.sweep_rules import (
     ASSUMED_CLOCK_AHEAD_SECONDS,
     EXPIRY_BATCHES,
     EXPIRY_RECORDS,
+    NEVER,
     PAGE_RESERVE_MS,
     PAGE_SIZE,
     UNPARK_SPREAD_SECONDS,
@@ -66,7 +67,7 @@ class Sweeper:
         self.queue = queue
         self.probe = probe
         self._lane_open = True
-        self._lost_before = datetime.min.replace(tzinfo=UTC)  # set by each run
+        self._lost_before = NEVER  # set by each run
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
@@ -154,11 +155,15 @@ class Sweeper:
         elapsed = time.monotonic() - started
         ahead = None
         if counts is not None and counts.date is not None:
-            ahead = round(clock_ahead(counts.date, now, elapsed), 3)
-            if abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
-                # Measured, so the rule allows for it; said because every other clock
-                # comparison (lock expiry, due times) assumes the two agree.
-                logger.warning("SQS's clock and the database's disagree", clock_ahead_seconds=ahead)
+            ahead = clock_ahead(counts.date, now, elapsed)
+            if ahead is None or abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
+                # The rule allows for a measured difference; said because every other
+                # clock comparison (lock expiry, due times) assumes the two agree.
+                logger.warning(
+                    "SQS's clock and the database's disagree",
+                    sqs_date=counts.date.isoformat(),
+                    database_now=now.isoformat(),
+                )
         view = QueueView(
             now=now,
             received_through=mark,
@@ -169,7 +174,7 @@ class Sweeper:
         self._lost_before = lost_before(view, self.settings.requeue_interval_seconds)
         summary.requeue_interval_seconds = round((now - self._lost_before).total_seconds())
         summary.queue_waiting = view.waiting
-        summary.clock_ahead_seconds = ahead
+        summary.clock_ahead_seconds = None if ahead is None else round(ahead, 3)
 
     def _probe(self, deadline: float) -> bool:
         if self.probe is None:

@@ -40,7 +40,6 @@ class LaneState:
         return self.paused_for_seconds > 0
 
 
-
 @dataclass(frozen=True)
 class LedgerEntry:
     """Uploads the ledger holds at one time (an hour's count at the hour's end), or a booked
