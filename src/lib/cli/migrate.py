@@ -53,8 +53,7 @@ class Migration:
         self.retry_for = float(ctx.args.retry_for)
         self.wait = float(ctx.args.wait)
         self._lock_timeout_ms = MIGRATION_LOCK_TIMEOUT_MS  # the session's own
-        # Data steps an earlier run began: the last id each got through (None: none yet).
-        self._progress: dict[str, int | None] = {}
+        self._progress: dict[str, int | None] = {}  # data steps begun: the last id done
 
     # -- the two ways through ---------------------------------------------------------
 
@@ -133,10 +132,7 @@ class Migration:
                 f"there is no {mf.RECORDS} table here (the generation service's): is this the"
                 " right database? For an empty local database use `migrate --with-base-schema`"
             )
-        if mp.STEPS_TABLE in catalog.tables:
-            # The project's table, not the records: an up-to-date run still locks nothing of theirs.
-            self._progress = unfinished_steps(self.db)
-            catalog = dataclasses.replace(catalog, unfinished=frozenset(self._progress))
+        self._progress, catalog = unfinished_steps(self.db, catalog)
         return catalog
 
     def legacy(self, catalog: mp.Catalog) -> list[mp.LegacyValue]:
@@ -221,15 +217,7 @@ class Migration:
             self.brief(step, lambda: self.db.run(QUERIES["note_migration_step"], step=step.name))
             return ""
         if action is mp.Action.MARK_MAY_BE_HOSTED:
-            after = self._progress.get(mp.MARK_STEP)
-            start = FIRST_ID if after is None else after
-            marked = self.batches(step, "mark_may_be_hosted", start=start, step_name=mp.MARK_STEP)
-            done = functools.partial(
-                self.db.run, QUERIES["finish_migration_step"], step=mp.MARK_STEP
-            )
-            self.brief(step, done)
-            resumed = "" if after is None else f", resumed after id {after}"
-            return f": {marked} rows marked{resumed}"
+            return mark_may_be_hosted(self, step, after=self._progress.get(mp.MARK_STEP))
         if action is mp.Action.MAP_LEGACY:
             mapped = self.batches(
                 step,
@@ -373,6 +361,16 @@ def _answer(plan: mp.Plan, legacy: list[mp.LegacyValue]) -> dict[str, object]:
     }
 
 
+def mark_may_be_hosted(migration: Migration, step: mp.Step, *, after: int | None) -> str:
+    """The marking, after the id an earlier run got through; its note deleted when done."""
+    start = FIRST_ID if after is None else after
+    marked = migration.batches(step, "mark_may_be_hosted", start=start, step_name=mp.MARK_STEP)
+    done = QUERIES["finish_migration_step"]
+    migration.brief(step, functools.partial(migration.db.run, done, step=mp.MARK_STEP))
+    resumed = "" if after is None else f", resumed after id {after}"
+    return f": {marked} rows marked{resumed}"
+
+
 def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
     """What the marking would do, for --dry-run (`after`: an earlier run's progress)."""
     if not catalog.has_column(mf.RECORDS, "archive_attempts"):
@@ -380,15 +378,18 @@ def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
     if not catalog.has_column(mf.RECORDS, mp.MAY_BE_HOSTED_COLUMN):
         [[count]] = db.run(QUERIES["count_may_have_uploaded"])
         return f"{count} rows would be marked"
-    # Begun by an earlier run: what is left after its progress.
     [[count]] = db.run(QUERIES["count_left_to_mark"], after=FIRST_ID if after is None else after)
     return f"{count} rows would be marked (the rest of an earlier run's marking)"
 
 
-def unfinished_steps(db: Database) -> dict[str, int | None]:
-    """The data steps an earlier run noted and did not finish: the last id each got to."""
+def unfinished_steps(db: Database, catalog: mp.Catalog) -> tuple[dict[str, int | None], mp.Catalog]:
+    """The data steps an earlier run left unfinished (the last id each got to), and the
+    catalog that says so: the project's table is read, never the records (no lock)."""
+    if mp.STEPS_TABLE not in catalog.tables:
+        return {}, catalog
     rows = db.run(QUERIES["unfinished_migration_steps"])
-    return {str(step): None if after is None else int(after) for step, after in rows}
+    progress = {str(step): None if after is None else int(after) for step, after in rows}
+    return progress, dataclasses.replace(catalog, unfinished=frozenset(progress))
 
 
 _WAITS = {
