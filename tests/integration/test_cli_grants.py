@@ -196,6 +196,12 @@ def test_migrate_as_a_role_that_does_not_own_the_table_says_whose_job_it_is(
     )
 
     assert ctl("migrate") == EXIT_ERROR
+    # The first thing it reads that only the owner may is the project's own table of
+    # unfinished steps; the first thing it would change, the records' columns.
+    assert "42501: image_archive_migration_steps may not be read by this role" in ctl.err
+    assert "run `archive-ctl migrate` as the table's owner" in ctl.err
+    admin.run(f"GRANT SELECT ON image_archive_migration_steps TO {role}")
+    assert ctl("migrate") == EXIT_ERROR
     assert "add columns image_generation_records: archive_staged_at" in ctl.err
     assert "42501: only the owner of image_generation_records may change it" in ctl.err
     assert "run `archive-ctl migrate` as the table's owner" in ctl.err

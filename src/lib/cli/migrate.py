@@ -4,7 +4,6 @@ wait it can afford (docs/database.md, "The migration"). `--dry-run` stops after 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import pg8000.exceptions
 
 from lib.cli import legacy_status
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context
+from lib.cli.data_steps import FIRST_ID, mark_may_be_hosted, unfinished_steps, would_mark
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
@@ -28,7 +28,6 @@ T = TypeVar("T")
 # Rows per batch of the data steps: one short transaction each.
 BATCH_ROWS = 5_000
 PROGRESS_EVERY_BATCHES = 100
-FIRST_ID = -(2**63)  # keyset paging starts below every bigint id
 LOCK_POLL_SECONDS = 1.0
 # lock_not_available (lock_timeout), deadlock_detected: the statement did nothing; try again.
 RETRYABLE = frozenset({"55P03", "40P01"})
@@ -359,37 +358,6 @@ def _answer(plan: mp.Plan, legacy: list[mp.LegacyValue]) -> dict[str, object]:
             {"value": v.label, "rows": v.counted, "maps_to": v.target} for v in legacy
         ],
     }
-
-
-def mark_may_be_hosted(migration: Migration, step: mp.Step, *, after: int | None) -> str:
-    """The marking, after the id an earlier run got through; its note deleted when done."""
-    start = FIRST_ID if after is None else after
-    marked = migration.batches(step, "mark_may_be_hosted", start=start, step_name=mp.MARK_STEP)
-    done = QUERIES["finish_migration_step"]
-    migration.brief(step, functools.partial(migration.db.run, done, step=mp.MARK_STEP))
-    resumed = "" if after is None else f", resumed after id {after}"
-    return f": {marked} rows marked{resumed}"
-
-
-def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
-    """What the marking would do, for --dry-run (`after`: an earlier run's progress)."""
-    if not catalog.has_column(mf.RECORDS, "archive_attempts"):
-        return "(not counted: archive_attempts is added in the same run)"
-    if not catalog.has_column(mf.RECORDS, mp.MAY_BE_HOSTED_COLUMN):
-        [[count]] = db.run(QUERIES["count_may_have_uploaded"])
-        return f"{count} rows would be marked"
-    [[count]] = db.run(QUERIES["count_left_to_mark"], after=FIRST_ID if after is None else after)
-    return f"{count} rows would be marked (the rest of an earlier run's marking)"
-
-
-def unfinished_steps(db: Database, catalog: mp.Catalog) -> tuple[dict[str, int | None], mp.Catalog]:
-    """The data steps an earlier run left unfinished (the last id each got to), and the
-    catalog that says so: the project's table is read, never the records (no lock)."""
-    if mp.STEPS_TABLE not in catalog.tables:
-        return {}, catalog
-    rows = db.run(QUERIES["unfinished_migration_steps"])
-    progress = {str(step): None if after is None else int(after) for step, after in rows}
-    return progress, dataclasses.replace(catalog, unfinished=frozenset(progress))
 
 
 _WAITS = {
