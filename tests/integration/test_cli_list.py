@@ -51,7 +51,9 @@ def test_every_statement_that_fails_a_row_records_when(database: Any, db: Any) -
     seed_record(db, 4, image_url=URL, status="DELETED", next_run_at=7200, enqueued_at=7200)
     taken = sweeps.take_expired_locks(limit=10, lock_ttl_seconds=180, max_attempts=3)
     assert [(r.record_id, r.archive_status) for r in taken] == [(3, "FAILED")]
-    lost = sweeps.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
+    lost = sweeps.take_lost(
+        limit=10, grace_seconds=300, lost_before=db_now(db) - timedelta(seconds=900), after=None
+    )
     assert [(r.record_id, r.archive_status) for r in lost] == [(4, "FAILED")]
 
     for record_id in (1, 2, 3, 4):

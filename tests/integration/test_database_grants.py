@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -143,11 +144,13 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         ] == [5]
         assert [r.record_id for r in sweeps.take_lockless(limit=10, max_attempts=3)] == [6]
         assert sorted(sweeps.date_undated(limit=10)) == [5, 6, 7]  # 5, 6 recovered undated
-        lost = sweeps.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
+        _, now = sweeps.queue_mark()  # the receive mark the claims above kept
+        cutoff = now - timedelta(seconds=900)
+        lost = sweeps.take_lost(limit=10, grace_seconds=300, lost_before=cutoff, after=None)
         assert [r.record_id for r in lost] == [8]
         assert (
             sweeps.take_lost(
-                limit=10, grace_seconds=300, interval_seconds=900, after=None, backfilled=True
+                limit=10, grace_seconds=300, lost_before=cutoff, after=None, backfilled=True
             )
             == []
         )
