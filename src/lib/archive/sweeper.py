@@ -147,33 +147,12 @@ class Sweeper:
         )
 
     def _read_queue(self, summary: SweepSummary) -> None:
-        """How far the queue has moved (the receive mark the claims keep), what waits in
-        it, and SQS's clock against the database's: when a sent row's message is lost."""
-        started = time.monotonic()
-        counts = self._counts()
-        mark, now = self.records.queue_mark()
-        elapsed = time.monotonic() - started
-        ahead = None
-        if counts is not None and counts.date is not None:
-            ahead = clock_ahead(counts.date, now, elapsed)
-            if ahead is None or abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
-                # The rule allows for a measured difference; said because every other
-                # clock comparison (lock expiry, due times) assumes the two agree.
-                logger.warning(
-                    "SQS's clock and the database's disagree",
-                    sqs_date=counts.date.isoformat(),
-                    database_now=now.isoformat(),
-                )
-        view = QueueView(
-            now=now,
-            received_through=mark,
-            waiting=None if counts is None else counts.waiting,
-            clock_ahead=ahead,
-            retention_seconds=None if counts is None else counts.retention_seconds,
-        )
+        """When a sent row's message is lost (lib.archive.sweep_rules.lost_before)."""
+        view = queue_view(self.queue, self.settings.queue_url, self.records)
         self._lost_before = lost_before(view, self.settings.requeue_interval_seconds)
-        summary.requeue_interval_seconds = round((now - self._lost_before).total_seconds())
+        summary.requeue_interval_seconds = round((view.now - self._lost_before).total_seconds())
         summary.queue_waiting = view.waiting
+        ahead = view.clock_ahead
         summary.clock_ahead_seconds = None if ahead is None else round(ahead, 3)
 
     def _probe(self, deadline: float) -> bool:
@@ -188,13 +167,6 @@ class Sweeper:
                 detail=outside_text(error, 200),
             )
             return False
-
-    def _counts(self) -> QueueCounts | None:
-        try:
-            return self.queue.counts(self.settings.queue_url)
-        except Exception as error:  # noqa: BLE001 - unknown counts: the receive mark decides
-            logger.warning("could not read the queue's counts", error=type(error).__name__)
-            return None
 
     def _sweep(
         self, step: Step, summary: SweepSummary, remaining_ms: Callable[[], int]
@@ -366,3 +338,35 @@ class Sweeper:
                 unit=MetricUnit.Seconds,
                 value=summary.oldest_pending_age_seconds,
             )
+
+
+def queue_view(queue: Queue, queue_url: str, records: SweepRecords) -> QueueView:
+    """What a sweep knows of the archive queue: how far it has moved (the receive mark the
+    claims keep), what waits in it, and SQS's clock against the database's, measured from
+    the one GetQueueAttributes call and the mark's statement right after it."""
+    started = time.monotonic()
+    try:
+        counts: QueueCounts | None = queue.counts(queue_url)
+    except Exception as error:  # noqa: BLE001 - unknown counts: the receive mark decides
+        logger.warning("could not read the queue's counts", error=type(error).__name__)
+        counts = None
+    mark, now = records.queue_mark()
+    elapsed = time.monotonic() - started
+    ahead = None
+    if counts is not None and counts.date is not None:
+        ahead = clock_ahead(counts.date, now, elapsed)
+        if ahead is None or abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
+            # The rule allows for a measured difference; said because every other clock
+            # comparison (lock expiry, due times) assumes the two agree.
+            logger.warning(
+                "SQS's clock and the database's disagree",
+                sqs_date=counts.date.isoformat(),
+                database_now=now.isoformat(),
+            )
+    return QueueView(
+        now=now,
+        received_through=mark,
+        waiting=None if counts is None else counts.waiting,
+        clock_ahead=ahead,
+        retention_seconds=None if counts is None else counts.retention_seconds,
+    )
