@@ -7,21 +7,29 @@ SAM ?= $(SAM_VENV)/bin/sam
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv sam-venv lint format test unit local bench clean
+.PHONY: help venv sam-venv lint format test unit local services bench clean
 
 help:
-	@echo "make test    set up (venv, pinned deps, PostgreSQL binaries) and run every check"
-	@echo "make test-busy  the tests, three times, beside a CPU load (not part of make test)"
-	@echo "make test-deep  the model-based tests with 20x their examples (not part of make test)"
-	@echo "make local   run the whole pipeline locally on embedded defaults"
-	@echo "make bench   run the benchmarks under bench/ and print a table"
-	@echo "make lint    ruff check, ruff format --check, mypy --strict src"
-	@echo "make format  apply ruff's formatting and safe fixes"
+	@echo "make local                the whole pipeline on this machine (24 records), Ctrl-C stops it"
+	@echo "make local ARGS=--short   the same with 8 records, about 10 s (what CI runs)"
+	@echo "make local ARGS=--keep    the same, and the services keep running after the summary"
+	@echo "make services             the local services on env.json's ports, for sam local invoke"
+	@echo "make test                 set up (venv, pinned deps, PostgreSQL binaries) and run every check"
+	@echo "make test-busy            the tests, three times, beside a CPU load (not part of make test)"
+	@echo "make test-deep            the model-based tests with 20x their examples (not part of make test)"
+	@echo "make lint                 ruff check, ruff format --check, mypy --strict src"
+	@echo "make format               apply ruff's formatting and safe fixes"
+	@echo "make bench                the benchmarks under bench/, one table (about 10 minutes)"
+	@echo "make template-check       cfn-lint, sam validate, sam validate --lint (offline)"
+	@echo "make sam-build            sam build (no Docker, no python3.13 needed)"
+	@echo "make venv, make sam-venv  the project's virtualenv, the SAM CLI's"
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt -c constraints.txt
+	# The checkout itself, editable: $(VENV)/bin/archive-ctl (pyproject.toml [project.scripts]).
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 $(SAM_VENV)/.installed: requirements-sam.txt

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -117,6 +118,25 @@ def machine() -> str:
         f"{os.cpu_count()} CPUs, {mem_kb / 1024 / 1024:.0f} GiB RAM, "
         f"Python {sys.version.split()[0]}"
     )
+
+
+def revision() -> str:
+    """The commit measured (`-dirty` with uncommitted changes), for bench/results/: the
+    docs carry the figures and the machine, the results file when and on what."""
+
+    def git(*args: str) -> str:
+        root = Path(__file__).resolve().parents[1]
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        )
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
 
 
 def as_dict(row: Row) -> dict[str, Any]:

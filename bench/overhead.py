@@ -7,10 +7,8 @@ DeleteMessage. Only the handler call is timed. Message 0 is the container's firs
 
 Database round trips are counted, not estimated, two ways:
 - statements: `Database.statements_run` (what the code asks for);
-- round trips: every time pg8000 waits for the server's ReadyForQuery, counted by
-  wrapping `pg8000.core.CoreConnection.handle_messages` in this process. pg8000's
-  unnamed (one-off) execution of a statement with parameters is three such waits
-  (Parse, Describe, Bind/Execute); a prepared statement's execution is one.
+- round trips: every time pg8000 waits for the server's ReadyForQuery (devkit.roundtrips,
+  which a test uses too: the archive path's count never grows unnoticed).
 Connections: `Database.connections_opened`, and the server's own pg_stat_activity.
 """
 
@@ -29,54 +27,14 @@ TARGET_ROUND_TRIPS = 3
 
 
 def measure(args: dict[str, Any]) -> dict[str, Any]:
-    import boto3  # noqa: PLC0415 - the child imports what it measures
-    import pg8000.core  # noqa: PLC0415
-
-    from devkit.context import LambdaContext  # noqa: PLC0415
+    # The child imports what it measures.
+    from devkit import roundtrips  # noqa: PLC0415
     from devkit.postgres import connect  # noqa: PLC0415
-    from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
-    from handlers.archive import lambda_handler  # noqa: PLC0415
     from lib.archive import runtime  # noqa: PLC0415
 
-    waits = 0
-    original = pg8000.core.CoreConnection.handle_messages
-
-    def counted(self: Any, context: Any) -> Any:
-        nonlocal waits
-        waits += 1
-        return original(self, context)
-
-    pg8000.core.CoreConnection.handle_messages = counted  # type: ignore[method-assign]
-
-    sqs = boto3.client("sqs")
-    queues = create_queue_pair(sqs, f"bench-{int(time.time() * 1000)}")
-    per_message: list[dict[str, Any]] = []
-    for record_id in args["record_ids"]:
-        sqs.send_message(QueueUrl=queues.url, MessageBody=f'{{"recordId": "{record_id}"}}')
-        event = receive_as_lambda_event(sqs, queues, wait_seconds=2)
-        if len(event["Records"]) != 1:
-            raise RuntimeError("message did not arrive")
-        # Before the first message the container has no worker (and no Database) yet.
-        warm = runtime.archive_worker.cache_info().currsize
-        statements0 = runtime.archive_worker().records.db.statements_run if warm else 0
-        waits0 = waits
-        started = time.perf_counter()
-        response = lambda_handler(event, LambdaContext())
-        seconds = time.perf_counter() - started
-        if response["batchItemFailures"]:
-            raise RuntimeError(f"record {record_id} failed: {response}")
-        db = runtime.archive_worker().records.db
-        per_message.append(
-            {
-                "seconds": seconds,
-                "statements": db.statements_run - statements0,
-                "round_trips": waits - waits0,
-            }
-        )
-        sqs.delete_message(QueueUrl=queues.url, ReceiptHandle=event["Records"][0]["receiptHandle"])
-
+    with roundtrips.counted() as trips:
+        per_message = _archive_each(args, trips)
     db = runtime.archive_worker().records.db
-    pg8000.core.CoreConnection.handle_messages = original  # type: ignore[method-assign]
     check = connect(args["dsn"])
     try:
         [[backends]] = check.run(
@@ -90,6 +48,44 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         "statements_run": db.statements_run,
         "server_backends": int(backends),
     }
+
+
+def _archive_each(args: dict[str, Any], trips: Any) -> list[dict[str, Any]]:
+    """Each record's message sent, received and handled; its time, statements, round trips."""
+    import boto3  # noqa: PLC0415
+
+    from devkit.context import LambdaContext  # noqa: PLC0415
+    from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
+    from handlers.archive import lambda_handler  # noqa: PLC0415
+    from lib.archive import runtime  # noqa: PLC0415
+
+    sqs = boto3.client("sqs")
+    queues = create_queue_pair(sqs, f"bench-{int(time.time() * 1000)}")
+    per_message: list[dict[str, Any]] = []
+    for record_id in args["record_ids"]:
+        sqs.send_message(QueueUrl=queues.url, MessageBody=f'{{"recordId": "{record_id}"}}')
+        event = receive_as_lambda_event(sqs, queues, wait_seconds=2)
+        if len(event["Records"]) != 1:
+            raise RuntimeError("message did not arrive")
+        # Before the first message the container has no worker (and no Database) yet.
+        warm = runtime.archive_worker.cache_info().currsize
+        statements0 = runtime.archive_worker().records.db.statements_run if warm else 0
+        waits0 = trips.waits
+        started = time.perf_counter()
+        response = lambda_handler(event, LambdaContext())
+        seconds = time.perf_counter() - started
+        if response["batchItemFailures"]:
+            raise RuntimeError(f"record {record_id} failed: {response}")
+        db = runtime.archive_worker().records.db
+        per_message.append(
+            {
+                "seconds": seconds,
+                "statements": db.statements_run - statements0,
+                "round_trips": trips.waits - waits0,
+            }
+        )
+        sqs.delete_message(QueueUrl=queues.url, ReceiptHandle=event["Records"][0]["receiptHandle"])
+    return per_message
 
 
 def run(services: Services, messages: int = MESSAGES) -> list[Row]:

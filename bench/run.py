@@ -15,8 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import coldstart, lane, memory, migrate, overhead, sweep, transfer
-from bench.common import RESULTS, Row, as_dict, machine, write_results
+from bench import coldstart, history, lane, memory, migrate, overhead, sweep, transfer
+from bench.common import RESULTS, Row, as_dict, machine, revision, write_results
 from bench.services import Services
 
 TIME_BUDGET_SECONDS = 600
@@ -27,6 +27,7 @@ NEEDS_SERVICES: dict[str, Callable[[Services], list[Row]]] = {
     "sweep": sweep.run,
     "lane": lane.run,
     "migrate": migrate.run,
+    "history": history.run,
 }
 ORDER = ("coldstart", *NEEDS_SERVICES)
 
@@ -81,12 +82,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     when = time.strftime("%Y-%m-%d %H:%M %Z")
-    header = f"Benchmarks, {when}, {machine()}"
+    commit = revision()
+    header = f"Benchmarks, {when}, at {commit}, {machine()}"
     table = render(rows, header)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "table.md").write_text(table, encoding="utf-8")
     write_results(
-        "summary", {"machine": machine(), "seconds": elapsed, "rows": [as_dict(r) for r in rows]}
+        "summary",
+        {
+            "machine": machine(),
+            "commit": commit,
+            "seconds": elapsed,
+            "rows": [as_dict(r) for r in rows],
+        },
     )
     print()
     print(table)

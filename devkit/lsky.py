@@ -53,7 +53,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, BinaryIO, NamedTuple
@@ -64,6 +64,7 @@ from devkit._cli import exit_cleanly_on_signals
 from devkit._http import BackgroundServer, QuietHandler
 from devkit.images import sniff
 from devkit.lsky_model import (
+    PRC,
     PRIVATE,
     Digest,
     Gallery,
@@ -320,6 +321,8 @@ class _Config:
     default_permission: int = PRIVATE
     # Routes (paths) whose answers trickle in; see LskyStandIn.trickle.
     trickles: Mapping[str, Trickle] = field(default_factory=dict)
+    # config/app.php 'timezone': the zone the image list writes `date` in.
+    app_timezone: tzinfo = PRC
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Validate (and freeze) the window settings when they are set, so a typo
@@ -551,10 +554,12 @@ class LskyStandIn(BackgroundServer):
         permission: int = PRIVATE,
         strategy_id: int | None = 1,
         age: float = 0.0,
+        created_at: datetime | None = None,
     ) -> ImageRecord:
         """Plant an image row (and its file) as if uploaded `age` seconds ago by
         another client: for `owner`, another user's name, or None (a guest). Without
-        `data`, a small PNG unique to this row. Counts for rate limits and quotas."""
+        `data`, a small PNG unique to this row. Counts for rate limits and quotas.
+        `created_at` dates the row's `created_at` (its listed `date`) instead of now - age."""
         if data is None:
             png = images.png()
             serial = next(self._planted)
@@ -576,7 +581,7 @@ class LskyStandIn(BackgroundServer):
             permission=permission,
             uploaded_ip="127.0.0.1",
             created=now - age,
-            created_at=datetime.now(UTC) - timedelta(seconds=age),
+            created_at=created_at or datetime.now(UTC) - timedelta(seconds=age),
             source="planted",
         )
 
@@ -811,7 +816,12 @@ class LskyStandIn(BackgroundServer):
         with self._lock:
             rows = list(self._gallery.rows)
         return list_images(
-            rows, self.user, query, path=path, links=lambda r: self._links(r, r.origin_name)
+            rows,
+            self.user,
+            query,
+            path=path,
+            links=lambda r: self._links(r, r.origin_name),
+            zone=self.config.app_timezone,
         )
 
     def _links(self, stored: ImageRecord, origin_name: str) -> dict[str, str]:

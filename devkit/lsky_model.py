@@ -26,7 +26,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from types import MappingProxyType
@@ -424,11 +424,13 @@ def list_images(
     *,
     path: str,
     links: Any,
+    zone: tzinfo = PRC,
 ) -> dict[str, Any]:
     """The `data` of GET /api/v1/images: Laravel's LengthAwarePaginator::toArray().
 
     `query` is the request's query after trimmed_query; `path` is the request URL
-    without its query; `links(row)` gives an item's `links`.
+    without its query; `links(row)` gives an item's `links`; `zone` is the app's time
+    zone, which `date` is written in (a local time: an hour the clocks repeat reads alike).
     """
     selected = scope_filter(rows, owner, query)
     page = current_page(query.get("page"))
@@ -460,7 +462,7 @@ def list_images(
                 "width": row.width,
                 "height": row.height,
                 "human_date": _human_date(row.created_at, now),
-                "date": row.created_at.astimezone(PRC).strftime("%Y-%m-%d %H:%M:%S"),
+                "date": row.created_at.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S"),
                 "pathname": row.pathname,
                 "links": links(row),
             }

@@ -167,14 +167,15 @@ def create_queue_pair(
     max_receive_count: int = 5,
     visibility_timeout: int = 720,
     dlq_retention_seconds: int = 1209600,
+    dlq_name: str | None = None,
 ) -> QueuePair:
-    """Create `<name>-dlq` and `<name>` with a RedrivePolicy pointing at it.
+    """Create `<name>-dlq` (or `dlq_name`) and `<name>` with a RedrivePolicy pointing at it.
 
     The DLQ allows redrive only from this source (like the template does) and
     keeps messages 14 days, longer than the source's default 4.
     """
     dlq_url = sqs_client.create_queue(
-        QueueName=f"{name}-dlq",
+        QueueName=dlq_name or f"{name}-dlq",
         Attributes={"MessageRetentionPeriod": str(dlq_retention_seconds)},
     )["QueueUrl"]
     dlq_arn = _queue_arn(sqs_client, dlq_url)

@@ -23,7 +23,7 @@ from devkit.postgres import PostgresCluster, apply_schema, connect
 from devkit.s3 import create_bucket, remove_bucket
 from devkit.sqs import DEFAULT_REGION, MotoServer, QueuePair, create_queue_pair, start_moto_server
 from devkit.upstream import UpstreamServer
-from tests.support import reset_lane
+from tests.support import reset_lane, reset_queue_mark
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -108,8 +108,12 @@ def db(pg_dsn: str) -> Iterator[Any]:
     # TRUNCATE wait forever; fail loudly instead.
     conn.run("SET lock_timeout = '5s'")
     try:
-        conn.run("TRUNCATE users, image_generation_records RESTART IDENTITY CASCADE")
+        conn.run(
+            "TRUNCATE users, image_generation_records, image_archive_events"
+            " RESTART IDENTITY CASCADE"
+        )
         reset_lane(conn)  # shared state: every test starts with the lane open
+        reset_queue_mark(conn)  # and with nothing read from its own queue yet
     except Exception as exc:
         conn.close()
         pytest.fail(f"cannot truncate the test tables (a leaked open transaction?): {exc}")

@@ -67,6 +67,7 @@ ARCHIVE_INDEXES = (
     "image_generation_records_archive_parked_idx",
     "image_generation_records_archive_backfilled_idx",
     "image_generation_records_archive_failed_idx",
+    "image_generation_records_archive_failed_at_idx",
     "image_generation_records_archive_backfill_idx",
     "image_generation_records_archive_altered_idx",
     "image_generation_records_archive_staged_idx",
@@ -251,6 +252,17 @@ def reset_lane(conn: Any) -> None:
     )
     conn.run("DELETE FROM image_archive_uploads")
     conn.run("DELETE FROM image_archive_upload_hours")
+
+
+def reset_queue_mark(conn: Any) -> None:
+    """Forget how far the worker has read the queue (each test has a queue of its own)."""
+    conn.run("UPDATE image_archive_queue SET received_through = NULL")
+
+
+def queue_mark(conn: Any) -> datetime | None:
+    """The queue's receive mark as the claims left it (image_archive_queue)."""
+    [[mark]] = conn.run("SELECT received_through FROM image_archive_queue WHERE queue = 'archive'")
+    return mark if isinstance(mark, datetime) else None
 
 
 def lane_row(conn: Any) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from devkit.demo import report, run, scenario
+from tests.docs.markdown import samples
+from tests.docs.samples import commands, mismatch, scrub
 from tests.support import HANG_SECONDS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +102,22 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
     assert {f["record_id"] for f in summary["failures"]} == {
         s.record_id for s in scenario.plan(scenario.SHORT.records) if s.kind in scenario.FAILS
     }
+    assert_doc_samples(out, tmp_path / "run")
+
+
+def assert_doc_samples(out: str, data_dir: Path) -> None:
+    """The docs' samples of `make local ARGS=--short` (README's summary, the output in
+    docs/development.md) are lines this run printed. Which container took a record and the
+    order of concurrent lines vary, so each line is looked for anywhere."""
+    shown = re.sub(r"archive-\d", "archive-N", scrub(out, data_dir=str(data_dir)))
+    found = [s for s in samples() if s.name.startswith("make-local")]
+    assert len(found) >= 2, found
+    for sample in found:
+        runs = commands(sample.body) or [("make local ARGS=--short", sample.body)]
+        for command, printed in runs:
+            assert command == "make local ARGS=--short", (sample.name, command)
+            lines = re.sub(r"archive-\d", "archive-N", printed)
+            assert mismatch(lines, shown, ordered=False) is None, (sample.doc, sample.name)
 
 
 def _port_open(port: int) -> bool:
@@ -190,3 +208,169 @@ def test_progress_lines_for_each_outcome() -> None:
     assert report.describe_log({"message": "odd", "level": "WARNING", "record_id": "3"}) == (
         "#3    warning      odd"
     )
+
+
+# ---------------------------------------------------------------- services kept running
+
+
+def _held(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """Start a command that keeps services running; its output up to where it holds them."""
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("Ctrl-C here"):
+            return process, "".join(lines)
+    process.wait(timeout=HANG_SECONDS)
+    raise AssertionError(
+        f"it never held its services (exit {process.returncode}):\n{''.join(lines)}"
+    )
+
+
+def _exports(output: str) -> dict[str, str]:
+    return dict(re.findall(r"^  export (\w+)='([^']*)'$", output, re.M))
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=HANG_SECONDS)
+    return rest
+
+
+def _archive_ctl(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lib.cli", *argv],
+        cwd=REPO_ROOT,
+        env={**demo_env(), **env, "PYTHONPATH": str(REPO_ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        check=False,
+    )
+
+
+def test_keep_leaves_the_services_running_for_archive_ctl_until_ctrl_c(tmp_path: Path) -> None:
+    process, output = _held(demo_command(tmp_path, "--short", "--keep"), demo_env())
+    try:
+        assert re.search(r"^\s+records\s+archived", output, re.M), "the summary comes first"
+        env = _exports(output)
+        assert {
+            "DATABASE_URL",
+            "ARCHIVE_QUEUE_URL",
+            "AWS_ENDPOINT_URL_SQS",
+            "LSKY_BASE_URL",
+        } <= set(env)
+        failed = next(s for s in scenario.plan(scenario.SHORT.records) if s.kind in scenario.FAILS)
+        assert f"scripts/archive-ctl show {failed.record_id}" in output
+
+        shown = _archive_ctl(env, "show", str(failed.record_id))
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert shown.stdout.startswith(f"record {failed.record_id}: FAILED")
+        assert re.search(r"#\d+\s+failed\s+by archive function: ", shown.stdout), shown.stdout
+        status = _archive_ctl(env, "status")
+        assert status.returncode == 0, status.stdout + status.stderr
+    finally:
+        rest = _stop(process) if process.poll() is None else ""
+    assert process.returncode == run.EXIT_OK, output + rest
+    ports = [int(p) for p in re.findall(r"http://127\.0\.0\.1:(\d+)", output)]
+    assert ports
+    assert [p for p in ports if _port_open(p)] == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _local_env_json(tmp_path: Path) -> Path:
+    """env.json with its three ports moved to free ones (the suite shares the machine)."""
+    text = (REPO_ROOT / "env.json").read_text()
+    for port in ("5432", "5000", "8080"):
+        text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{_free_port()}")
+    path = tmp_path / "env.json"
+    path.write_text(text)
+    return path
+
+
+def _invoke(env_json: Path, function: str, event: str) -> dict[str, Any]:
+    """What `sam local invoke FUNCTION -e EVENT --env-vars ENV_JSON` runs, without its
+    container: the handler, with exactly the variables env.json gives the function."""
+    module = {"ArchiveFunction": "archive", "SweeperFunction": "sweeper"}[function]
+    variables = {k: v for k, v in json.loads(env_json.read_text())[function].items() if v}
+    env = {
+        **demo_env(),
+        **variables,
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_REGION": "us-east-1",  # the Lambda runtime's
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PYTHONPATH": f"{REPO_ROOT / 'src'}{os.pathsep}{REPO_ROOT}",
+    }
+    code = (
+        "import json, sys\n"
+        f"from handlers.{module} import lambda_handler\n"
+        "from devkit.context import LambdaContext\n"
+        "event = json.load(open(sys.argv[1]))\n"
+        f"context = LambdaContext(function_name={function!r})\n"
+        "print('RESPONSE ' + json.dumps(lambda_handler(event, context)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(REPO_ROOT / "events" / event)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESPONSE ")]
+    assert lines, done.stdout + done.stderr
+    response: dict[str, Any] = json.loads(lines[-1].removeprefix("RESPONSE "))
+    return response
+
+
+def test_make_services_serves_what_env_json_names_so_the_handlers_run_with_it(
+    tmp_path: Path,
+) -> None:
+    env_json = _local_env_json(tmp_path)
+    command = [sys.executable, "-m", "devkit.demo.stack", "--env-json", str(env_json)]
+    process, output = _held(command, demo_env())
+    try:
+        assert _invoke(env_json, "ArchiveFunction", "archive_sqs.json") == {"batchItemFailures": []}
+        summary = _invoke(env_json, "SweeperFunction", "sweeper_schedule.json")
+        assert summary["stop_reason"] == "done"
+        shown = _archive_ctl(_exports(output), "show", "123")
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert shown.stdout.startswith("record 123: SUCCEEDED")
+    finally:
+        rest = _stop(process) if process.poll() is None else ""
+    assert process.returncode == 0, output + rest
+    ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", env_json.read_text())]
+    assert [p for p in set(ports) if _port_open(p)] == []
+
+
+def test_make_services_reads_its_ports_and_names_from_env_json() -> None:
+    from devkit.demo.stack import layout_of
+
+    env = json.loads((REPO_ROOT / "env.json").read_text())
+    layout = layout_of(env)
+    assert (layout.postgres_port, layout.moto_port, layout.lsky_port) == (5432, 5000, 8080)
+    assert (layout.database, layout.queue, layout.dlq) == (
+        "image_archive",
+        "image-archive-queue",
+        "image-archive-dlq",
+    )
+    assert (layout.bucket, layout.lsky_token) == ("image-archive-staging", "1|local-test-token")
+    env["ArchiveFunction"]["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:5001"
+    with pytest.raises(ValueError, match="one moto server"):
+        layout_of(env)

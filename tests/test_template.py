@@ -75,6 +75,7 @@ CONTRACT_ENV = {
         "ARCHIVE_SWEEP_GRACE_SECONDS",
         "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
         "ARCHIVE_SWEEP_MAX_ROWS",
+        "ARCHIVE_EVENT_RETENTION_DAYS",
     },
 }
 # Set by the template but read by libraries, not by our code.
@@ -815,6 +816,25 @@ SETTINGS = (
         template_only=("",),
         why_template_only=EMPTY_IS_THE_DEFAULT,
     ),
+    Setting(
+        "EventRetentionDays",
+        "ARCHIVE_EVENT_RETENTION_DAYS",
+        load_sweeper_settings,
+        {
+            "1": True,
+            "30": True,
+            "365": True,
+            "3599": True,
+            "3650": True,
+            "0": False,
+            "3651": False,
+            "030": False,
+            "-30": False,
+            "30d": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
 )
 # Parameters whose variable the code takes as given: the template's check is the only one.
 PASSED_THROUGH = {
@@ -1493,3 +1513,18 @@ def test_staged_copies_and_staging_failures_raise_alarms() -> None:
         m["MetricStat"]["Metric"]["MetricName"] for m in failures["Metrics"] if "MetricStat" in m
     }
     assert names == {"StagingFailed", "StagingError"}
+
+
+def test_show_logs_queries_the_log_groups_the_template_creates() -> None:
+    """`archive-ctl show --logs` names both functions' log groups from the stack's name."""
+    from lib.cli import logs_insights
+
+    resources = template()["Resources"]
+    created = [
+        resources[name]["Properties"]["LogGroupName"]["Fn::Sub"]
+        for name in ("ArchiveLogGroup", "SweeperLogGroup")
+    ]
+    queried = [
+        pattern.replace("{stack}", "${AWS::StackName}") for pattern in logs_insights.LOG_GROUPS
+    ]
+    assert queried == created

@@ -203,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, help="give up after this many seconds")
     parser.add_argument("--summary-json", type=Path, help="also write the summary here")
     parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="after the summary, leave the database, queues and stand-ins running (the "
+        "functions stop) and print the variables to reach them; Ctrl-C stops them",
+    )
+    parser.add_argument(
         "--database-url",
         metavar="URL",
         help="use a fresh database on this server instead of a throwaway cluster "
@@ -351,19 +357,27 @@ class Demo:
         summary.interrupted = True
         return summary
 
-    def close(self) -> None:
+    def stop_functions(self) -> None:
+        """The poller, the schedule and the containers; the services stay (--keep)."""
         for source in self.sources:
             source.stop()
+        self.sources = []
         for container in self.containers:
             container.stop()
+        self.containers = []
         if self.db is not None:
             self.db.close()
+            self.db = None
+
+    def close(self) -> None:
+        self.stop_functions()
         self.stack.close()
 
 
 def _run(args: argparse.Namespace, profile: Profile, samples: list[Sample], data_dir: Path) -> int:
     demo = Demo(args, profile, samples, data_dir)
     summary: Summary | None = None
+    services: Services | None = None
     try:
         services = demo.setup()
         summary = demo.seed_and_drive(services)
@@ -373,8 +387,12 @@ def _run(args: argparse.Namespace, profile: Profile, samples: list[Sample], data
         with no_interrupts():
             summary = demo.interrupted_summary()
     finally:
+        keep = args.keep and services is not None and summary is not None
         with no_interrupts():
-            demo.close()
+            if keep and summary is not None and not summary.interrupted:
+                demo.stop_functions()
+            else:
+                demo.close()
     if summary is None:
         return EXIT_INTERRUPTED
     print_summary(summary, demo.printer)
@@ -382,4 +400,21 @@ def _run(args: argparse.Namespace, profile: Profile, samples: list[Sample], data
         args.summary_json.write_text(json.dumps(summary.__dict__, indent=2, default=str))
     if summary.interrupted:
         return EXIT_INTERRUPTED
-    return EXIT_OK if summary.completed else EXIT_FAILED
+    code = EXIT_OK if summary.completed else EXIT_FAILED
+    if args.keep and services is not None:
+        _keep(demo, services, summary)
+    return code
+
+
+def _keep(demo: Demo, services: Services, summary: Summary) -> None:
+    """--keep: the services stay until Ctrl-C, for `archive-ctl show` and friends."""
+    from devkit.demo.stack import hold  # noqa: PLC0415
+
+    example = summary.failures[0]["record_id"] if summary.failures else None
+    try:
+        hold(services, demo.printer, record_id=example)
+    except KeyboardInterrupt:
+        demo.printer.line("stopping", "the services kept by --keep")
+    finally:
+        with no_interrupts():
+            demo.close()

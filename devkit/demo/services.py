@@ -23,6 +23,21 @@ if TYPE_CHECKING:
     from devkit.upstream import UpstreamServer
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where the local services listen and what they are called: free ports and the
+    demo's names by default; `make services` takes env.json's (devkit.demo.stack)."""
+
+    postgres_port: int = 0
+    database: str = "archive"
+    moto_port: int = 0
+    lsky_port: int = 0
+    lsky_token: str | None = None  # None: the stand-in's default token
+    queue: str = "local-archive"
+    dlq: str = "local-archive-dlq"
+    bucket: str = "local-archive-staging"
+
+
 @dataclass
 class Services:
     cluster: PostgresCluster | None  # None: a database on an existing server (--database-url)
@@ -71,9 +86,13 @@ def _throwaway_database(stack: contextlib.ExitStack, server_url: str) -> str:
 
 
 def start_services(
-    stack: contextlib.ExitStack, data_dir: Path, database_url: str | None = None
+    stack: contextlib.ExitStack,
+    data_dir: Path,
+    database_url: str | None = None,
+    layout: Layout = Layout(),
 ) -> Services:
-    """Every service bound to 127.0.0.1 on a free port; `stack` stops them in reverse."""
+    """Every service bound to 127.0.0.1 (on the layout's ports; 0: a free one) and named
+    as the layout says; `stack` stops them in reverse."""
     import boto3  # noqa: PLC0415 - the slow imports wait until they are needed
 
     from devkit.lsky import LskyStandIn  # noqa: PLC0415
@@ -86,16 +105,21 @@ def start_services(
     if database_url:
         dsn = _throwaway_database(stack, database_url)
     else:
-        cluster = stack.enter_context(PostgresCluster())
-        dsn = cluster.create_database("archive")
+        cluster = stack.enter_context(PostgresCluster(port=layout.postgres_port or None))
+        dsn = cluster.create_database(layout.database)
     apply_schema(dsn)
-    moto = stack.enter_context(start_moto_server())
+    moto = stack.enter_context(start_moto_server(port=layout.moto_port))
     _local_aws_environment(moto.endpoint_url)
     sqs = boto3.client("sqs")
-    queues = create_queue_pair(sqs, "local-archive", max_receive_count=5, visibility_timeout=720)
-    staging_bucket = create_bucket(boto3.client("s3"), "local-archive-staging")
+    queues = create_queue_pair(
+        sqs, layout.queue, max_receive_count=5, visibility_timeout=720, dlq_name=layout.dlq
+    )
+    staging_bucket = create_bucket(boto3.client("s3"), layout.bucket)
     upstream = stack.enter_context(UpstreamServer())
-    lsky = stack.enter_context(LskyStandIn(storage_dir=data_dir / "lsky"))
+    token = {"token": layout.lsky_token} if layout.lsky_token else {}
+    lsky = stack.enter_context(
+        LskyStandIn(storage_dir=data_dir / "lsky", port=layout.lsky_port, **token)
+    )
     return Services(cluster, dsn, moto, sqs, queues, upstream, lsky, staging_bucket)
 
 

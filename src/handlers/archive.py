@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from lib.archive.message import sent_time
 from lib.archive.outcome import Message, Redelivered
 from lib.archive.runtime import archive_worker
 from lib.platform.observability import log_unexpected, logger, metrics, traced
@@ -34,6 +35,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         receipt_handle=record.receipt_handle,
         queue_arn=record.event_source_arn,
         receive_count=int(record.attributes.approximate_receive_count or 1),
+        sent_at=sent_time(record.attributes.get("SentTimestamp")),
     )
     owner = f"{lambda_context.aws_request_id}/{record.message_id}"
     try:

@@ -309,3 +309,52 @@ def world(
     from tests.integration.world import World
 
     return World(archive=archive, db=db, upstream=upstream, lsky=lsky, settings=archive_env)
+
+
+@dataclass
+class ArchiveCtl:
+    """The real `archive-ctl` command (scripts/archive-ctl) in a process of its own, with
+    the test services in a clean environment: what an operator's shell runs."""
+
+    env: dict[str, str]
+
+    def __call__(
+        self, *argv: str, env: dict[str, str | None] | None = None, **run: Any
+    ) -> subprocess.CompletedProcess[str]:
+        environment = dict(self.env)
+        for name, value in (env or {}).items():
+            if value is None:
+                environment.pop(name, None)
+            else:
+                environment[name] = value
+        run.setdefault("stdout", subprocess.PIPE)
+        run.setdefault("stderr", subprocess.PIPE)
+        return subprocess.run(
+            [str(ROOT / "scripts" / "archive-ctl"), *argv],
+            text=True,
+            env=environment,
+            timeout=HANG_SECONDS,
+            check=False,
+            **run,
+        )
+
+    def json(self, *argv: str, code: int = 0) -> Any:
+        """The --json answer of a run that must end with `code`."""
+        result = self(*argv, "--json")
+        assert result.returncode == code, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def archive_ctl(pg_dsn: str, db: Any, queues: QueuePair, moto: MotoServer) -> ArchiveCtl:
+    inherited = ("PATH", "AWS_ENDPOINT_URL_SQS", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    env = {name: os.environ[name] for name in inherited}
+    env.update(
+        PYTHON=sys.executable,
+        DATABASE_URL=pg_dsn,
+        ARCHIVE_QUEUE_URL=queues.url,
+        ARCHIVE_DLQ_URL=queues.dlq_url,
+        AWS_REGION=os.environ["AWS_REGION"],
+        AWS_DEFAULT_REGION=os.environ["AWS_DEFAULT_REGION"],
+    )
+    return ArchiveCtl(env)

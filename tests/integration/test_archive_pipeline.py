@@ -12,14 +12,24 @@ import pytest
 
 from devkit import images
 from devkit.lsky import Behaviour
+from devkit.sqs import lambda_record
 from lib.archive import runtime
 from lib.archive.message import encode
 from lib.platform.errors import ConfigError
 from tests.integration.conftest import TOKEN, ArchiveHarness
 from tests.integration.world import World
-from tests.support import db_now, emf_metrics, fetch_record, make_due, seed_record
+from tests.support import (
+    db_now,
+    emf_metrics,
+    fetch_record,
+    make_due,
+    queue_mark,
+    seed_record,
+    wait_until,
+)
 
 PNG = images.png(8, 8)
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:archive-queue"
 
 
 def test_archives_a_record(world: World) -> None:
@@ -494,3 +504,46 @@ def test_a_database_without_the_schema_is_logged_and_redelivered(
     finally:
         runtime.reset()
         db.run(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+# -- the queue's receive mark (the sweeper's lost-message rule reads it) -------------------
+
+
+def test_a_first_receive_moves_the_queue_s_receive_mark_on_and_nothing_moves_it_back(
+    world: World,
+) -> None:
+    """The claim keeps how far the queue has been read: the newest SentTimestamp among first
+    receives, in the statement it runs anyway. A later receive of a message, an older
+    message, one within a second of the mark, or a SentTimestamp that is not one never
+    moves it; one from the future moves it only to the database's now."""
+    archive, db = world.archive, world.db
+    world.record(1, archive_status="SUCCEEDED")
+
+    def receive(sent_ms: int | str, receive_count: int = 1) -> None:
+        # Row 1 is archived: each message is a duplicate, whose claim runs all the same.
+        record = lambda_record(encode(1), QUEUE_ARN, receive_count=receive_count)
+        record["attributes"]["SentTimestamp"] = str(sent_ms)
+        assert archive.invoke({"Records": [record]}) == {"batchItemFailures": []}
+
+    # A message through moto, as Lambda hands it over: its SentTimestamp is the mark.
+    assert queue_mark(db) is None
+    archive.send(encode(1))
+    event = archive.receive()
+    [sent] = [int(r["attributes"]["SentTimestamp"]) for r in event["Records"]]
+    assert archive.invoke(event) == {"batchItemFailures": []}
+    mark = datetime.fromtimestamp(sent / 1000, UTC)
+    assert queue_mark(db) == mark
+
+    receive(sent + 60_000, receive_count=2)  # received before: says nothing new
+    receive(sent - 60_000)  # an older message, received late
+    receive(sent + 500)  # within a second: a burst sent together writes it once
+    for nonsense in ("soon", "-5", "1e12", "99999999999999", "", "0"):
+        receive(nonsense)
+    assert queue_mark(db) == mark
+
+    wait_until(lambda: db_now(db) > mark + timedelta(seconds=1.5), "a second went by")
+    before = db_now(db)
+    receive(sent + 86_400_000)  # SQS's clock a day ahead (or a lie): the database's now
+    moved = queue_mark(db)
+    assert moved is not None
+    assert before <= moved <= db_now(db)

@@ -10,9 +10,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -31,6 +32,17 @@ LIVE_FROM = 1_000_000
 # Uploads of history a live record may find ahead of it: what the lane holds at a time
 # (the room pacing leaves a backfill in the 2-second window, and one more in flight).
 AHEAD = 4
+# Runs the command with SIGINT at its default, as a terminal's foreground command has it.
+# A shell starts a background job (`make test &` in a script) with SIGINT ignored, an
+# ignored signal stays ignored across exec, and Python then installs no KeyboardInterrupt:
+# the backfill would never see this test's Ctrl-C.
+FOREGROUND = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL);"
+    " os.execv(sys.argv[1], sys.argv[1:])"
+)
+# What the backfill prints once it runs: after its first look at the lane, inside the
+# command, where a Ctrl-C is handled.
+STARTED = "pacing: "
 
 
 class Lane:
@@ -53,12 +65,16 @@ class Lane:
         self.live.append(record_id)
         self._next_live = time.monotonic() + 1.0
 
-    def run(self, seconds: float, *, until: Callable[[], bool] | None = None) -> None:
+    def run(
+        self, seconds: float, *, until: Callable[[], bool] | None = None, produce: bool = True
+    ) -> None:
+        """Archive what arrives for `seconds` (live records arriving, if `produce`); with
+        `until`, stop once it holds, and fail if it never did."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if until is not None and until():
                 return
-            if until is None:
+            if produce:
                 self.produce()
             event = self.archive.receive(wait_seconds=0)
             if not event["Records"]:
@@ -66,7 +82,7 @@ class Lane:
                 continue
             response = self.archive.invoke(event, FakeLambdaContext(timeout_seconds=60))
             self.archive.settle(event, response)
-        assert until is None, "the live records were not all archived in time"
+        assert until is None, f"{until.__qualname__} did not hold within {seconds:g} s"
 
     def live_done(self) -> bool:
         [[left]] = self.db.run(
@@ -75,6 +91,41 @@ class Lane:
             first=LIVE_FROM,
         )
         return int(left) == 0
+
+
+class Output:
+    """A child's stdout and stderr, each read by a thread as it is written (the child
+    never blocks on a full pipe); `started` is set by the first stderr line holding
+    `marker`."""
+
+    def __init__(self, process: subprocess.Popen[str], marker: str) -> None:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self.marker = marker
+        self.started = threading.Event()
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._read, args=(stream, lines, watch), daemon=True)
+            for stream, lines, watch in (
+                (process.stdout, self._out, False),
+                (process.stderr, self._err, True),
+            )
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _read(self, stream: IO[str], lines: list[str], watch: bool) -> None:
+        for line in stream:
+            lines.append(line)
+            if watch and self.marker in line:
+                self.started.set()
+
+    def read(self) -> tuple[str, str]:
+        """Everything written, once the child has closed its pipes (it has ended)."""
+        for thread in self._threads:
+            thread.join()
+        return "".join(self._out), "".join(self._err)
 
 
 def ahead_of_live(db: Any, live: list[int]) -> dict[int, tuple[int, int]]:
@@ -122,20 +173,33 @@ def test_live_records_never_queue_behind_a_running_backfill(
     lane.run(5.0)  # live records alone: the baseline
     alone = len(lane.live)
     backfill = subprocess.Popen(
-        [str(REPO_ROOT / "scripts" / "archive-ctl"), "backfill"],
+        [sys.executable, "-c", FOREGROUND, str(REPO_ROOT / "scripts" / "archive-ctl"), "backfill"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHON": sys.executable},
     )
+    output = Output(backfill, STARTED)
+
+    def started_or_ended() -> bool:
+        return output.started.is_set() or backfill.poll() is not None
+
     try:
+        # Live records go on arriving while the backfill starts (a busy machine may take
+        # seconds to start an interpreter), then for a while with the backfill running.
+        lane.run(120.0, until=started_or_ended)
         lane.run(14.0)  # live records while the backfill runs
     finally:
         backfill.send_signal(signal.SIGINT)
-        out, err = backfill.communicate(timeout=30)
+        try:
+            backfill.wait(timeout=30)
+        finally:
+            if backfill.poll() is None:
+                backfill.kill()
+            out, err = output.read()
     assert backfill.returncode == EXIT_INTERRUPTED, err
     assert "interrupted: run the same `archive-ctl backfill` again" in out
-    lane.run(30.0, until=lane.live_done)
+    lane.run(30.0, until=lane.live_done, produce=False)
 
     found = ahead_of_live(db, lane.live)
     history_done = db.run(

@@ -286,22 +286,51 @@ def test_an_interrupted_page_is_settled_and_a_rerun_sends_every_row_once(
     assert queued(db) == list(range(1, 26))
 
 
+@contextlib.contextmanager
+def sigint(handler: Any) -> Iterator[None]:
+    """SIGINT handled as `handler` in this process for the block, whatever the test run
+    was started with: default_int_handler as in a terminal's foreground command, SIG_IGN
+    as in a shell's background job."""
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_during_a_page_finishes_it_then_stops(
     ctl: Ctl, db: Any, sqs: Any, queues: QueuePair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seed_never_queued(db, range(1, 31))
     set_uploads(db, 600, within_seconds=60)
     ctl.lane.speed = 0
-    handler = signal.getsignal(signal.SIGINT)
     # A real SIGINT while page 1 (two batches) is being sent.
     failing_sender(monkeypatch, after_calls=0, action=lambda: os.kill(os.getpid(), signal.SIGINT))
 
-    assert ctl("backfill", "--page-size", "20") == EXIT_INTERRUPTED
+    with sigint(signal.default_int_handler):
+        assert ctl("backfill", "--page-size", "20") == EXIT_INTERRUPTED
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
     assert record_ids(drain(sqs, queues.url)) == list(range(1, 21))  # the whole page
     assert queued(db) == list(range(1, 21))
     assert "finishing the page being sent, then stopping" in ctl.err
     assert "20 queued" in ctl.out
-    assert signal.getsignal(signal.SIGINT) is handler  # put back
+
+
+def test_an_ignored_sigint_stays_ignored_during_a_page(
+    ctl: Ctl, db: Any, sqs: Any, queues: QueuePair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell starts a background job with SIGINT ignored, so that the terminal's Ctrl-C
+    leaves it running: the backfill does not take it up while it sends a page."""
+    seed_never_queued(db, range(1, 31))
+    set_uploads(db, 600, within_seconds=60)
+    ctl.lane.speed = 0
+    failing_sender(monkeypatch, after_calls=0, action=lambda: os.kill(os.getpid(), signal.SIGINT))
+
+    with sigint(signal.SIG_IGN):
+        assert ctl("backfill", "--page-size", "20") == EXIT_OK, ctl.err
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert record_ids(drain(sqs, queues.url)) == list(range(1, 31))  # both pages
+    assert "finishing the page being sent" not in ctl.err
 
 
 def test_a_limited_run_in_two_steps_never_queues_a_row_twice(ctl: Ctl, db: Any) -> None:

@@ -13,7 +13,13 @@ import pg8000.exceptions
 import pytest
 
 from devkit.postgres import apply_schema, connect
-from lib.cli.context import EXIT_ERROR, EXIT_OK
+from lib.cli.context import (
+    EXIT_ERROR,
+    EXIT_MISSING_GRANTS,
+    EXIT_NO_ROLE,
+    EXIT_NOT_MIGRATED,
+    EXIT_OK,
+)
 from lib.platform import grants
 from lib.platform import migration_file as mf
 from lib.platform.grants import describe_permission_denied
@@ -95,7 +101,7 @@ def test_a_role_missing_the_update_of_one_column_gets_that_one_grant(
         *EVERYTHING, "REVOKE UPDATE (archive_staged_at) ON image_generation_records FROM grantee"
     )
 
-    assert ctl("grants", "--role", role) == EXIT_ERROR
+    assert ctl("grants", "--role", role) == EXIT_MISSING_GRANTS
     assert printed_grants(ctl.out) == [
         f"GRANT UPDATE (archive_staged_at) ON image_generation_records TO {role};"
     ]
@@ -109,7 +115,18 @@ def test_a_role_missing_the_update_of_one_column_gets_that_one_grant(
     finally:
         conn.close()
     assert describe_permission_denied(refused.value) == (
-        f"42501: permission denied on table image_generation_records; {grants.GRANTS_HINT}"
+        "42501: permission denied on table image_generation_records;"
+        " `archive-ctl grants --role <role>` prints the GRANT statements this release needs"
+    )
+    # Told the role and what it lacks (lib.state.privileges reads them from the catalog).
+    assert describe_permission_denied(
+        refused.value,
+        role=role,
+        missing=[grants.Privilege("image_generation_records", "archive_staged_at", "UPDATE")],
+    ) == (
+        "42501: permission denied on table image_generation_records;"
+        f" role {role} lacks UPDATE (archive_staged_at) on image_generation_records;"
+        f" `archive-ctl grants --role {role}` prints the GRANT statements this release needs"
     )
 
 
@@ -122,7 +139,7 @@ def test_a_role_with_select_only_on_the_lane_table_is_told_to_grant_update(
         *(s for s in EVERYTHING if s != lane), "GRANT SELECT ON image_archive_lane TO grantee"
     )
 
-    assert ctl("grants", "--role", role) == EXIT_ERROR
+    assert ctl("grants", "--role", role) == EXIT_MISSING_GRANTS
     assert printed_grants(ctl.out) == [f"GRANT UPDATE ON image_archive_lane TO {role};"]
 
 
@@ -133,7 +150,7 @@ def test_what_it_prints_for_a_role_without_grants_completes_the_role(
     admin.run("REVOKE USAGE ON SCHEMA public FROM PUBLIC")
     role = make_role()
 
-    assert ctl("grants", "--role", role) == EXIT_ERROR
+    assert ctl("grants", "--role", role) == EXIT_MISSING_GRANTS
     printed = printed_grants(ctl.out)
     assert printed[0] == f"GRANT USAGE ON SCHEMA public TO {role};"
     assert printed[1:] == [named(s, role) for s in EVERYTHING]
@@ -150,13 +167,13 @@ def test_missing_columns_say_to_migrate_first_and_an_unknown_role_is_an_error(
     role = make_role(*EVERYTHING)
     admin.run("ALTER TABLE image_generation_records DROP COLUMN archive_staged_at CASCADE")
 
-    assert ctl("grants", "--role", role) == EXIT_ERROR
+    assert ctl("grants", "--role", role) == EXIT_NOT_MIGRATED
     assert (
         "-- column image_generation_records.archive_staged_at does not exist:"
         " run `archive-ctl migrate` first"
     ) in ctl.out
 
-    assert ctl("grants", "--role", "no_such_role_here") == EXIT_ERROR
+    assert ctl("grants", "--role", "no_such_role_here") == EXIT_NO_ROLE
     assert "there is no role 'no_such_role_here'" in ctl.err
 
 
@@ -178,6 +195,12 @@ def test_migrate_as_a_role_that_does_not_own_the_table_says_whose_job_it_is(
         "DATABASE_URL", urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
     )
 
+    assert ctl("migrate") == EXIT_ERROR
+    # The first thing it reads that only the owner may is the project's own table of
+    # unfinished steps; the first thing it would change, the records' columns.
+    assert "42501: image_archive_migration_steps may not be read by this role" in ctl.err
+    assert "run `archive-ctl migrate` as the table's owner" in ctl.err
+    admin.run(f"GRANT SELECT ON image_archive_migration_steps TO {role}")
     assert ctl("migrate") == EXIT_ERROR
     assert "add columns image_generation_records: archive_staged_at" in ctl.err
     assert "42501: only the owner of image_generation_records may change it" in ctl.err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,17 +16,22 @@ import pytest
 from devkit import images
 from devkit.postgres import connect
 from lib.archive.message import encode
+from lib.cli.context import EXIT_ERROR
 from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.claim import SentImage, StagedCopy
+from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
+from lib.state.privileges import RolePrivileges
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
+from lib.state.selection import Selection
 from lib.state.status import WaitReason
+from lib.state.stories import StoryRecords
 from lib.state.sweeps import SweepRecords
-from tests.integration.conftest import ArchiveHarness
+from tests.integration.conftest import ArchiveCtl, ArchiveHarness
 from tests.integration.world import World
 from tests.logcapture import capture_logs, parse
 from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record, seed_running
@@ -137,24 +143,33 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             for r in sweeps.take_expired_locks(limit=10, lock_ttl_seconds=180, max_attempts=3)
         ] == [5]
         assert [r.record_id for r in sweeps.take_lockless(limit=10, max_attempts=3)] == [6]
-        assert sweeps.date_undated(limit=10) == 3  # 7, and 5 and 6 recovered undated
-        lost = sweeps.take_lost(limit=10, grace_seconds=300, interval_seconds=900, after=None)
+        assert sorted(sweeps.date_undated(limit=10)) == [5, 6, 7]  # 5, 6 recovered undated
+        _, now = sweeps.queue_mark()  # the receive mark the claims above kept
+        cutoff = now - timedelta(seconds=900)
+        lost = sweeps.take_lost(limit=10, grace_seconds=300, lost_before=cutoff, after=None)
         assert [r.record_id for r in lost] == [8]
         assert (
             sweeps.take_lost(
-                limit=10, grace_seconds=300, interval_seconds=900, after=None, backfilled=True
+                limit=10, grace_seconds=300, lost_before=cutoff, after=None, backfilled=True
             )
             == []
         )
         assert sweeps.restore(lost) == 1
         sweeps.oldest_pending_age_seconds()
 
-        [marked] = ops.mark_for_enqueue([9])
+        [marked] = ops.mark_for_enqueue([9], by=Actor.ENQUEUE)
         assert marked.marked_at is not None
-        ops.unstamp([9], stamp=marked.marked_at)
-        assert ops.count_failed(since=None) == 2  # 3, and 10
-        assert len(ops.preview_failed(since=None, limit=10)) == 2
-        assert len(ops.requeue_failed(since=None, limit=10)) == 2
+        ops.unstamp([9], stamp=marked.marked_at, by=Actor.ENQUEUE, error="SQS down")
+        everything = Selection()
+        assert ops.count_failed(everything, requeuable=True) == 2  # 3, and 10
+        assert len(ops.list_records(everything, after=None, limit=10, requeuable=True)) == 2
+        assert len(ops.list_records(everything, after=None, limit=10)) == 10
+        assert len(ops.requeue_failed(Selection(ids=(3, 10, 11)), limit=10)) == 2
+        assert [row.record_id for row in ops.record_states([11])] == [11]
+        # What a 42501 would be explained with: the documented grants lack nothing.
+        check = RolePrivileges(database).check(None)
+        assert check is not None
+        assert check.verdict.complete
         ops.live_counts(lock_ttl_seconds=180)
         ops.all_counts()
         ops.waiting_counts()
@@ -173,7 +188,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert lanes.uploads_within(60) == 2  # the upload done and the one under way
         assert lanes.window_frees_at(60, 1, margin=0.1) is not None
         lanes.roll_up()
-        assert lanes.unpark(spread_seconds=1) == 0
+        assert lanes.unpark(spread_seconds=1, by=Actor.LANE_CLEAR) == []
         lanes.pause(until="infinity", reason="account", window=None, detail="401")
         assert records.park(9, delay_seconds=0, wait_reason=WaitReason.PAUSED)
         assert lanes.clear() == "account"
@@ -190,6 +205,11 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert ops.count_never_queued(limit=5) == 1
         assert ops.lane_demand().live_due >= 1
         assert lanes.ledger(3600)
+        # The story: a DLQ redrive, `show`, and the retention (nothing old enough here).
+        assert ops.mark_redriven([(3, "message-3")]) == {3: "PENDING"}  # requeued above
+        story = StoryRecords(database).story(1, lock_ttl_seconds=180, limit=10)
+        assert [e.kind for e in story.events][-1] == "archived"
+        assert sweeps.expire_events(retention_seconds=86_400, limit=10) == {}
     finally:
         database.close()
 
@@ -279,3 +299,73 @@ def test_the_sweeper_names_a_missing_grant(
     assert stopped["message"] == "sweep stopped: the database role lacks a grant"
     assert "permission denied on table image_archive_upload_hours" in stopped["error"]
     assert emf_metrics(capsys)["PermissionDenied"] == 1
+
+
+# -- a 42501 names the grant, wherever it is met ---------------------------------------------
+
+
+def test_a_grant_missing_even_for_the_last_resort_is_named_with_its_fix(
+    role_dsn: str,
+    archive_env: Callable[..., dict[str, str]],
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: Any,
+) -> None:
+    """Without UPDATE on archive_staged_at, the upload is stored, its success cannot be
+    written, nor can the attempt be given back (that statement writes the column too): the
+    last resort's line still says what to grant, to whom, and how to get the GRANT."""
+    role = urlsplit(role_dsn).username
+    db.run(f"REVOKE UPDATE (archive_staged_at) ON image_generation_records FROM {role}")
+    archive_env(DATABASE_URL=role_dsn)
+    seed_record(db, 41, image_url=upstream.add("/41.png", images.png(8, 8)))
+
+    response = archive.deliver(encode(41))
+
+    assert len(response["batchItemFailures"]) == 1  # SQS redelivers it
+    line = archive.log_for("could not conclude the attempt; SQS will redeliver it")
+    for said in (line["error"], line["conclusion_error"]):
+        assert said.startswith("42501: permission denied on table image_generation_records")
+        assert f"role {role} lacks UPDATE (archive_staged_at) on image_generation_records" in said
+        assert f"`archive-ctl grants --role {role}`" in said
+    row = fetch_record(db, 41)
+    assert (row["archive_status"], row["archive_attempts"]) == ("RUNNING", 1)  # lock expires
+
+
+def test_the_sweeper_names_the_column_and_the_privilege(
+    role_dsn: str, archive_env: Callable[..., dict[str, str]], db: Any
+) -> None:
+    role = urlsplit(role_dsn).username
+    db.run(f"REVOKE UPDATE (archive_failed_at) ON image_generation_records FROM {role}")
+    seed_running(db, 51, attempts=3, locked_at=3600)  # to be failed: no attempt left
+    archive_env(DATABASE_URL=role_dsn)
+    from handlers.sweeper import lambda_handler
+
+    with capture_logs() as lines, pytest.raises(Exception, match="42501"):
+        lambda_handler({}, FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60))
+
+    [stopped] = [e for e in parse(lines) if e["message"].startswith("sweep stopped")]
+    assert (
+        f"role {role} lacks UPDATE (archive_failed_at) on image_generation_records"
+        in (stopped["error"])
+    )
+    assert f"`archive-ctl grants --role {role}`" in stopped["error"]
+
+
+def test_archive_ctl_names_the_column_and_the_privilege(
+    role_dsn: str, archive_ctl: ArchiveCtl, db: Any
+) -> None:
+    role = urlsplit(role_dsn).username
+    db.run(f"REVOKE UPDATE (archive_failed_at) ON image_generation_records FROM {role}")
+    seed_record(db, 61, image_url=URL, archive_status="FAILED", attempts=3)
+
+    result = archive_ctl("requeue", "--failed", env={"DATABASE_URL": role_dsn})
+
+    assert result.returncode == EXIT_ERROR
+    assert result.stderr.splitlines()[-1] == (
+        "archive-ctl: error: database error: 42501: permission denied on table"
+        f" image_generation_records; role {role} lacks UPDATE (archive_failed_at) on"
+        f" image_generation_records; `archive-ctl grants --role {role}` prints the GRANT"
+        " statements this release needs"
+    )
+    assert fetch_record(db, 61)["archive_status"] == "FAILED"

@@ -4,16 +4,20 @@ its name and adopted by the next attempt, never uploaded again (issue 13)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from devkit import images
 from devkit.lsky import AccountState, Behaviour, LskyStandIn
 from lib.archive.message import encode
+from lib.archive.naming import hosted_names
+from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import ArchiveHarness
 from tests.integration.world import World
 from tests.support import (
@@ -295,17 +299,63 @@ def test_another_extension_of_the_same_name_is_adopted(
 
 
 def test_duplicates_stored_earlier_are_reported_and_the_oldest_adopted(
-    archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+    archive: ArchiveHarness,
+    db: Any,
+    upstream: Any,
+    lsky: LskyStandIn,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # Three earlier attempts whose answers were lost: three copies with our name and bytes.
     seed(db, upstream, 10, archive_may_be_hosted=True)
     older = lsky.add_image(PNG, origin_name=name(10), age=60)
     newer = lsky.add_image(PNG, origin_name=name(10), age=5)
+    newest = lsky.add_image(PNG, origin_name=name(10, "jpg"), age=1)
 
     assert archive.deliver(encode(10)) == {"batchItemFailures": []}
 
     assert fetch_record(db, 10)["hosted_response"]["key"] == older.key
+    assert lsky.upload_count == 0
+    # The others are named, each by its key, for an operator to delete, and counted.
     warning = archive.log_for("the host holds more than one image for this record")
-    assert warning["duplicate_keys"] == [newer.key]
+    assert warning["level"] == "WARNING"
+    assert warning["hosted_key"] == older.key
+    assert warning["duplicate_keys"] == [newer.key, newest.key]
+    assert warning["duplicates"] == 2
+    metrics = emf_metrics(capsys)
+    assert metrics["DuplicateImages"] == 2
+    assert metrics["Reconciled"] == 1
+    assert {image.key for image in lsky.image_records()} == {older.key, newer.key, newest.key}
+
+
+def test_an_upload_listed_in_the_hour_the_host_s_clocks_repeat_is_adopted(
+    archive_env: Any, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
+) -> None:
+    """Lsky lists `date` in its own zone. In Berlin, 2026-10-25 02:12 happens twice (00:12
+    and 01:12 UTC): our upload at 01:12 UTC, after the first claim at 01:10 UTC, is ours."""
+    archive_env(LSKY_TIMEZONE="Europe/Berlin")
+    lsky.config.app_timezone = ZoneInfo("Europe/Berlin")
+    claimed = datetime(2026, 10, 25, 1, 10, tzinfo=UTC)
+    seed(db, upstream, 12, archive_may_be_hosted=True, archive_first_claimed_at=claimed)
+    stored = lsky.add_image(
+        PNG, origin_name=name(12), created_at=datetime(2026, 10, 25, 1, 12, tzinfo=UTC)
+    )
+    [listed] = lsky_listing(lsky, 12)
+    assert listed["date"] == "2026-10-25 02:12:00"  # as Lsky writes it: no offset
+
+    assert archive.deliver(encode(12)) == {"batchItemFailures": []}
+
+    assert lsky.upload_count == 0  # not a second copy
+    row = fetch_record(db, 12)
+    assert row["hosted_response"]["key"] == stored.key
+    assert row["hosted_response"]["_archive"] == {"adopted": True}
+
+
+def lsky_listing(lsky: LskyStandIn, record_id: int) -> list[dict[str, Any]]:
+    """The listed items with the record's name, as the look-up reads them."""
+    client = LskyClient(base_url=lsky.base_url, token=lambda force: lsky.token)
+    stem = name(record_id).rsplit(".", 1)[0]
+    found = client.find(hosted_names(stem), keyword=f"{stem}.", deadline=time.monotonic() + 10)
+    return [image.data for image in found]
 
 
 def test_a_look_up_refused_for_the_account_pauses_the_lane_and_spends_nothing(

@@ -18,7 +18,7 @@ from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.lane_store import LaneStore
 from tests.integration.world import World
-from tests.support import FakeLambdaContext, emf_metrics, lane_row, seed_record
+from tests.support import FakeLambdaContext, db_now, emf_metrics, lane_row, seed_record
 
 PNG = images.png(size=2_000)
 MINUTE = 2.0  # the stand-in's (and our rules') minute, scaled down
@@ -163,15 +163,27 @@ def test_a_pause_longer_than_a_hold_parks_the_row(world: World, pg_dsn: str) -> 
     assert parked["outcome"] == "parked"
 
 
-def test_a_short_pause_holds_the_message_without_touching_the_row(
+def test_a_short_pause_holds_the_message_and_the_row_says_until_when(
     world: World, pg_dsn: str
 ) -> None:
+    """Unclaimed, the row keeps its attempts and its stamp (its message is out); its due
+    time is the hold's end, when the message comes back: the sweeper's lost-message rule
+    reads a held message's return from it, so it never takes the held one for lost."""
     paused(pg_dsn, 60, reason="rate_limit", window="minute", detail="每分钟内")
     world.record(604, enqueued_at=0)
     before = world.row(604)
 
     assert len(world.deliver(604)["batchItemFailures"]) == 1
 
-    assert world.row(604) == before
+    after = world.row(604)
     assert world.archive.in_flight() == 1  # held until the pause ends
-    assert world.archive.log_for("upload lane paused; message held")["retry_in_seconds"] >= 59
+    held = world.archive.log_for("upload lane paused; message held")["retry_in_seconds"]
+    assert held >= 59
+    assert world.archive.holds() == [held]
+    changed = {k for k in after if after[k] != before[k]}
+    assert changed == {"archive_next_run_at", "archive_wait_reason"}
+    assert after["archive_wait_reason"] == "paused"
+    assert after["archive_enqueued_at"] == before["archive_enqueued_at"]
+    # Due when the hold ends (the statement ran a moment before the visibility was set).
+    due_in = (after["archive_next_run_at"] - db_now(world.db)).total_seconds()
+    assert held - 5 <= due_in <= held

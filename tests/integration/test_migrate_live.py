@@ -535,6 +535,75 @@ def test_an_upgrade_marks_what_the_older_release_may_have_uploaded_once(
     assert status_of(admin, 1) == ("RUNNING", False)
 
 
+# A batch of the marking that fails from a given id on, as one cut off would (a lost
+# connection, Ctrl-C, a step that gave up): a real trigger, so migrate sees a real error.
+STOP_MARKING = """
+CREATE FUNCTION stop_marking() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.id >= {from_id} AND NEW.archive_may_be_hosted AND NOT OLD.archive_may_be_hosted THEN
+        RAISE EXCEPTION 'the connection went away';
+    END IF;
+    RETURN NEW;
+END $$
+"""
+
+
+@pytest.mark.parametrize("stop_from", [1, 5098], ids=["right-after-the-column", "mid-marking"])
+def test_an_upgrade_stopped_before_its_marking_is_done_is_finished_by_the_next_run(
+    ctl: Ctl, database: str, admin: Any, stop_from: int
+) -> None:
+    """A run that adds archive_may_be_hosted and stops before its marking is done leaves
+    the rest to the next run: it finds the note the first one made and marks after the
+    last batch that got through. A row marked before the stop and set since by the new
+    release (the truth) is left as it is."""
+    generation_service_tables(admin, archive_columns=FIRST_RELEASE_COLUMNS)
+    add_row(admin, 1, "RUNNING", attempts=1)  # killed after Lsky stored the file
+    add_row(admin, 2, "PENDING")  # never tried: never marked
+    admin.run(
+        "INSERT INTO image_generation_records"
+        " (id, user_id, status, image_url, archive_status, archive_attempts)"
+        " SELECT g, 1, 'SUCCEEDED', 'u', CASE WHEN g % 2 = 0 THEN 'RUNNING' END, g % 2"
+        " FROM generate_series(100, 12099) AS g"
+    )
+    # Batches of 5,000 ids: the first one ends at 5097.
+    admin.run(STOP_MARKING.format(from_id=stop_from))
+    admin.run(
+        "CREATE TRIGGER stop_marking BEFORE UPDATE ON image_generation_records"
+        " FOR EACH ROW EXECUTE FUNCTION stop_marking()"
+    )
+
+    assert ctl("migrate") == 1
+    assert "the connection went away" in ctl.err
+    assert "again is safe" in ctl.err
+    marked_first = admin.run(
+        "SELECT count(*) FROM image_generation_records WHERE archive_may_be_hosted"
+    )[0][0]
+    assert marked_first == (0 if stop_from == 1 else 1 + 2499)  # row 1, the even ids < 5098
+    admin.run("DROP TRIGGER stop_marking ON image_generation_records")
+    if stop_from > 1:
+        # Since the stop the new release ran row 1's retry, which knows nothing was stored.
+        admin.run("UPDATE image_generation_records SET archive_may_be_hosted = false WHERE id = 1")
+
+    resumed = "" if stop_from == 1 else ", resumed after id 5097"
+    left = 6001 if stop_from == 1 else 6000 - 2499
+    assert ctl("migrate", "--dry-run") == 0
+    assert f"{left} rows would be marked (the rest of an earlier run's marking)" in ctl.out
+    assert ctl("migrate") == 0, ctl.err
+    assert f"set archive_may_be_hosted on {mf.RECORDS}" in ctl.out
+    assert f"{left} rows marked{resumed}" in ctl.out
+    assert status_of(admin, 1) == ("RUNNING", stop_from == 1)
+    assert status_of(admin, 2) == ("PENDING", False)
+    [[unmarked]] = admin.run(
+        "SELECT count(*) FROM image_generation_records"
+        " WHERE id >= 100 AND archive_status = 'RUNNING' AND NOT archive_may_be_hosted"
+    )
+    assert unmarked == 0
+    # Done: the note is gone, and a third run changes nothing and locks nothing.
+    assert admin.run("SELECT step FROM image_archive_migration_steps") == []
+    assert ctl("migrate") == 0
+    assert "nothing to change" in ctl.out
+
+
 # -- 5: two migrations at once ----------------------------------------------------------
 
 

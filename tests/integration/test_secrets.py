@@ -65,6 +65,8 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     db.run(f"GRANT SELECT, UPDATE ON image_archive_lane TO {ROLE}")
     db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_uploads TO {ROLE}")
     db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_upload_hours TO {ROLE}")
+    db.run(f"GRANT SELECT, INSERT, DELETE ON image_archive_events TO {ROLE}")
+    db.run(f"GRANT SELECT, UPDATE ON image_archive_queue TO {ROLE}")
     parts = urlsplit(pg_dsn)
     netloc = f"{ROLE}:{PASSWORD}@{parts.hostname}:{parts.port}"
     yield urlunsplit(parts._replace(netloc=netloc))
@@ -73,7 +75,8 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     )
     db.run(
         "REVOKE ALL ON image_generation_records, users, image_archive_lane,"
-        f" image_archive_uploads, image_archive_upload_hours FROM {ROLE}"
+        f" image_archive_uploads, image_archive_upload_hours, image_archive_events,"
+        f" image_archive_queue FROM {ROLE}"
     )
     db.run(f"DROP ROLE IF EXISTS {ROLE}")
 
@@ -147,6 +150,21 @@ def test_no_secret_in_logs_output_or_rows(
             row.pop("image_url")
         assert not leaks(json.dumps(row, default=str)), row
     assert archive.raw_logs  # the paths above did log
+    # Every record's story, as stored and as `archive-ctl show` prints it (text and JSON).
+    events = db.run("SELECT record_id, kind, detail FROM image_archive_events")
+    assert {kind for _, kind, _ in events} >= {"fetched", "upload_answered", "retried", "failed"}
+    assert "[redacted]" in json.dumps([detail for _, _, detail in events], ensure_ascii=False)
+    assert not leaks(json.dumps(events, default=str, ensure_ascii=False))
+    from lib.cli import main as cli
+
+    archive_env(DATABASE_URL=role_dsn, LSKY_TOKEN=TOKEN)  # archive-ctl reads as the role
+    for record_id in range(1, 12):
+        for extra in ([], ["--json"]):
+            capfd.readouterr()
+            cli.main(["show", str(record_id), *extra])
+            shown = capfd.readouterr()
+            assert f"{record_id}" in shown.out
+            assert not leaks(shown.out + shown.err)
 
 
 def synthetic(archive: ArchiveHarness, record_id: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
+from lib.state.selection import Selection
 from lib.state.sweeps import SweepRecords
 from tests.integration.conftest import ArchiveHarness
 from tests.integration.world import World
@@ -288,7 +289,7 @@ def test_an_outage_longer_than_every_attempt_keeps_the_copy_for_a_replay(
 
     # Lsky is back; the operator replays failures (archive-ctl requeue --failed).
     assert [
-        record_id for record_id, _ in records.operator.requeue_failed(since=None, limit=10)
+        record_id for record_id, _ in records.operator.requeue_failed(Selection(), limit=10)
     ] == [5]
     staged.deliver(encode(5))
 
@@ -366,7 +367,7 @@ def test_a_replay_whose_copy_the_lifecycle_removed_tries_the_source_once(
     s3.delete_object(Bucket=staging_bucket, Key=key)
     if source_alive:
         upstream.add("/gen/8.png", IMAGE)  # the provider still serves it
-    records.operator.requeue_failed(since=None, limit=10)
+    records.operator.requeue_failed(Selection(), limit=10)
 
     staged.deliver(encode(8))
 

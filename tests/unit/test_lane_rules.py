@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lib.archive import pacing, schedule, sweep_rules
+from lib.archive import pacing, schedule
 from lib.archive.lane import (
     SAFE_PAUSE_SECONDS,
     HostCondition,
@@ -17,7 +17,7 @@ from lib.archive.lane import (
 from lib.archive.outcome import Message
 from lib.platform.env_values import rate_limits
 from lib.platform.errors import ConfigError
-from lib.state.lane import LaneState, PauseReason
+from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -170,16 +170,6 @@ def test_a_rate_limit_that_is_not_one_stops_the_start(value: str, part: int) -> 
     # Pacing on the other parts alone would be looser than the operator asked.
     with pytest.raises(ConfigError, match=f"LSKY_RATE_LIMITS: part {part} is not a limit"):
         rate_limits({"LSKY_RATE_LIMITS": value})
-
-
-def test_the_requeue_interval_grows_with_the_backlog() -> None:
-    assert sweep_rules.requeue_interval(900, queued=None, rate=1.0) == 900
-    assert sweep_rules.requeue_interval(900, queued=0, rate=0.0) == 900
-    # 300 queued at 1 upload a second: twice the 300 s they need.
-    assert sweep_rules.requeue_interval(900, queued=300, rate=1.0) == 1_500
-    # Nothing drains (a paused lane): nothing sent looks lost, for up to a day.
-    assert sweep_rules.requeue_interval(900, queued=5, rate=0.0) == 900 + 86_400
-    assert LaneState(now=NOW, drain_uploads=2).drain_per_second == 2 / 900
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
-from lib.archive.message import MalformedMessage, encode, parse_record_id
+from lib.archive.message import MalformedMessage, encode, parse_record_id, sent_time
+from lib.archive.outcome import Message
 
 
 @pytest.mark.parametrize(
@@ -61,3 +64,31 @@ def test_a_deeply_nested_body_is_malformed_not_a_crash(levels: int) -> None:
         assert "nested too deeply" in str(malformed.value)
     else:
         assert "characters" in str(malformed.value)  # refused by size before parsing
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1796358179825", datetime(2026, 12, 4, 4, 22, 59, 825000, tzinfo=UTC)),
+        ("946684800000", datetime(2000, 1, 1, tzinfo=UTC)),
+        (None, None),
+        ("", None),
+        ("0", None),  # 1970: not a time SQS writes
+        ("-1796358179825", None),
+        ("1796358179.825", None),
+        ("1e12", None),
+        ("４２", None),  # digits, but not ASCII ones
+        ("4102444800000", None),  # 2100
+        ("9" * 40, None),
+    ],
+)
+def test_a_sent_timestamp_is_read_only_when_it_is_one(value: str | None, expected: object) -> None:
+    assert sent_time(value) == expected
+
+
+def test_only_a_first_receive_says_how_far_the_queue_was_read() -> None:
+    sent = datetime(2026, 12, 4, tzinfo=UTC)
+    first = Message("m", "{}", "r", "arn", receive_count=1, sent_at=sent)
+    assert first.queue_mark == sent
+    assert replace(first, receive_count=2).queue_mark is None
+    assert replace(first, sent_at=None).queue_mark is None

@@ -3,12 +3,16 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from lib.cli import legacy_status
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
+from lib.state.events import EventKind
 from lib.state.status import ArchiveStatus
 
 DECLARATION = mf.load_declaration()
@@ -16,6 +20,8 @@ FILE = [s.sql for s in schema.load([schema.ARCHIVE_MIGRATION])]
 CONSTRAINT = "image_generation_records_archive_status_check"
 # The archive columns the first release added; archive_may_be_hosted came next.
 FIRST_RELEASE_COLUMNS = 11
+# Rows the project's tables start with, ensured by every run (INSERT ... DO NOTHING).
+SEEDS = [(mp.Action.SEED, "image_archive_lane"), (mp.Action.SEED, "image_archive_queue")]
 
 
 def catalog_with(
@@ -74,7 +80,10 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     # tables a plain build, which is what the file writes there.
     assert all(i.concurrently == (i.table == mf.RECORDS) for i in d.indexes)
     assert "image_generation_records_archive_parked_idx" in {i.name for i in d.indexes}
-    assert {i.table for i in d.indexes} - {mf.RECORDS} == {"image_archive_uploads"}
+    assert {i.table for i in d.indexes} - {mf.RECORDS} == {
+        "image_archive_uploads",
+        "image_archive_events",
+    }
     # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
     # migrate adds and validates on its own.
     [constraint] = d.constraints
@@ -86,7 +95,12 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     assert all(t.startswith("image_archive_") for t in tables)
     uploads = next(t for t in d.tables if t.name == "image_archive_uploads")
     assert "CHECK (state IN ('booked', 'taken', 'done'))" in uploads.sql
-    assert [s.table for s in d.seeds] == ["image_archive_lane"]
+    # The events' kinds, like the uploads' states, are checked by the CREATE TABLE itself.
+    events = next(t for t in d.tables if t.name == "image_archive_events")
+    kinds = re.search(r"CHECK \(kind IN \((.*?)\)\)", events.sql, re.S)
+    assert kinds is not None
+    assert re.findall(r"'(\w+)'", kinds.group(1)) == [str(kind) for kind in EventKind]
+    assert [s.table for s in d.seeds] == ["image_archive_lane", "image_archive_queue"]
     assert d.lock_key == 1634888552
     assert d.table_names == (mf.RECORDS, *tables)
 
@@ -106,7 +120,7 @@ def test_one_more_column_or_project_table_is_one_more_statement() -> None:
         (mp.Action.ADD_COLUMNS, mf.RECORDS),
         (mp.Action.CREATE_TABLE, "image_archive_audit"),
         (mp.Action.ADD_COLUMNS, "image_archive_audit"),
-        (mp.Action.SEED, "image_archive_lane"),
+        *SEEDS,
         (mp.Action.BUILD_PLAIN_INDEX, "image_archive_audit_at_idx"),
     ]
     # A plain build takes SHARE, which queues that table's writers while it waits.
@@ -154,7 +168,7 @@ def test_the_lock_and_a_validate_for_each_constraint_are_required() -> None:
 def test_an_up_to_date_schema_plans_no_change() -> None:
     plan = mp.plan(DECLARATION, catalog_with())
     assert plan.changes == ()
-    assert actions(plan) == [(mp.Action.SEED, "image_archive_lane")]  # INSERT ... DO NOTHING
+    assert actions(plan) == SEEDS  # INSERT ... DO NOTHING
     # The project tables' plain indexes too: a valid one is never built again (it would ask
     # for SHARE, queueing that table's writers, on every run).
     assert mp.Action.BUILD_PLAIN_INDEX not in {s.action for s in plan.steps}
@@ -167,12 +181,12 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
 
     assert actions(plan) == [
         (mp.Action.ADD_COLUMNS, mf.RECORDS),
+        *[(mp.Action.CREATE_TABLE, t.name) for t in DECLARATION.tables],
+        # A column a later release added to a project table: after the CREATE TABLEs.
         *[
-            step
+            (mp.Action.ADD_COLUMNS, t.name)
             for t in DECLARATION.tables
-            for step in [(mp.Action.CREATE_TABLE, t.name)]
-            # A column a later release added to a project table: after its CREATE TABLE.
-            + [(mp.Action.ADD_COLUMNS, t.name)] * bool(DECLARATION.columns_of(t.name))
+            if DECLARATION.columns_of(t.name)
         ],
         *[(mp.Action.SEED, s.table) for s in DECLARATION.seeds],
         *[
@@ -206,13 +220,38 @@ def test_an_upgrade_adding_may_be_hosted_marks_the_rows_an_older_release_may_hav
 
     added = [c.name for c in DECLARATION.columns_of(mf.RECORDS)[FIRST_RELEASE_COLUMNS:]]
     assert added[:2] == ["archive_may_be_hosted", "archive_altered"]
-    assert plan.steps[0].detail == ", ".join(added)
+    # The marking is noted (its table created first) before the column is added: a run
+    # that stops right after the ALTER leaves the note for the next one.
+    assert actions(plan)[:3] == [
+        (mp.Action.CREATE_TABLE, mp.STEPS_TABLE),
+        (mp.Action.NOTE_STEP, mp.MARK_STEP),
+        (mp.Action.ADD_COLUMNS, mf.RECORDS),
+    ]
+    assert plan.steps[2].detail == ", ".join(added)
+    assert actions(plan).count((mp.Action.CREATE_TABLE, mp.STEPS_TABLE)) == 1
     assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) in actions(plan)
     assert mp.legacy_scan_needed(DECLARATION, older)
-    # Once the column exists it carries the truth: never marked again.
+    # Once the column exists and no marking is left unfinished, it carries the truth.
     assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) not in actions(
         mp.plan(DECLARATION, catalog_with(constraint=None))
     )
+
+
+def test_a_marking_an_earlier_run_left_unfinished_is_planned_from_its_note() -> None:
+    """The column exists (the run that added it stopped after the ALTER, or mid-marking):
+    the note in image_archive_migration_steps, not the column's absence, plans the rest."""
+    stopped = replace(catalog_with(), unfinished=frozenset({mp.MARK_STEP}))
+    assert actions(mp.plan(DECLARATION, stopped)) == [
+        *SEEDS,
+        (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS),
+    ]
+    # Nothing noted: an up-to-date schema plans no change.
+    assert not mp.plan(DECLARATION, catalog_with()).changes
+    # A column added with archive_status in the same run (a fresh adoption): no state yet,
+    # nothing to note or mark.
+    fresh = actions(mp.plan(DECLARATION, catalog_with(columns=0, constraint=None, tables=())))
+    assert (mp.Action.NOTE_STEP, mp.MARK_STEP) not in fresh
+    assert (mp.Action.MARK_MAY_BE_HOSTED, mf.RECORDS) not in fresh
 
 
 def test_an_invalid_index_is_dropped_then_built_and_a_not_valid_constraint_only_validated() -> None:
@@ -220,12 +259,13 @@ def test_an_invalid_index_is_dropped_then_built_and_a_not_valid_constraint_only_
     indexes["image_generation_records_archive_failed_idx"] = False
     plan = mp.plan(DECLARATION, catalog_with(indexes=indexes, constraint=False))
 
-    assert actions(plan)[1:] == [
+    assert actions(plan) == [
+        *SEEDS,
         (mp.Action.DROP_INVALID_INDEX, "image_generation_records_archive_failed_idx"),
         (mp.Action.BUILD_INDEX, "image_generation_records_archive_failed_idx"),
         (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
     ]
-    assert plan.steps[1].sql == (
+    assert plan.steps[len(SEEDS)].sql == (
         "DROP INDEX CONCURRENTLY IF EXISTS image_generation_records_archive_failed_idx"
     )
 

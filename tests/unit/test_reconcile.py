@@ -1,14 +1,16 @@
-"""May Lsky hold an image for a failed attempt? (lib.archive.reconcile, pure) And the
-names a record's image can have there (lib.archive.naming)."""
+"""May Lsky hold an image for a failed attempt, and can a listed one be ours?
+(lib.archive.reconcile, pure) And the names a record's image can have there
+(lib.archive.naming)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
-from lib.archive.reconcile import may_be_hosted
+from lib.archive.reconcile import listed_instants, may_be_hosted, not_ours
 from lib.transfer.failures import Failure, Kind, Stage
 
 D, U, L = Stage.DOWNLOAD, Stage.UPLOAD, Stage.LOOKUP
@@ -77,3 +79,69 @@ def test_the_names_of_a_record_s_image() -> None:
     assert name in names
     assert {stem + ".jpg", stem + ".jpeg", stem + ".webp", stem + ".avif"} <= names
     assert all(n.startswith(stem + ".") and "/" not in n for n in names)
+
+
+# -- the listed date, read in the host's zone ------------------------------------------
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def judged(date: str, first_claimed_at: datetime, zone: ZoneInfo = BERLIN) -> str | None:
+    return not_ours(
+        {"date": date}, first_claimed_at=first_claimed_at, sent=None, host_timezone=zone
+    )
+
+
+def test_an_hour_the_clocks_repeat_is_read_both_ways() -> None:
+    # 2026-10-25, Berlin falls back at 01:00 UTC (03:00 CEST -> 02:00 CET): 02:12 local is
+    # 00:12 UTC (summer time) and again 01:12 UTC (winter time).
+    assert listed_instants("2026-10-25 02:12:00", BERLIN) == (
+        utc(2026, 10, 25, 0, 12),
+        utc(2026, 10, 25, 1, 12),
+    )
+    # Our upload at 01:12 UTC, the first claim at 01:10 UTC: the second reading is ours.
+    assert judged("2026-10-25 02:12:00", utc(2026, 10, 25, 1, 10)) is None
+    # Either reading may be ours: the first one too (a claim at 00:10 UTC).
+    assert judged("2026-10-25 02:12:00", utc(2026, 10, 25, 0, 10)) is None
+    # Both readings before the claim (less the clock margin): not ours, both said.
+    why = judged("2026-10-25 02:12:00", utc(2026, 10, 25, 1, 30))
+    assert why == (
+        "stored at 2026-10-25T00:12:00+00:00 or 2026-10-25T01:12:00+00:00,"
+        " before the record's first claim"
+    )
+    # Either side of the repeated hour, one reading.
+    assert listed_instants("2026-10-25 01:59:59", BERLIN) == (utc(2026, 10, 24, 23, 59, 59),)
+    assert listed_instants("2026-10-25 03:00:00", BERLIN) == (utc(2026, 10, 25, 2, 0),)
+
+
+def test_an_hour_the_clocks_skip_is_read_without_a_crash() -> None:
+    # 2026-03-29, Berlin springs forward at 01:00 UTC (02:00 CET -> 03:00 CEST): 02:30 never
+    # shows on its clocks; read with the offset on either side of the gap.
+    readings = listed_instants("2026-03-29 02:30:00", BERLIN)
+    assert readings == (utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1, 30))
+    assert judged("2026-03-29 02:30:00", utc(2026, 3, 29, 1, 0)) is None
+    assert judged("2026-03-29 02:30:00", utc(2026, 3, 29, 1, 40)) is not None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, 20261025, "", "yesterday", "2026-13-01 00:00:00", "0001-01-01 00:00:00", "2026-10-25"],
+)
+def test_a_listed_date_that_cannot_be_read_leaves_the_time_undecided(value: object) -> None:
+    assert listed_instants(value, BERLIN) == ()
+    item = {"date": value}
+    assert (
+        not_ours(item, first_claimed_at=utc(2026, 10, 25), sent=None, host_timezone=BERLIN) is None
+    )
+
+
+def test_a_zone_without_daylight_saving_reads_one_instant() -> None:
+    prc = timezone(timedelta(hours=8), "PRC")
+    assert listed_instants("2026-10-25 09:12:00", prc) == (utc(2026, 10, 25, 1, 12),)
+    assert listed_instants("9999-12-31 23:59:59", ZoneInfo("Asia/Shanghai")) == (
+        utc(9999, 12, 31, 15, 59, 59),
+    )

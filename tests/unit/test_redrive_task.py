@@ -13,6 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from lib.cli import dlq
 from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_OK, Context
 
@@ -123,3 +124,24 @@ def test_a_refused_move_task_is_reported_not_worked_around(
     assert cli.main(["redrive-dlq"]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert "SQS StartMessageMoveTask: UnsupportedOperation: Source queue must be" in err
+
+
+@pytest.mark.parametrize(
+    ("body", "malformed"),
+    [
+        ('{"recordId": "123"}', False),
+        ('{"recordId": 123, "extra": true}', False),
+        ('{"recordId": "-4"}', True),
+        ('{"recordId": "0"}', True),
+        (f'{{"recordId": "{2**63}"}}', True),
+        ("not json", True),
+        ("", True),
+        ("[]", True),
+    ],
+)
+def test_malformed_is_what_the_archive_function_refuses(body: str, malformed: bool) -> None:
+    message: Any = {"Body": body, "MessageId": "m", "ReceiptHandle": "r"}
+    assert dlq.malformed(message) is malformed
+    assert dlq.leave_malformed(message) is (dlq.Action.LEAVE if malformed else dlq.Action.MOVE)
+    assert dlq.delete_malformed(message) is (dlq.Action.DELETE if malformed else dlq.Action.LEAVE)
+    assert dlq.move_all(message) is dlq.Action.MOVE

@@ -15,6 +15,7 @@ import pytest
 from lib.archive.sweep_rules import PAGE_RESERVE_MS, SEND_RESERVE_MS, Step, StopReason
 from lib.archive.sweeper import Sweeper
 from lib.platform.config import DatabaseConfig, SweeperSettings
+from lib.platform.sqs import QueueCounts
 from lib.state.lane import LaneState
 from lib.state.sweeps import StagedSummary, SweptRow
 
@@ -56,11 +57,15 @@ class FakeStore:
         *,
         limit: int,
         grace_seconds: int,
-        interval_seconds: int,
+        lost_before: datetime,
         after: datetime | None,
         backfilled: bool = False,
     ) -> list[SweptRow]:
+        self.lost_before = lost_before
         return self._next(Step.LOST_BACKFILLED if backfilled else Step.LOST, limit, after)
+
+    def queue_mark(self) -> tuple[datetime | None, datetime]:
+        return None, T0
 
     def state(self) -> LaneState:  # LaneStore's
         return LaneState(now=T0)
@@ -71,8 +76,11 @@ class FakeStore:
     def staged_summary(self) -> StagedSummary:
         return StagedSummary(waiting=0, oldest_age_seconds=0.0, failed_keeping_copy=0)
 
-    def date_undated(self, *, limit: int) -> int:
-        return 0
+    def date_undated(self, *, limit: int) -> list[int]:
+        return []
+
+    def expire_events(self, *, retention_seconds: int, limit: int) -> dict[int, int]:
+        return {}
 
     def restore(self, claimed: list[SweptRow]) -> int:
         self.restored += claimed
@@ -101,8 +109,8 @@ class FakeQueue:
     def ids(self) -> list[int]:
         return [int(entry_id) for batch in self.sent for entry_id, _ in batch]
 
-    def depth(self, queue_url: str) -> int:
-        return 0
+    def counts(self, queue_url: str) -> QueueCounts:
+        return QueueCounts(visible=0, in_flight=0, delayed=0)
 
 
 def make(

@@ -14,6 +14,11 @@ from lib.archive.reconcile import RESPONSE_KEY
 from lib.platform.observability import logger, metrics
 from lib.state.records import Recorded
 
+# Keys of further images with a record's name named in one warning (all of them: Lsky lists
+# 40 a page), each cut to this length (a key is 6 characters on Lsky; the host's text).
+LOGGED_KEYS = 100
+KEY_LIMIT = 64
+
 
 def stored_response(copied: Copied) -> dict[str, Any]:
     """Lsky's `data`, with our note on how the row got it under a key of ours."""
@@ -52,11 +57,17 @@ def report_copy(copied: Copied) -> None:
     if copied.duplicate_possible:
         metrics.add_metric(name="DuplicatePossible", unit=MetricUnit.Count, value=1)
     if copied.duplicates:
-        # Stored before this look-up existed, or by hand: left for an operator.
+        # Earlier attempts whose answers were lost (or uploads by hand): one is adopted, the
+        # others are orphans on the host. Each is named for an operator to delete (Lsky
+        # lists 40 a page; the host's text is bounded all the same) and counted.
         logger.warning(
             "the host holds more than one image for this record",
-            hosted_key=str(data.get("key", "")),
-            duplicate_keys=list(copied.duplicates[:10]),
+            hosted_key=str(data.get("key", ""))[:KEY_LIMIT],
+            duplicate_keys=[key[:KEY_LIMIT] for key in copied.duplicates[:LOGGED_KEYS]],
+            duplicates=len(copied.duplicates),
+        )
+        metrics.add_metric(
+            name="DuplicateImages", unit=MetricUnit.Count, value=len(copied.duplicates)
         )
 
 

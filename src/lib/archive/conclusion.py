@@ -14,7 +14,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from lib.archive import schedule
+from lib.archive import schedule, story
 from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
@@ -22,6 +22,7 @@ from lib.platform.aws import error_code
 from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import Task
+from lib.state.events import EventLog
 from lib.state.records import ArchiveRecords, Recorded
 from lib.state.status import WaitReason
 
@@ -145,6 +146,8 @@ class Context:
     record_id: int | None = None
     task: Task | None = None
     received_at: float = field(default_factory=time.monotonic)  # the invocation's start
+    # The attempt's story, kept in memory until the statement that concludes it.
+    events: EventLog = field(default_factory=EventLog)
 
 
 class Concluder:
@@ -192,17 +195,29 @@ class Concluder:
     # -- the statement -----------------------------------------------------------------
 
     def _write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
-        """Run the outcome's statement; False when the row's lock had passed on."""
+        """Run the outcome's statement, which writes the attempt's events too; False when
+        the row's lock had passed on (the statement notes that as well)."""
+        written = self._run_write(write, verdict, ctx)
+        if write is not Write.NONE:
+            ctx.events.written()
+        return written
+
+    def _run_write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
         task = ctx.task
         if write is Write.NONE:
             return True
         if task is None:
-            # Nothing was claimed: only a park has a row to write (the claim met a pause).
-            if write is Write.PARK and ctx.record_id is not None:
+            # Nothing was claimed: the row is written only to say where its message is while
+            # it waits (the claim met a pause, or the invocation had no time): parked, none
+            # out; or held, back at the row's due time, which the sweeper's lost-message rule
+            # reads as the message's return to the queue.
+            if write in (Write.PARK, Write.RELEASE) and ctx.record_id is not None:
                 self.records.park(
                     ctx.record_id,
                     delay_seconds=verdict.delay_seconds,
                     wait_reason=verdict.wait_reason,
+                    detail=story.verdict_detail(verdict),
+                    held=write is Write.RELEASE,
                 )
             return True
         if write is Write.SUCCEED:
@@ -217,6 +232,8 @@ class Concluder:
                 staged=verdict.staged,
                 sent=verdict.sent,
                 counted=verdict.counted,
+                events=ctx.events.pending(),
+                detail=story.verdict_detail(verdict),
             )
         if write is Write.FAIL:
             return self._fail(verdict, ctx, task)
@@ -235,6 +252,8 @@ class Concluder:
             counted=verdict.counted,
             # Only a held message comes back for its booked slot; a parked row queues afresh.
             keep_booking=verdict.keeps_booking and write is Write.RELEASE,
+            events=ctx.events.pending(),
+            detail=story.verdict_detail(verdict),
         )
 
     def _succeed(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -251,6 +270,8 @@ class Concluder:
             altered=None if fidelity is None else fidelity.altered,
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
+            events=ctx.events.pending(),
+            detail=story.archived_detail(copied),
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
@@ -270,6 +291,8 @@ class Concluder:
             staged=staged,
             sent=verdict.sent,
             counted=verdict.counted,
+            events=ctx.events.pending(),
+            detail=story.verdict_detail(verdict),
         )
         if written and not keep:
             self.staging.discard(None if staged is None else staged.key)
@@ -304,7 +327,10 @@ class Concluder:
         if ctx.record_id is None or verdict.outcome is Outcome.UNCONCLUDED:
             return verdict
         if not self.records.park(
-            ctx.record_id, delay_seconds=verdict.delay_seconds, wait_reason=None
+            ctx.record_id,
+            delay_seconds=verdict.delay_seconds,
+            wait_reason=None,
+            detail={"visibility_refused": True},
         ):
             return verdict
         return replace(

@@ -13,7 +13,7 @@ from lib.archive.budget import download_needs, time_left, upload_needs
 from lib.archive.fidelity import Digest
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
 from lib.archive.outcome import Copied
-from lib.archive.reconcile import may_be_hosted, not_ours
+from lib.archive.reconcile import may_be_hosted, not_ours, why_ours
 from lib.state.claim import SentImage, Task
 from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
@@ -35,6 +35,7 @@ class LookUp:
 
     adopted: Copied | None
     refused: tuple[tuple[str, str], ...] = ()  # (key, why)
+    why: str = ""  # why the adopted one can be ours
 
 
 class Copier:
@@ -112,7 +113,8 @@ class Copier:
             return LookUp(None, tuple(refused))
         first, *others = ours
         duplicates = tuple(str(image.data.get("key", "")) for image in others)
-        return LookUp(Copied(first, 0, adopted=True, duplicates=duplicates), tuple(refused))
+        adopted = Copied(first, 0, adopted=True, duplicates=duplicates)
+        return LookUp(adopted, tuple(refused), why_ours(first.data, sent=sent))
 
     def upload(self, task: Task, held: HeldImage, deadline: float) -> Copied:
         """Send the bytes in hand. Raises ArchiveFailure saying whether Lsky may have kept

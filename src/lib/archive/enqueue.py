@@ -15,7 +15,9 @@ from typing import Protocol
 from lib.archive.message import encode
 from lib.platform.redact import outside_text
 from lib.platform.sqs import MAX_BATCH_ENTRIES
-from lib.state.operations import FailedRecord, OperatorRecords
+from lib.state.events import Actor
+from lib.state.operations import OperatorRecords
+from lib.state.selection import Selection
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
 REQUEUE_PAGE = 100
@@ -88,11 +90,18 @@ class EnqueueReport:
         return not self.unsent and not self.missing
 
 
-def _skip_reason(status: str | None, archive_status: str | None) -> str:
+def _left_alone(status: str | None, archive_status: str | None, *, requeue: bool) -> str:
+    """Why a row asked for was not queued (`enqueue`) or given new attempts (`requeue`)."""
     if status != GENERATION_SUCCEEDED:
         return f"generation status is {status}: nothing to archive"
     if archive_status == ArchiveStatus.SUCCEEDED:
         return "already archived"
+    if requeue:
+        if archive_status is None:
+            return "never queued: use `enqueue`"
+        if archive_status == ArchiveStatus.FAILED:
+            return "FAILED, but not taken: outside the other filters, past --limit, or locked"
+        return f"archive is {archive_status}: not FAILED, its attempts go on"
     if archive_status == ArchiveStatus.FAILED:
         return "archive FAILED: use `requeue --failed` to give it new attempts"
     if archive_status == ArchiveStatus.RUNNING:
@@ -108,71 +117,83 @@ def _send(
     *,
     stamp: datetime | None,
     report: EnqueueReport,
+    by: Actor,
 ) -> None:
     """Send one message per id; rows whose message did not go out lose our stamp, so the
-    sweeper sends them after its grace period."""
+    sweeper sends them after its grace period (and say so in their story)."""
     sent = send_records(sender, queue_url, record_ids)
     report.sent += sent.sent
     unsent: dict[int, str] = dict(sent.failed)
+    reason = "the queue refused the message"
     if sent.error is not None:
         reason = f"{type(sent.error).__name__}: {outside_text(sent.error, 200)}"
         unsent.update(dict.fromkeys(sent.not_tried, reason))
     if unsent and stamp is not None:
-        records.unstamp(list(unsent), stamp=stamp)
+        records.unstamp(list(unsent), stamp=stamp, by=by, error=reason)
     report.unsent.update(unsent)
 
 
 def enqueue(
-    records: OperatorRecords, sender: BatchSender, queue_url: str, record_ids: Sequence[int]
+    records: OperatorRecords,
+    sender: BatchSender,
+    queue_url: str,
+    record_ids: Sequence[int],
+    *,
+    by: Actor = Actor.PRODUCER,
 ) -> EnqueueReport:
     """Mark the records PENDING (due now) and send their messages, in that order.
 
     Rows that cannot take a message (not found, generation not SUCCEEDED, archive
-    RUNNING or concluded) are reported, not changed.
+    RUNNING or concluded) are reported, not changed. `by`: who enqueues, in their story.
     """
     report = EnqueueReport()
     to_send: list[int] = []
     stamp: datetime | None = None
-    for row in records.mark_for_enqueue(list(record_ids)):
+    for row in records.mark_for_enqueue(list(record_ids), by=by):
         if not row.exists:
             report.missing.append(row.record_id)
         elif row.marked_at is None:
-            report.skipped[row.record_id] = _skip_reason(row.status, row.archive_status)
+            report.skipped[row.record_id] = _left_alone(
+                row.status, row.archive_status, requeue=False
+            )
         else:
             to_send.append(row.record_id)
             stamp = row.marked_at
-    _send(records, sender, queue_url, to_send, stamp=stamp, report=report)
+    _send(records, sender, queue_url, to_send, stamp=stamp, report=report, by=by)
     return report
-
-
-def preview_failed(
-    records: OperatorRecords, *, since: datetime | None, limit: int
-) -> tuple[int, list[FailedRecord]]:
-    """How many FAILED rows `requeue_failed` would take, and the first `limit` of them."""
-    return records.count_failed(since=since), records.preview_failed(since=since, limit=limit)
 
 
 def requeue_failed(
     records: OperatorRecords,
     sender: BatchSender,
     queue_url: str,
+    selection: Selection,
     *,
-    since: datetime | None,
     limit: int,
     page_size: int = REQUEUE_PAGE,
 ) -> EnqueueReport:
-    """Reset up to `limit` FAILED rows (attempts 0, PENDING, due now, stamped) and send
-    them a page at a time: an interruption leaves at most one page unsent (PENDING, so
-    the sweeper sends them)."""
+    """Reset up to `limit` FAILED rows of the selection (attempts 0, PENDING, due now,
+    stamped), newest failure first, and send them a page at a time: an interruption leaves
+    at most one page unsent (PENDING, so the sweeper sends them). Ids the selection names
+    that were not taken are reported: missing, or skipped with their state."""
     report = EnqueueReport()
     while (room := limit - len(report.sent) - len(report.unsent)) > 0:
-        rows = records.requeue_failed(since=since, limit=min(page_size, room))
+        rows = records.requeue_failed(selection, limit=min(page_size, room))
         if not rows:
             break
         ids = sorted(record_id for record_id, _ in rows)
-        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report)
+        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report, by=Actor.REQUEUE)
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
+    taken = {*report.sent, *report.unsent}
+    left = [record_id for record_id in dict.fromkeys(selection.ids) if record_id not in taken]
+    for row in records.record_states(left) if left else []:
+        if not row.exists:
+            report.missing.append(row.record_id)
+        else:
+            report.skipped[row.record_id] = _left_alone(
+                row.status, row.archive_status, requeue=True
+            )
     return report
 
 
@@ -244,7 +265,7 @@ def backfill_page(
     stamp = rows[0][2]  # one statement, one now()
     recorder = _SentRecorder(sender)
     try:
-        _send(records, recorder, queue_url, ids, stamp=stamp, report=report)
+        _send(records, recorder, queue_url, ids, stamp=stamp, report=report, by=Actor.BACKFILL)
     except KeyboardInterrupt:
         unsent = [i for i in ids if i not in recorder.sent]
         try:

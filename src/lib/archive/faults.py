@@ -15,16 +15,19 @@ from lib.platform.s3 import StagingError
 from lib.state.lane_store import LaneContention
 
 
-def fault_verdict(error: Exception, *, claimed: bool, lock_ttl_seconds: int) -> Verdict:
+def fault_verdict(
+    error: Exception, *, claimed: bool, lock_ttl_seconds: int, denial: str | None = None
+) -> Verdict:
     """The verdict for `error`. With the row claimed, anything but a lost database gives
     the attempt back (OWN_FAULT); unclaimed or unwritable, the message is redelivered
-    after the lock could have expired (UNCONCLUDED)."""
+    after the lock could have expired (UNCONCLUDED). denial: a 42501 in words that name
+    what the role lacks (lib.state.privileges.explain_denial), when the caller read it."""
     if isinstance(error, DatabaseUnavailable):
         return _unconcluded("database unavailable", str(error), lock_ttl_seconds)
     if is_permission_denied(error):
         # A grant the release needs is missing: our configuration, never the record's.
         what, metric = "permission denied", "PermissionDenied"
-        detail = describe_permission_denied(error)
+        detail = denial or describe_permission_denied(error)
     elif isinstance(error, pg8000.exceptions.DatabaseError):
         # The server refused a statement (e.g. the migration was not applied): nothing
         # was concluded, and the SQLSTATE says why without quoting parameters.

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from lib.platform.errors import ServiceError
 
 MAX_RECORD_ID = 2**63 - 1  # BIGINT
 MAX_BODY_CHARS = 4096  # a valid body is tiny; don't parse megabytes of junk
+# SentTimestamp is milliseconds since the epoch: anything outside these years is not one.
+_SENT_RANGE_MS = (946_684_800_000, 4_102_444_800_000)  # 2000-01-01 .. 2100-01-01
 
 
 class MalformedMessage(ServiceError):
@@ -53,3 +56,14 @@ def _record_id(value: Any) -> int:
 def encode(record_id: int) -> str:
     """The body a producer sends for a record (a string: JavaScript-safe)."""
     return json.dumps({"recordId": str(record_id)})
+
+
+def sent_time(value: str | None) -> datetime | None:
+    """A message's SentTimestamp attribute (epoch milliseconds, a string) as a UTC time;
+    None when it is missing or not a time SQS could have written."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 13:
+        return None
+    milliseconds = int(value)
+    if not _SENT_RANGE_MS[0] <= milliseconds < _SENT_RANGE_MS[1]:
+        return None
+    return datetime.fromtimestamp(milliseconds / 1000, UTC)

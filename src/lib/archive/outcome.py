@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from lib.archive.fidelity import Digest, Fidelity, compare
@@ -66,6 +67,14 @@ class Message:
     receipt_handle: str
     queue_arn: str
     receive_count: int = 1
+    sent_at: datetime | None = None  # SentTimestamp (SQS's clock); None when unreadable
+
+    @property
+    def queue_mark(self) -> datetime | None:
+        """What this receive says of how far the queue has been read: on a message's first
+        receive, that a message sent at `sent_at` came out (the sweeper's lost-message rule
+        reads the newest). A later receive says nothing of the messages sent after it."""
+        return self.sent_at if self.receive_count == 1 else None
 
 
 @dataclass(frozen=True)
@@ -125,3 +134,13 @@ class Verdict:
     metrics: tuple[str, ...] = ()  # counted besides the outcome's own metric
     fields: Mapping[str, Any] = field(default_factory=dict)  # logged with the outcome
     log: str | None = None  # the log line's text when it says more than the table's
+
+
+def archived(copied: Copied) -> Verdict:
+    """The verdict of an image now on Lsky (uploaded, or adopted)."""
+    return Verdict(
+        Outcome.ARCHIVED,
+        copied.hosted.url,
+        copied=copied,
+        fields={"bytes": copied.size, "mime_type": copied.hosted.mime_type},
+    )

@@ -6,7 +6,7 @@ archive_may_be_hosted. docs/archive.md ("Exactly one stored copy") has the reaso
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from lib.archive.retry import LSKY_PERMANENT_MESSAGES, LSKY_TRANSIENT_MESSAGES
@@ -71,12 +71,14 @@ def not_ours(
     host_timezone: tzinfo,
 ) -> str | None:
     """Why a listed image with the record's name cannot be this record's upload, or None
-    when it can: stored after the record's first claim, and holding the bytes we send
-    (the same sha1: the host kept them) or, re-encoded, the same dimensions."""
-    stored = _listed_time(item.get("date"), host_timezone)
+    when it can: stored after the record's first claim (by any reading of its listed
+    time), and holding the bytes we send (the same sha1: the host kept them) or,
+    re-encoded, the same dimensions."""
+    readings = listed_instants(item.get("date"), host_timezone)
     earliest = None if first_claimed_at is None else first_claimed_at - SKEW
-    if stored is not None and earliest is not None and stored < earliest:
-        return f"stored at {stored.isoformat()}, before the record's first claim"
+    if readings and earliest is not None and readings[-1] < earliest:
+        stored = " or ".join(reading.isoformat() for reading in readings)
+        return f"stored at {stored}, before the record's first claim"
     if sent is None:
         return None  # nothing in hand to compare: the name and the time decide
     if isinstance(item.get("sha1"), str) and item["sha1"].strip().lower() == sent.sha1:
@@ -89,10 +91,33 @@ def not_ours(
     return None
 
 
-def _listed_time(value: Any, zone: tzinfo) -> datetime | None:
+def why_ours(item: Mapping[str, Any], *, sent: SentImage | None) -> str:
+    """Why a listed image `not_ours` accepts can be this record's upload (the story's
+    `looked_up`): its name and time, and what else matched."""
+    named = "the record's name, stored after its first claim"
+    if sent is None:
+        return f"{named} (no bytes in hand to compare)"
+    if isinstance(item.get("sha1"), str) and item["sha1"].strip().lower() == sent.sha1:
+        return f"{named}, the sha1 of the bytes sent"
+    if sent.dimensions is not None and isinstance(item.get("width"), int):
+        width, height = sent.dimensions
+        return f"{named}, {width}x{height} as the image sent (the host re-encoded it)"
+    return f"{named} (the host lists no size to compare)"
+
+
+def listed_instants(value: Any, zone: tzinfo) -> tuple[datetime, ...]:
+    """Every instant Lsky's listed local time (`Y-m-d H:i:s` in its app zone) can stand
+    for, earliest first: one, or two for a time the zone's clocks show twice (the hour
+    they fall back: either may be ours) and for one they skip (spring forward: only a
+    wrong clock writes it; read with the offsets on both sides). Empty when unreadable."""
     if not isinstance(value, str):
-        return None
+        return ()
     try:
-        return datetime.strptime(value.strip()[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=zone)
+        local = datetime.strptime(value.strip()[:19], "%Y-%m-%d %H:%M:%S")
     except ValueError:
-        return None
+        return ()
+    try:
+        readings = {local.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1)}
+    except (OverflowError, ValueError):  # year 1 or 9999 moved past the calendar's ends
+        return ()
+    return tuple(sorted(readings))

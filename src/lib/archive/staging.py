@@ -14,7 +14,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.budget import download_needs, stage_needs, time_left, upload_needs
 from lib.archive.lane import host_condition
+from lib.archive.outcome import Outcome, Verdict
 from lib.archive.retry import ErrorClass, classify
+from lib.archive.schedule import OWN_FAULT_RETRY_SECONDS
 from lib.platform.observability import logger, metrics
 from lib.platform.s3 import StagedCopyMissing, StagingBucket, StagingError
 from lib.state.claim import StagedCopy, Task
@@ -193,3 +195,17 @@ def _failed(error: StagingError, why: str) -> None:
     # The record is no worse off than without staging; the alarm is on the metric.
     logger.error("could not stage the image; going on without", error=str(error), reason=why)
     metrics.add_metric(name="StagingFailed", unit=MetricUnit.Count, value=1)
+
+
+def mismatched(error: str) -> Verdict:
+    """The staged copy is not what was captured: never archived. Our fault, not the
+    record's: the attempt is given back and the row forgets the copy (the source next)."""
+    logger.error("staged copy does not match what was captured; dropped", error=error)
+    return Verdict(
+        Outcome.OWN_FAULT,
+        f"staging error: {error}",
+        OWN_FAULT_RETRY_SECONDS,
+        forget_staged=True,
+        metrics=("StagingError", "StagedCopyMismatch"),
+        fields={"error": error},
+    )

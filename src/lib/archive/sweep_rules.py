@@ -1,15 +1,15 @@
 """The sweeper's rules (pure): the kinds of stale rows in the order a run takes them, the
-paging and time budget, how long a queued message may wait in a backlog, and what a run
-reports. lib.archive.sweeper applies them; docs/archive.md has the rationale.
+paging and time budget, when a row's message is lost rather than on its way, and what a
+run reports. lib.archive.sweeper applies them; docs/archive.md has the rationale.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lib.state.sweeps import StagedSummary, SweptRow
@@ -18,6 +18,21 @@ from lib.state.sweeps import StagedSummary, SweptRow
 UNPARK_SPREAD_SECONDS = 60.0
 # Ids listed in one log line at most (the counts are always complete).
 LOGGED_IDS = 50
+
+
+def logged_ids(ids: Iterable[int]) -> list[str]:
+    """The records a log line names: the first LOGGED_IDS of `ids` in order, as strings
+    (JavaScript-safe, as the message's recordId); its `count` field says how many."""
+    return [str(record_id) for record_id in sorted(ids)[:LOGGED_IDS]]
+
+
+def named_ids(ids: Iterable[int]) -> str:
+    """The same for a line of text: `4, 5, 9`, or the first LOGGED_IDS and how many more."""
+    every = sorted(ids)
+    shown = ", ".join(logged_ids(every))
+    more = len(every) - LOGGED_IDS
+    return f"{shown} and {more} more" if more > 0 else shown
+
 
 # Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
 # row locks are held for milliseconds and that a stop mid-run leaves little behind.
@@ -28,6 +43,10 @@ PAGE_SIZE = 100
 SEND_RESERVE_MS = 15_000
 # A page also needs its claim statement; after that the page is sent batch by batch.
 PAGE_RESERVE_MS = SEND_RESERVE_MS + 5_000
+# Retention: the stories of this many concluded records a statement (about ten events
+# each), this many statements a run at most; each only with PAGE_RESERVE_MS left.
+EXPIRY_RECORDS = 1_000
+EXPIRY_BATCHES = 10
 # The account probe's whole exchange with Lsky, at most; it always leaves the run this
 # much for its statements and a first page.
 PROBE_SECONDS = 10.0
@@ -91,23 +110,109 @@ def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
 
 
-# A queued message may wait this many times the average backlog wait before it counts as
-# lost (standard queues are not FIFO), and never longer than a day.
-BACKLOG_SAFETY = 2.0
-MAX_BACKLOG_WAIT_SECONDS = 86_400
+# -- lost or on its way (docs/archive.md, "Lost, or still on its way") --------------------
+
+# A standard queue serves messages roughly in the order they became visible: one that
+# entered the queue (was sent, or came back from a hold) is received before any that
+# entered more than this later. The same slack covers a send's lag behind the row's stamp
+# (a page of the sweeper's is stamped, then sent ten by ten) and a hold's behind the row's
+# due time (the visibility is set just after the write).
+ENTRY_SLACK_SECONDS = 120
+# SQS's clock against the database's, when a sweep could not measure it (no Date header in
+# SQS's answer): assumed ahead by at most this much.
+ASSUMED_CLOCK_AHEAD_SECONDS = 60
+# A standard queue keeps a message at most 14 days (its MessageRetentionPeriod, counted from
+# the first send); read from the queue, this is the bound when it cannot be. Beyond the
+# retention and a margin for a send's lag behind its stamp, nothing is left to wait for.
+MAX_RETENTION_SECONDS = 1_209_600
+RETENTION_MARGIN_SECONDS = 3_600
+# A measured difference larger than this is not a clock's: the header is taken as unknown.
+MAX_CLOCK_AHEAD_SECONDS = 86_400
+NEVER = datetime.min.replace(tzinfo=UTC)
 
 
-def requeue_interval(interval_seconds: int, *, queued: int | None, rate: float) -> int:
-    """How long after its last send a row's message may still be on its way: the requeue
-    interval, plus the time the queue ahead of it needs at the current drain rate. A queue
-    that does not drain makes no sent message look lost; unknown depth: the interval.
-    Rows never sent (no stamp: parked, or a failed send) are not affected."""
-    if not queued:
-        return interval_seconds
-    if rate <= 0:
-        return interval_seconds + MAX_BACKLOG_WAIT_SECONDS
-    wait = min(BACKLOG_SAFETY * queued / rate, MAX_BACKLOG_WAIT_SECONDS)
-    return interval_seconds + int(wait)
+@dataclass(frozen=True)
+class QueueView:
+    """What a sweep knows of the archive queue, and the database's clock it judges by."""
+
+    now: datetime  # the database's clock
+    # The receive mark: the newest SentTimestamp among messages the worker received for the
+    # first time (SQS's clock; image_archive_queue). None: none since the mark existed.
+    received_through: datetime | None
+    # Messages waiting to be received: visible, or delayed (ApproximateNumberOfMessages +
+    # ...Delayed). In flight ones do not count: those are held on purpose, their rows say
+    # until when. None: SQS did not answer.
+    waiting: int | None
+    # How far SQS's clock may be ahead of the database's, measured (seconds; negative when
+    # behind); None: not measured.
+    clock_ahead: float | None = None
+    retention_seconds: int | None = None
+
+
+def lost_before(view: QueueView, interval_seconds: int) -> datetime:
+    """The time before which a row's message, had it entered the queue then (its last
+    send, or the end of the hold the worker set on it: the row's due time) and the row not
+    been claimed since, is lost: it was sent more than the requeue interval ago, and either
+    nothing is waiting in the queue (whatever is in flight is held on purpose), or the
+    worker has received a message sent ENTRY_SLACK_SECONDS after it (the queue has moved
+    past it). Either way, never later than the queue's retention allows it to live."""
+    plain = view.now - timedelta(seconds=interval_seconds)
+    # Nothing waiting: whatever is in flight is held on purpose, and its rows say so.
+    cutoff = plain if view.waiting == 0 else min(plain, _moved_past(view))
+    retention = min(view.retention_seconds or MAX_RETENTION_SECONDS, MAX_RETENTION_SECONDS)
+    gone = view.now - timedelta(seconds=retention + RETENTION_MARGIN_SECONDS)
+    return max(cutoff, gone)
+
+
+def _moved_past(view: QueueView) -> datetime:
+    """Before this, whatever entered the queue has come out: the receive mark in the
+    database's clock, less the slack. The beginning of time when nothing was received
+    (or the mark is not a time the arithmetic can move: a row written by hand)."""
+    if view.received_through is None:
+        return NEVER
+    ahead = ASSUMED_CLOCK_AHEAD_SECONDS if view.clock_ahead is None else view.clock_ahead
+    try:
+        return view.received_through - timedelta(seconds=ahead + ENTRY_SLACK_SECONDS)
+    except OverflowError:
+        return NEVER
+
+
+def entered_queue(enqueued_at: datetime | None, next_run_at: datetime | None) -> datetime | None:
+    """When a row's message last entered the queue: its last send, or, when the worker held
+    it, the hold's end (the row's due time), whichever is later. None: no message was sent
+    (parked, or a send that failed and was unstamped), and the grace period decides.
+
+    Never earlier than the truth: a row claimed since its last send has a later due time
+    (retry, release) or a new stamp (the expired-lock step); a duplicate held early is held
+    until the row's due time."""
+    if enqueued_at is None:
+        return None
+    return enqueued_at if next_run_at is None else max(enqueued_at, next_run_at)
+
+
+def is_lost(
+    *,
+    enqueued_at: datetime | None,
+    next_run_at: datetime | None,
+    cutoff: datetime,
+    now: datetime,
+    grace_seconds: int,
+) -> bool:
+    """The lost-message step's test of one PENDING row, as `lost_row` in queries.sql puts
+    it: due more than the grace period ago, and never sent or entered before `cutoff`."""
+    if next_run_at is None or next_run_at >= now - timedelta(seconds=grace_seconds):
+        return False
+    entered = entered_queue(enqueued_at, next_run_at)
+    return entered is None or entered < cutoff
+
+
+def clock_ahead(sqs_date: datetime, db_now: datetime, elapsed_seconds: float) -> float | None:
+    """How far SQS's clock is ahead of the database's at most (seconds): its answer's Date
+    (whole seconds, rounded down) against the database's now() read after it, the two
+    reads `elapsed_seconds` apart from the SQS call's start to the statement's end. None
+    for a difference of more than a day: a Date header that is not SQS's clock."""
+    ahead = (sqs_date - db_now).total_seconds() + 1.0 + max(elapsed_seconds, 0.0)
+    return ahead if abs(ahead) <= MAX_CLOCK_AHEAD_SECONDS else None
 
 
 def latest_due(rows: Sequence[SweptRow], after: datetime | None) -> datetime | None:
@@ -140,11 +245,16 @@ class SweepSummary:
     claimed: int = 0  # rows taken, counted against the per-run bound
     stop_reason: StopReason = StopReason.DONE
     oldest_pending_age_seconds: float | None = None
-    requeue_interval_seconds: int | None = None  # the interval the lost-message step used
+    # How long ago a row's message must have entered the queue to be lost (lost_before).
+    requeue_interval_seconds: int | None = None
+    queue_waiting: int | None = None  # messages waiting to be received, as SQS counted them
+    clock_ahead_seconds: float | None = None  # SQS's clock against the database's, at most
     lane_paused: str | None = None  # the pause reason, while the lane is paused
     lane_resumed: bool = False  # the probe found the account healthy and opened the lane
     unparked: int = 0  # rows parked by that pause, made due now
     ledger_rolled_up: int = 0  # uploads older than the ledger's hours, counted per hour
+    stories_expired: int = 0  # concluded records whose events the retention removed
+    events_removed: int = 0  # and how many events that was
     staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
     duration_ms: float = 0.0
 
@@ -161,9 +271,13 @@ class SweepSummary:
             "dated": self.dated,
             "oldest_pending_age_seconds": self.oldest_pending_age_seconds,
             "requeue_interval_seconds": self.requeue_interval_seconds,
+            "queue_waiting": self.queue_waiting,
+            "clock_ahead_seconds": self.clock_ahead_seconds,
             "lane_paused": self.lane_paused,
             "lane_resumed": self.lane_resumed,
             "unparked": self.unparked,
+            "stories_expired": self.stories_expired,
+            "events_removed": self.events_removed,
             "staged_waiting": None if self.staged is None else self.staged.waiting,
             "pages": self.pages,
             "claimed": self.claimed,

@@ -16,26 +16,35 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.archive.enqueue import send_records
 from lib.archive.lane import probe_can_clear
 from lib.archive.sweep_rules import (
-    LOGGED_IDS,
+    ASSUMED_CLOCK_AHEAD_SECONDS,
+    EXPIRY_BATCHES,
+    EXPIRY_RECORDS,
+    NEVER,
+    PAGE_RESERVE_MS,
     PAGE_SIZE,
     UNPARK_SPREAD_SECONDS,
+    QueueView,
     Step,
     StopReason,
     SweepSummary,
     can_send_batch,
+    clock_ahead,
     latest_due,
     live_first,
+    logged_ids,
+    lost_before,
     next_page,
     probe_deadline,
-    requeue_interval,
 )
 from lib.platform.config import SweeperSettings
-from lib.platform.grants import describe_permission_denied, is_permission_denied
+from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
-from lib.platform.sqs import Queue
+from lib.platform.sqs import Queue, QueueCounts
+from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
+from lib.state.privileges import explain_denial
 from lib.state.sweeps import SweepRecords, SweptRow
 
 
@@ -58,7 +67,7 @@ class Sweeper:
         self.queue = queue
         self.probe = probe
         self._lane_open = True
-        self._requeue_interval = settings.requeue_interval_seconds
+        self._lost_before = NEVER  # set by each run
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
@@ -66,14 +75,21 @@ class Sweeper:
         started = time.monotonic()
         summary = SweepSummary()
         try:
-            summary.dated = self.records.date_undated(limit=self.settings.max_rows)
+            dated = self.records.date_undated(limit=self.settings.max_rows)
+            summary.dated = len(dated)
+            if dated:
+                logger.info(
+                    "undated records made due", count=len(dated), record_ids=logged_ids(dated)
+                )
             summary.ledger_rolled_up, _ = self.lanes.roll_up()
             self._read_lane(summary, remaining_ms)
+            self._read_queue(summary)
             for step in Step:
                 stop = self._sweep(step, summary, remaining_ms)
                 if stop is not None:
                     summary.stop_reason = stop
                     break
+            self._expire_events(summary, remaining_ms)
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
             summary.staged = self.records.staged_summary()
         except Exception as error:
@@ -84,7 +100,7 @@ class Sweeper:
                 metrics.add_metric(name="PermissionDenied", unit=MetricUnit.Count, value=1)
                 logger.error(
                     "sweep stopped: the database role lacks a grant",
-                    error=describe_permission_denied(error),
+                    error=explain_denial(self.records.db, error),
                 )
             logger.exception("sweep aborted", **summary.as_dict())
             raise
@@ -97,7 +113,7 @@ class Sweeper:
 
     def _read_lane(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
         """The lane decides what this run sends: nothing lost or parked while it is paused
-        (the probe may open it), and a requeue interval that grows with the backlog."""
+        (the probe may open it)."""
         lane = self.lanes.state()
         if (
             lane.paused
@@ -106,11 +122,16 @@ class Sweeper:
             and self._probe(probe_deadline(remaining_ms()))
         ):
             self.lanes.clear(reason="account")
-            summary.unparked = self.lanes.unpark(
-                spread_seconds=UNPARK_SPREAD_SECONDS, limit=self.settings.max_rows
+            unparked = self.lanes.unpark(
+                spread_seconds=UNPARK_SPREAD_SECONDS, by=Actor.SWEEPER, limit=self.settings.max_rows
             )
+            summary.unparked = len(unparked)
             summary.lane_resumed = True
-            logger.info("the host account is healthy again; upload lane opened")
+            logger.info(
+                "the host account is healthy again; upload lane opened",
+                unparked=len(unparked),
+                record_ids=logged_ids(unparked),
+            )
             lane = self.lanes.state()
         self._lane_open = not lane.paused
         summary.lane_paused = lane.reason if lane.paused else None
@@ -124,12 +145,15 @@ class Sweeper:
             unit=MetricUnit.Count,
             value=1 if lane.paused and lane.reason == PauseReason.ACCOUNT else 0,
         )
-        self._requeue_interval = requeue_interval(
-            self.settings.requeue_interval_seconds,
-            queued=self._queued(),
-            rate=lane.drain_per_second,
-        )
-        summary.requeue_interval_seconds = self._requeue_interval
+
+    def _read_queue(self, summary: SweepSummary) -> None:
+        """When a sent row's message is lost (lib.archive.sweep_rules.lost_before)."""
+        view = queue_view(self.queue, self.settings.queue_url, self.records)
+        self._lost_before = lost_before(view, self.settings.requeue_interval_seconds)
+        summary.requeue_interval_seconds = round((view.now - self._lost_before).total_seconds())
+        summary.queue_waiting = view.waiting
+        ahead = view.clock_ahead
+        summary.clock_ahead_seconds = None if ahead is None else round(ahead, 3)
 
     def _probe(self, deadline: float) -> bool:
         if self.probe is None:
@@ -143,13 +167,6 @@ class Sweeper:
                 detail=outside_text(error, 200),
             )
             return False
-
-    def _queued(self) -> int | None:
-        try:
-            return self.queue.depth(self.settings.queue_url)
-        except Exception as error:  # noqa: BLE001 - without the depth, the plain grace applies
-            logger.warning("could not read the queue depth", error=type(error).__name__)
-            return None
 
     def _sweep(
         self, step: Step, summary: SweepSummary, remaining_ms: Callable[[], int]
@@ -171,6 +188,12 @@ class Sweeper:
             rows = self._take(step, limit, after)
             if not rows:
                 return None
+            logger.info(
+                "sweep took records",
+                step=str(step),
+                count=len(rows),
+                record_ids=logged_ids(row.record_id for row in rows),
+            )
             summary.pages += 1
             summary.claimed += len(rows)
             self._concluded(step, rows, summary)
@@ -197,7 +220,7 @@ class Sweeper:
                 return self.records.take_lost(
                     limit=limit,
                     grace_seconds=settings.grace_seconds,
-                    interval_seconds=self._requeue_interval,
+                    lost_before=self._lost_before,
                     after=after,
                     backfilled=step is Step.LOST_BACKFILLED,
                 )
@@ -220,7 +243,7 @@ class Sweeper:
             step=str(step),
             reason=reason,
             count=len(failed),
-            record_ids=[str(record_id) for record_id in failed[:LOGGED_IDS]],
+            record_ids=logged_ids(failed),
         )
 
     def _send(
@@ -238,6 +261,13 @@ class Sweeper:
             may_send=lambda: can_send_batch(remaining_ms()),
         )
         summary.requeued += len(report.sent)
+        if report.sent:
+            logger.info(
+                "sweep sent records",
+                step=str(step),
+                count=len(report.sent),
+                record_ids=logged_ids(report.sent),
+            )
         stop: StopReason | None = None
         if report.error is not None:
             # Nothing of that call was sent; the rows stay eligible for the next run.
@@ -256,13 +286,34 @@ class Sweeper:
                 step=str(step),
                 count=len(report.failed),
                 codes=sorted(set(report.failed.values())),
-                record_ids=[str(record_id) for record_id in sorted(report.failed)[:LOGGED_IDS]],
+                record_ids=logged_ids(report.failed),
             )
         unsent = set(report.unsent)
         if unsent:
             summary.send_failures += len(unsent)
             self.records.restore([row for row in rows if row.record_id in unsent])
         return stop
+
+    def _expire_events(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
+        """Retention: concluded records' stories past ARCHIVE_EVENT_RETENTION_DAYS, a batch
+        of records at a time while time is left; never a live record's (docs/history.md)."""
+        retention = self.settings.event_retention_days * 86_400
+        for _ in range(EXPIRY_BATCHES):
+            if remaining_ms() < PAGE_RESERVE_MS:
+                return
+            removed = self.records.expire_events(retention_seconds=retention, limit=EXPIRY_RECORDS)
+            if not removed:
+                return
+            summary.stories_expired += len(removed)
+            summary.events_removed += sum(removed.values())
+            logger.info(
+                "events of concluded records removed after the retention",
+                count=len(removed),
+                events=sum(removed.values()),
+                record_ids=logged_ids(removed),
+            )
+            if len(removed) < EXPIRY_RECORDS:
+                return
 
     @staticmethod
     def _emit_metrics(summary: SweepSummary) -> None:
@@ -287,3 +338,35 @@ class Sweeper:
                 unit=MetricUnit.Seconds,
                 value=summary.oldest_pending_age_seconds,
             )
+
+
+def queue_view(queue: Queue, queue_url: str, records: SweepRecords) -> QueueView:
+    """What a sweep knows of the archive queue: how far it has moved (the receive mark the
+    claims keep), what waits in it, and SQS's clock against the database's, measured from
+    the one GetQueueAttributes call and the mark's statement right after it."""
+    started = time.monotonic()
+    try:
+        counts: QueueCounts | None = queue.counts(queue_url)
+    except Exception as error:  # noqa: BLE001 - unknown counts: the receive mark decides
+        logger.warning("could not read the queue's counts", error=type(error).__name__)
+        counts = None
+    mark, now = records.queue_mark()
+    elapsed = time.monotonic() - started
+    ahead = None
+    if counts is not None and counts.date is not None:
+        ahead = clock_ahead(counts.date, now, elapsed)
+        if ahead is None or abs(ahead) > ASSUMED_CLOCK_AHEAD_SECONDS:
+            # The rule allows for a measured difference; said because every other clock
+            # comparison (lock expiry, due times) assumes the two agree.
+            logger.warning(
+                "SQS's clock and the database's disagree",
+                sqs_date=counts.date.isoformat(),
+                database_now=now.isoformat(),
+            )
+    return QueueView(
+        now=now,
+        received_through=mark,
+        waiting=None if counts is None else counts.waiting,
+        clock_ahead=ahead,
+        retention_seconds=None if counts is None else counts.retention_seconds,
+    )

@@ -9,17 +9,23 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lib.archive import limiter, pacing, schedule
+from lib.archive import limiter, pacing, schedule, story
 from lib.archive import retry as policy
 from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
-from lib.archive.outcome import Copied, Message, Outcome, Verdict
-from lib.archive.staging import StagedCopyMismatch, Staging, keeps_copy, worth_staging
+from lib.archive.outcome import Message, Outcome, Verdict, archived
+from lib.archive.staging import (
+    StagedCopyMismatch,
+    Staging,
+    keeps_copy,
+    mismatched,
+    worth_staging,
+)
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
-from lib.platform.redact import outside_text
 from lib.platform.s3 import StagedCopyMissing
 from lib.state.claim import SentImage, StagedCopy, Task
+from lib.state.events import EventLog
 from lib.state.lane import LaneState
 from lib.state.lane_store import LaneStore, SlotAnswer
 from lib.transfer.failures import ArchiveFailure, Failure, Stage
@@ -35,7 +41,9 @@ class _Attempt:
     lane: LaneState  # as the claim saw it
     claimed_at: float  # time.monotonic() at the claim
     deadline: float
+    events: EventLog  # the attempt's story, written by the statement that concludes it
     restage: bool = False  # the row's staged copy is gone: stage the bytes again
+    from_staged: bool = False  # the bytes in hand are the staged copy's
     slot_taken: bool = False
     looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
     fetch_seconds: float = 0.0  # how long getting the bytes in hand took
@@ -57,9 +65,12 @@ class Transfer:
         self.lanes = lane
         self.timings = pacing.Timings()
 
-    def run(self, task: Task, lane: LaneState, message: Message, remaining_ms: int) -> Verdict:
+    def run(
+        self, task: Task, lane: LaneState, message: Message, remaining_ms: int, events: EventLog
+    ) -> Verdict:
         now = time.monotonic()
-        at = _Attempt(task, message, lane, now, now + (remaining_ms - FINISH_RESERVE_MS) / 1000)
+        deadline = now + (remaining_ms - FINISH_RESERVE_MS) / 1000
+        at = _Attempt(task, message, lane, now, deadline, events)
         if not can_start(at.deadline):
             # Checked before anything is fetched: the only time an attempt is given back.
             return schedule.no_time_for_transfer()
@@ -84,6 +95,7 @@ class Transfer:
         self.timings.fetched(at.fetch_seconds)
         if isinstance(held, Verdict):
             return held
+        story.fetched(at.events, held, from_staged=at.from_staged, seconds=at.fetch_seconds)
         try:
             return self._with_bytes(at, held)
         finally:
@@ -95,29 +107,22 @@ class Transfer:
         """The staged copy read back when the row has one, else the source downloaded."""
         task = at.task
         if task.staged_key is not None:
-            if not self.staging.enabled:
-                logger.warning("the row has a staged copy but staging is off; using the source")
-            else:
-                try:
-                    return self.staging.read_back(task, at.deadline)
-                except StagedCopyMissing as error:
-                    # Expired by the lifecycle rule, or deleted: the source may still work.
-                    logger.warning("staged copy missing; using the source", error=str(error))
-                    at.restage = True
-                except StagedCopyMismatch as error:
-                    return _mismatched(str(error))
+            staged = _staged_copy(self.staging, at)
+            if staged is not None:
+                return staged
         try:
             return self.copier.fetch(task, at.deadline)
         except ArchiveFailure as error:
+            story.source_failed(at.events, error.failure)
             return self._source_failed(at, error.failure)
 
     def _source_gone(self, at: _Attempt) -> Verdict | None:
-        """The record's own failure if its source no longer has the image (asked, not
-        fetched); a staged copy, not the source, is what a staged row sends."""
+        """The record's own failure if its source no longer has the image (asked, not fetched)."""
         if at.task.staged_key is None:
             try:
                 self.copier.check_source(at.task, at.deadline)
             except ArchiveFailure as error:
+                story.source_failed(at.events, error.failure)
                 return self._source_failed(at, error.failure)
         return None
 
@@ -127,10 +132,12 @@ class Transfer:
         if at.task.may_be_hosted and not at.looked_up:
             try:
                 found = self.copier.find_ours(at.task, None, at.deadline)
-            except ArchiveFailure:
-                found = None
-            if found is not None and found.adopted is not None:
-                return _archived(found.adopted)
+            except ArchiveFailure as error:
+                story.looked_up(at.events, error.failure.message)
+            else:
+                story.looked_up(at.events, found)
+                if found.adopted is not None:
+                    return archived(found.adopted)
         if at.restage:
             # Said plainly: the copy the row relied on is gone (the bucket's lifecycle rule)
             # and the provider's URL failed too (typically expired: a permanent 403).
@@ -149,6 +156,7 @@ class Transfer:
         try:
             found = self.copier.find_ours(task, sent, at.deadline)
         except ArchiveFailure as error:
+            story.looked_up(at.events, error.failure.message)
             if host_condition(error.failure) is not None or task.attempt < (
                 self.settings.max_attempts
             ):
@@ -158,10 +166,11 @@ class Transfer:
                 error=error.failure.message,
             )
             return True
+        story.looked_up(at.events, found)
         for key, why in found.refused:
             logger.info("an image with the record's name is not ours", key=key, why=why)
         if found.adopted is not None:
-            return _archived(found.adopted)
+            return archived(found.adopted)
         return False
 
     def _with_bytes(self, at: _Attempt, held: HeldImage) -> Verdict:
@@ -185,11 +194,13 @@ class Transfer:
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
+            story.upload_failed(at.events, error.failure, seconds=time.monotonic() - uploading)
             # Lsky counts stored images: the slot stays if it may have stored this one.
             verdict = self._failed(at, error.failure, held)
             return replace(verdict, counted=error.failure.may_be_hosted)
         self.timings.uploaded(time.monotonic() - uploading)
-        return _archived(replace(copied, duplicate_possible=at.duplicate_possible))
+        story.upload_answered(at.events, copied, seconds=time.monotonic() - uploading)
+        return archived(replace(copied, duplicate_possible=at.duplicate_possible))
 
     # -- pacing --------------------------------------------------------------------------
 
@@ -222,6 +233,7 @@ class Transfer:
             )
             if attempt == 0 and held is not None and at.task.booked_at is not None:
                 self.timings.came_back((slot.now - at.task.booked_at).total_seconds())
+            story.slot(at.events, slot)
             if slot.answer is SlotAnswer.GO:
                 at.slot_taken = True
                 return None
@@ -245,13 +257,10 @@ class Transfer:
                 staging=self.staging.enabled,
             )
             if not can_sleep:
-                booked = slot.answer is SlotAnswer.BOOKED
-                verdict = schedule.wait_for_slot(
-                    wait, at.message, booked=booked, early=lead + tolerance
-                )
+                booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
+                verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
                 if verdict.outcome is Outcome.PARKED:
-                    # No message is left for it and a parked row queues afresh, maybe past
-                    # the source URL's life: stage what is held.
+                    # Parked, it may outwait the source URL: stage what is held.
                     verdict = replace(verdict, staged=self._stage(at, held, "paced"))
                 return verdict
             time.sleep(wait)
@@ -285,13 +294,8 @@ class Transfer:
             window=condition.window,
             detail=condition.detail,  # redacted and bounded on its way in
         )
-        logger.warning(
-            "upload lane paused; attempt given back",
-            reason=str(condition.reason),
-            window=condition.window,
-            detail=outside_text(condition.detail, schedule.DETAIL_LIMIT),
-            paused_until=until.isoformat() if until is not None else "until cleared",
-        )
+        fields = story.lane_paused(at.events, condition, until)
+        logger.warning("upload lane paused; attempt given back", **fields)
         verdict = schedule.wait_for_lane(
             schedule.paused_for(until, now),
             at.message,
@@ -339,28 +343,47 @@ class Transfer:
             staged = self.staging.capture(at.task, at.deadline, "lane paused")
         except ArchiveFailure as error:
             # The download itself failed: the record's own failure, paused lane or not.
+            story.source_failed(at.events, error.failure)
             return self._attempt_failed(at, error.failure)
+        story.staged(at.events, staged, "lane paused")
         return schedule.wait_for_lane(at.lane.paused_for_seconds, at.message, staged=staged)
 
     def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
         """Stage the bytes in hand, unless the row's own copy is where they came from."""
         if held is None or (at.task.staged_key is not None and not at.restage):
             return None
-        return self.staging.stage(at.task, held, at.deadline, why)
+        staged = self.staging.stage(at.task, held, at.deadline, why)
+        story.staged(at.events, staged, why)
+        return staged
 
 
-def _window_frees(
-    lanes: LaneStore, condition: HostCondition, zone: str, task: Task
-) -> datetime | None:
-    """When the window Lsky named in a refusal frees, by the ledger (None: no window)."""
-    if condition.window_seconds is None or condition.limit is None:
+def _staged_copy(staging: Staging, at: _Attempt) -> HeldImage | Verdict | None:
+    """The row's staged copy read back, or the verdict on a copy that is not what was
+    captured; None: use the source (staging is off, or the copy is gone)."""
+    if not staging.enabled:
+        logger.warning("the row has a staged copy but staging is off; using the source")
         return None
-    [span] = limiter.pacing_windows([(condition.window_seconds, condition.limit)], zone)
-    margin = pacing.slot_margin([span])
-    # (The refused record's own slot is no upload.)
-    return lanes.window_frees_at(
-        *span, margin=margin, window=condition.window, zone=zone, record_id=task.record_id
-    )
+    try:
+        held = staging.read_back(at.task, at.deadline)
+    except StagedCopyMissing as error:
+        # Expired by the lifecycle rule, or deleted: the source may still work.
+        logger.warning("staged copy missing; using the source", error=str(error))
+        story.staged_copy_failed(at.events, str(error))
+        at.restage = True
+        return None
+    except StagedCopyMismatch as error:
+        story.staged_copy_failed(at.events, str(error))
+        return mismatched(str(error))
+    at.from_staged = True
+    return held
+
+
+def _window_frees(lanes: LaneStore, named: HostCondition, zone: str, task: Task) -> datetime | None:
+    """When the window Lsky named in a refusal frees, by the ledger (None: no window)."""
+    if named.window_seconds is None or named.limit is None:
+        return None
+    name, seconds, limit = named.window, named.window_seconds, named.limit
+    return lanes.window_frees_at(seconds, limit, window=name, zone=zone, record_id=task.record_id)
 
 
 def _queued(lane: LaneState) -> bool:
@@ -372,26 +395,3 @@ def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:
     if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
         return None
     return sent_of(held)
-
-
-def _archived(copied: Copied) -> Verdict:
-    return Verdict(
-        Outcome.ARCHIVED,
-        copied.hosted.url,
-        copied=copied,
-        fields={"bytes": copied.size, "mime_type": copied.hosted.mime_type},
-    )
-
-
-def _mismatched(error: str) -> Verdict:
-    """The staged copy is not what was captured: never archived. Our fault, not the
-    record's: the attempt is given back and the row forgets the copy (the source next)."""
-    logger.error("staged copy does not match what was captured; dropped", error=error)
-    return Verdict(
-        Outcome.OWN_FAULT,
-        f"staging error: {error}",
-        schedule.OWN_FAULT_RETRY_SECONDS,
-        forget_staged=True,
-        metrics=("StagingError", "StagedCopyMismatch"),
-        fields={"error": error},
-    )

@@ -20,9 +20,11 @@ from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.transfer import Transfer
 from lib.platform.config import Settings
+from lib.platform.grants import is_permission_denied
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.redact import outside_text
 from lib.state.lane import LaneState
+from lib.state.privileges import explain_denial
 from lib.state.records import ArchiveRecords
 
 
@@ -76,21 +78,33 @@ class ArchiveWorker:
             lock_ttl_seconds=self.settings.lock_ttl_seconds,
             max_attempts=self.settings.max_attempts,
             capture_while_paused=self.transfer.staging.enabled,
+            message_id=message.message_id,
+            receive_count=message.receive_count,
+            queue_mark=message.queue_mark,
         )
         if claim.task is None:
             return schedule.not_claimed(claim.snapshot, message)
         ctx.task = claim.task
         logger.append_keys(attempt=claim.task.attempt)
         lane = claim.snapshot.lane or LaneState(now=datetime.now(UTC))
-        return self.transfer.run(claim.task, lane, message, remaining_ms())
+        ctx.events.start(lane.now)
+        return self.transfer.run(claim.task, lane, message, remaining_ms(), ctx.events)
 
     def _fault(self, error: Exception, ctx: Context) -> Verdict:
-        verdict = fault_verdict(
-            error, claimed=ctx.task is not None, lock_ttl_seconds=self.settings.lock_ttl_seconds
-        )
+        verdict = self._fault_verdict(error, ctx)
         if "InternalError" in verdict.metrics:
             log_unexpected("unexpected error while handling a message", error)
         return verdict
+
+    def _fault_verdict(self, error: Exception, ctx: Context) -> Verdict:
+        # A 42501 is worth a look at the catalog (only then): it names what to grant.
+        denial = explain_denial(self.records.db, error) if is_permission_denied(error) else None
+        return fault_verdict(
+            error,
+            claimed=ctx.task is not None,
+            lock_ttl_seconds=self.settings.lock_ttl_seconds,
+            denial=denial,
+        )
 
     def _conclusion_failed(self, decided: Verdict, ctx: Context, error: Exception) -> Result:
         """A step of the conclusion raised: conclude as our fault instead (attempt given
@@ -109,7 +123,14 @@ class ArchiveWorker:
         try:
             return self.concluder.conclude(verdict, ctx)
         except Exception as again:  # noqa: BLE001 - nothing can be written: SQS redelivers
-            log_unexpected("could not conclude the attempt; SQS will redeliver it", again)
+            # Both failures named: the first is why the attempt could not be concluded (a
+            # 42501 names the grant), the second why not even as our fault.
+            log_unexpected(
+                "could not conclude the attempt; SQS will redeliver it",
+                again,
+                error=verdict.fields.get("error", verdict.detail),
+                conclusion_error=self._fault_verdict(again, ctx).detail,
+            )
             self.concluder.delay(ctx.message, verdict.delay_seconds)
             for name in ("Unconcluded", *verdict.metrics):
                 metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)

@@ -22,7 +22,6 @@ from lib.cli.context import (
     PROG,
     CommandError,
     Context,
-    out,
 )
 from lib.cli.pacing import Limits, backfill_capacity
 from lib.cli.progress import Display
@@ -63,23 +62,40 @@ def dry_run(ctx: Context, records: OperatorRecords, scope: BackfillScope, limits
     args = ctx.args
     total = records.count_backfill(since=scope.since, until=scope.until, user_id=scope.user_id)
     would = total if args.limit is None else min(total, args.limit)
-    limit = "" if args.limit is None else f"; --limit {args.limit}"
-    out(f"{total} SUCCEEDED generations never queued{_describe_scope(scope)}{limit}")
-    out(f"would queue {would}, {args.page_size} a page, oldest generation first")
     rows = records.preview_backfill(
         since=scope.since, until=scope.until, user_id=scope.user_id, limit=min(would, args.show)
     )
-    for record_id, started, user_id in rows:
-        out(f"  {record_id:>12}  {_iso(started)}  user {user_id}")
-    if would > len(rows):
-        out(f"  ... and {would - len(rows)} more")
     pause = lanes.pause_of(ctx.lanes().state())
-    if pause is not None:
-        out(f"the upload lane is {lanes.describe(pause)}")
+    pacing = None
     if limits:
         view = look(ctx, records, limits)
-        out(f"pacing: {backfill_capacity(view.uses, would, view.backfill_eta(would))}")
-    out("dry run: nothing changed")
+        pacing = backfill_capacity(view.uses, would, view.backfill_eta(would))
+    ctx.answer(
+        {
+            "dry_run": True,
+            "never_queued": total,
+            "would_queue": would,
+            "page_size": args.page_size,
+            "records": [
+                {"id": record_id, "started_at": started, "user_id": user_id}
+                for record_id, started, user_id in rows
+            ],
+            "lane_pause": None if pause is None else lanes.as_json(pause),
+            "pacing": pacing,
+        }
+    )
+    limit = "" if args.limit is None else f"; --limit {args.limit}"
+    ctx.say(f"{total} SUCCEEDED generations never queued{_describe_scope(scope)}{limit}")
+    ctx.say(f"would queue {would}, {args.page_size} a page, oldest generation first")
+    for record_id, started, user_id in rows:
+        ctx.say(f"  {record_id:>12}  {_iso(started)}  user {user_id}")
+    if would > len(rows):
+        ctx.say(f"  ... and {would - len(rows)} more")
+    if pause is not None:
+        ctx.say(f"the upload lane is {lanes.describe(pause)}")
+    if pacing is not None:
+        ctx.say(f"pacing: {pacing}")
+    ctx.say("dry run: nothing changed")
     return EXIT_OK
 
 
@@ -130,57 +146,74 @@ def run(ctx: Context) -> int:
         backfill.run(on_first_look=announce(display, limits, backfill))
     except PageInterrupted as stopped:
         display.finish()
-        _report(backfill)
+        _report(backfill, interrupted=True, put_back=stopped.put_back)
         if stopped.put_back:
-            out(
+            ctx.say(
                 f"{len(stopped.put_back)} rows of the page being sent were put back: never "
                 "queued, the next run takes them"
             )
         if stopped.left_pending:
-            out(
+            ctx.say(
                 f"{len(stopped.left_pending)} rows of that page are PENDING without a "
                 "message: the sweeper sends them"
             )
-        return _interrupted()
+        return _interrupted(ctx)
     except KeyboardInterrupt:
         display.finish()
-        _report(backfill)
-        return _interrupted()
+        _report(backfill, interrupted=True)
+        return _interrupted(ctx)
     finally:
         display.finish()  # so that an error's line starts on a line of its own
     return _report(backfill)
 
 
-def _interrupted() -> int:
-    out(f"interrupted: run the same `{PROG} backfill` again to go on (no row is queued twice)")
+def _interrupted(ctx: Context) -> int:
+    ctx.say(f"interrupted: run the same `{PROG} backfill` again to go on (no row is queued twice)")
     print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED
 
 
-def _report(backfill: Backfill) -> int:
+def _report(
+    backfill: Backfill, *, interrupted: bool = False, put_back: list[int] | None = None
+) -> int:
+    ctx = backfill.ctx
     outcome = backfill.outcome
     sent = backfill.meter.done
+    limit = backfill.args.limit
+    limit_reached = limit is not None and outcome.taken >= limit
+    ctx.answer(
+        {
+            "queued": sent,
+            "unsent": {str(k): v for k, v in outcome.unsent.items()},
+            "finished": outcome.finished,
+            "limit_reached": limit_reached,
+            "left": outcome.left,
+            "uncounted": outcome.uncounted,
+            "interrupted": interrupted,
+            "put_back": put_back or [],
+        }
+    )
     for record_id, reason in outcome.unsent.items():
-        out(f"{'NOT SENT':<9} {record_id}: {reason}")
+        ctx.say(f"{'NOT SENT':<9} {record_id}: {reason}")
     scope = _describe_scope(backfill.scope)
-    out(f"{sent} queued{scope}, {len(outcome.unsent)} not sent")
+    ctx.say(f"{sent} queued{scope}, {len(outcome.unsent)} not sent")
     code = EXIT_OK
     if outcome.finished:
-        out(f"no never-queued SUCCEEDED generations left{scope} (counted again)")
-    elif backfill.args.limit is not None and outcome.taken >= backfill.args.limit:
-        out(f"--limit {backfill.args.limit} reached")
+        ctx.say(f"no never-queued SUCCEEDED generations left{scope} (counted again)")
+    elif limit_reached:
+        ctx.say(f"--limit {limit} reached")
     elif outcome.left is not None:
-        out(
+        ctx.say(
             f"{outcome.left} never-queued SUCCEEDED generations still left{scope}: another "
             "transaction held them each time they were looked for; run the same backfill "
             "again to take them"
         )
         code = EXIT_PARTIAL
     elif outcome.uncounted:
-        out("the range could not be counted again in time: run the same backfill to check")
+        ctx.say("the range could not be counted again in time: run the same backfill to check")
         code = EXIT_PARTIAL
     if outcome.unsent:
-        out(
+        ctx.say(
             "the records not sent are PENDING: the sweeper sends them once they are past "
             "its grace period"
         )

@@ -33,7 +33,9 @@ MAX_EMPTY_PASSES = 10
 @contextmanager
 def held_interrupts(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
     """Hold a Ctrl-C until the block (a page: rows marked, then sent) is through; yields
-    whether one came. A second Ctrl-C stops at once (backfill_page settles the page)."""
+    whether one came. A second Ctrl-C stops at once (backfill_page settles the page).
+    An ignored SIGINT stays ignored: a shell starts a background job so, that the
+    terminal's Ctrl-C leaves it running, and the run keeps to that during a page too."""
     requested = False
 
     def came() -> bool:
@@ -41,6 +43,9 @@ def held_interrupts(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]
 
     if threading.current_thread() is not threading.main_thread():
         yield came  # signal handlers belong to the main thread; nothing to hold
+        return
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield came
         return
 
     def hold(signum: int, frame: FrameType | None) -> None:

@@ -4,10 +4,14 @@ URLs from the options or lib.platform.config), CommandError, exit codes, out()."
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 import pg8000.exceptions
 from botocore.exceptions import ClientError
@@ -20,6 +24,7 @@ from lib.platform.grants import describe_permission_denied
 from lib.platform.redact import outside_text
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
+from lib.state.privileges import RolePrivileges, explain_denial
 from lib.state.sweeps import SweepRecords
 
 if TYPE_CHECKING:
@@ -28,15 +33,30 @@ if TYPE_CHECKING:
     from lib.platform.sqs import Queue
 
 PROG = "archive-ctl"
+# The conventions of git, kubectl and the AWS CLI: 0 done, 1 the thing asked failed, 2 a
+# bad command line; codes above tell apart what a script must (lib.cli.main lists, per
+# command, only those it can return).
 EXIT_OK = 0
-EXIT_ERROR = 1  # nothing or not everything could be done: configuration, database, SQS
-EXIT_USAGE = 2  # argparse's own code for a bad command line
-EXIT_PARTIAL = 3  # done, but some records were not found or not sent
-EXIT_INTERRUPTED = 130
+EXIT_ERROR = 1  # the thing asked failed: configuration, database, SQS; the message says which
+EXIT_USAGE = 2  # a bad command line: argparse's own code, and UsageError's
+EXIT_PARTIAL = 3  # done in part: some records not found or not sent; status: a part unread
+EXIT_NO_ROLE = 4  # grants: there is no such role
+EXIT_NOT_FOUND = 4  # show: there is no such record
+EXIT_NOT_MIGRATED = 5  # grants: tables or columns this release needs do not exist yet
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE), as a shell reports it
+# grants: the role lacks privileges (the GRANTs are printed); the same number as a partial
+# answer elsewhere: the check ran, and what it found is not complete.
+EXIT_MISSING_GRANTS = EXIT_PARTIAL
 
 
 class CommandError(ServiceError):
     """A clear, expected failure: printed as one line, exit code EXIT_ERROR."""
+
+
+class UsageError(CommandError):
+    """The command line asks for something that cannot be done as asked (a filter that is
+    missing or contradicts another): printed with the command's usage, exit code EXIT_USAGE."""
 
 
 @dataclass
@@ -75,6 +95,14 @@ class Context:
     def sweeps(self) -> SweepRecords:
         return SweepRecords(self.database())
 
+    def privileges(self) -> RolePrivileges:
+        return RolePrivileges(self.database())
+
+    @property
+    def connected(self) -> Database | None:
+        """The database, if this run has opened it (to explain a failure in its terms)."""
+        return self._db
+
     @property
     def queue(self) -> Queue:
         if self._queue is None:
@@ -87,6 +115,12 @@ class Context:
     @property
     def sqs(self) -> SQSClient:
         return self.queue.client
+
+    def logs_client(self) -> Any:
+        """CloudWatch Logs, for `show --logs` (boto3 imported on first use)."""
+        from lib.platform import aws  # noqa: PLC0415
+
+        return aws.client("logs", connect_timeout=5, read_timeout=15, max_attempts=2)
 
     def sqs_no_retry(self) -> SQSClient:
         from lib.platform.sqs import Queue  # noqa: PLC0415
@@ -117,6 +151,28 @@ class Context:
             raise CommandError(f"{queue_url} has no redrive policy; pass --dlq-url")
         return derived
 
+    @property
+    def json(self) -> bool:
+        """--json: stdout is one JSON document (`answer`); report lines are not printed."""
+        return bool(getattr(self.args, "json", False))
+
+    def say(self, line: str = "") -> None:
+        """A line of the text report (nothing under --json, whose answer says it all)."""
+        if not self.json:
+            out(line)
+
+    def progress(self, line: str = "") -> None:
+        """A line about the work under way: stdout in text, stderr under --json."""
+        if self.json:
+            note(line)
+        else:
+            out(line)
+
+    def answer(self, data: Any) -> None:
+        """The command's answer under --json (nothing in text, which `say` printed)."""
+        if self.json:
+            out(json_text(data))
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -126,8 +182,28 @@ def out(line: str = "") -> None:
     print(line, flush=True)
 
 
-def describe_error(error: BaseException) -> str:
-    """One line for an expected failure, as `archive-ctl: error: ...` or a status note."""
+def note(line: str = "") -> None:
+    """Progress and remarks that are not the command's answer: stderr, so that stdout stays
+    one JSON document under --json (and pipes carry only the answer)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def json_text(data: Any) -> str:
+    """The --json answer; times in ISO 8601, dataclasses as objects."""
+    return json.dumps(data, indent=2, default=_json_value)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def describe_error(error: BaseException, *, database: Database | None = None) -> str:
+    """One line for an expected failure, as `archive-ctl: error: ...` or a status note. A
+    42501 names what the role lacks when `database` can still be asked."""
     if isinstance(error, ClientError):
         detail = error.response.get("Error", {})
         message = str(detail.get("Message", "")).strip()
@@ -139,8 +215,13 @@ def describe_error(error: BaseException) -> str:
     if isinstance(error, DatabaseUnavailable):
         return f"database unreachable: {error}"
     if isinstance(error, pg8000.exceptions.Error):
-        # A 42501 names the table (and column) and the command that lists the GRANTs.
-        return f"database error: {describe_permission_denied(error)}{_database_hint(error)}"
+        # A 42501 names the table, what the role lacks and the command that prints the GRANTs.
+        explained = (
+            explain_denial(database, error)
+            if database is not None
+            else describe_permission_denied(error)
+        )
+        return f"database error: {explained}{_database_hint(error)}"
     return str(error) or type(error).__name__
 
 

@@ -6,6 +6,7 @@ API is missing (moto). docs/archive.md has the details.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from lib.archive.message import MalformedMessage, parse_record_id
 from lib.platform.redact import outside_text
 
 if TYPE_CHECKING:
@@ -82,14 +84,6 @@ def move_task(
     return next((t for t in tasks.get("Results", []) if t.get("TaskHandle") == handle), None)
 
 
-@dataclass
-class ManualMove:
-    moved: int = 0  # sent to the queue and deleted from the DLQ
-    not_deleted: int = 0  # sent, but the delete failed: a copy will reappear in the DLQ
-    send_failed: int = 0  # not sent; made visible again in the DLQ
-    stopped: str = "DLQ empty"
-
-
 def _attributes(message: MessageTypeDef) -> dict[str, MessageAttributeValueTypeDef]:
     # Only the value fields: the list fields that ReceiveMessage returns are
     # "reserved for future use" and refused when sent.
@@ -128,30 +122,144 @@ def _release(client: SQSClient, url: str, messages: Sequence[MessageTypeDef]) ->
         )
 
 
+class Action(enum.Enum):
+    """What a manual redrive does with one DLQ message."""
+
+    MOVE = "move"  # send it to the queue, then delete it from the DLQ
+    DELETE = "delete"  # delete it from the DLQ
+    LEAVE = "leave"  # keep it in the DLQ (hidden while the run lasts, visible again after)
+
+
+def malformed(message: MessageTypeDef) -> bool:
+    """A body the archive function refuses (lib.archive.message, the contract's parser):
+    redriven, it would only come back to the DLQ."""
+    try:
+        parse_record_id(message.get("Body", ""))
+    except MalformedMessage:
+        return True
+    return False
+
+
+def move_all(message: MessageTypeDef) -> Action:
+    return Action.MOVE
+
+
+def leave_malformed(message: MessageTypeDef) -> Action:
+    return Action.LEAVE if malformed(message) else Action.MOVE
+
+
+def delete_malformed(message: MessageTypeDef) -> Action:
+    return Action.DELETE if malformed(message) else Action.LEAVE
+
+
+@dataclass
+class ManualMove:
+    moved: int = 0  # sent to the queue and deleted from the DLQ
+    moved_malformed: int = 0  # of those, bodies the archive function refuses
+    not_deleted: int = 0  # sent, but the delete failed: a copy will reappear in the DLQ
+    send_failed: int = 0  # not sent; made visible again in the DLQ
+    deleted: int = 0  # deleted without being sent (malformed, on request)
+    delete_failed: int = 0  # to be deleted, but the delete failed: still in the DLQ
+    left: int = 0  # left in the DLQ on request
+    left_malformed: int = 0  # of those, bodies the archive function refuses
+    stopped: str = "DLQ empty"
+
+    @property
+    def complete(self) -> bool:
+        """Everything asked for was done (what was left, was left on request)."""
+        return not (self.send_failed or self.not_deleted or self.delete_failed)
+
+
+def _delete(client: SQSClient, url: str, messages: Sequence[MessageTypeDef]) -> int:
+    """Delete from the DLQ; returns how many deletes failed."""
+    if not messages:
+        return 0
+    deleted = client.delete_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+        ],
+    )
+    return len(deleted.get("Failed", []))
+
+
 def move_manually(
     client: SQSClient,
     *,
     dlq_url: str,
     queue_url: str,
     max_messages: int,
+    decide: Callable[[MessageTypeDef], Action] = move_all,
     on_batch: Callable[[ManualMove], None] | None = None,
+    before_send: Callable[[Sequence[MessageTypeDef]], None] | None = None,
 ) -> ManualMove:
-    """Move up to `max_messages` from the DLQ to the queue, ten at a time.
+    """Move, delete or leave up to `max_messages` DLQ messages, ten at a time, as `decide`
+    says for each; `before_send` sees the messages to move before they are sent (their
+    records' rows first, as a producer does). Messages left stay hidden while the run lasts
+    (so they are not received again and again) and are made visible again at its end,
+    however it ends.
 
     Bounded on purpose: while the archive function runs, a message that fails again
     can come back to the DLQ, and an unbounded loop would chase it forever.
     """
     result = ManualMove()
-    while True:
-        room = max_messages - result.moved - result.not_deleted
-        if room <= 0:
-            result.stopped = f"--max-messages {max_messages} reached"
-            break
-        messages = _receive(client, dlq_url, min(BATCH, room), MOVE_VISIBILITY_SECONDS)
-        if not messages:
-            break
+    moving = _Move(client, dlq_url, queue_url, before_send)
+    kept: dict[str, MessageTypeDef] = {}  # message id -> its latest receipt
+    try:
+        while True:
+            room = max_messages - result.moved - result.not_deleted - result.deleted
+            if room <= 0:
+                result.stopped = f"--max-messages {max_messages} reached"
+                break
+            messages = _receive(client, dlq_url, min(BATCH, room), MOVE_VISIBILITY_SECONDS)
+            if not messages:
+                break
+            fresh = []
+            for m in messages:
+                if m["MessageId"] in kept:
+                    kept[m["MessageId"]] = m  # left already; hidden again by this receive
+                else:
+                    fresh.append(m)
+            actions = [(m, decide(m)) for m in fresh]
+            for m, action in actions:
+                if action is Action.LEAVE:
+                    kept[m["MessageId"]] = m
+                    result.left += 1
+                    result.left_malformed += malformed(m)
+            to_delete = [m for m, action in actions if action is Action.DELETE]
+            failed = _delete(client, dlq_url, to_delete)
+            result.deleted += len(to_delete) - failed
+            result.delete_failed += failed
+            to_move = [m for m, action in actions if action is Action.MOVE]
+            if to_move and not moving.send(to_move, result):
+                # Nothing of this batch could be sent: stop rather than spin on it.
+                result.stopped = "the queue refused every message of a batch"
+                break
+            if on_batch is not None:
+                on_batch(result)
+    finally:
+        left = list(kept.values())
+        for start in range(0, len(left), BATCH):
+            _release(client, dlq_url, left[start : start + BATCH])
+    return result
+
+
+@dataclass(frozen=True)
+class _Move:
+    """Where messages go, and who sees them first (their records' rows, before the send)."""
+
+    client: SQSClient
+    dlq_url: str
+    queue_url: str
+    before_send: Callable[[Sequence[MessageTypeDef]], None] | None = None
+
+    def send(self, messages: Sequence[MessageTypeDef], result: ManualMove) -> bool:
+        """Send to the queue, then delete what was sent; False when nothing could be sent."""
+        if self.before_send is not None:
+            self.before_send(messages)
+        client, dlq_url = self.client, self.dlq_url
         sent = client.send_message_batch(
-            QueueUrl=queue_url,
+            QueueUrl=self.queue_url,
             Entries=[
                 {"Id": str(i), "MessageBody": m["Body"], "MessageAttributes": _attributes(m)}
                 for i, m in enumerate(messages)
@@ -162,23 +270,11 @@ def move_manually(
         _release(client, dlq_url, unsent)
         result.send_failed += len(unsent)
         done = [m for i, m in enumerate(messages) if i in ok]
-        if done:
-            deleted = client.delete_message_batch(
-                QueueUrl=dlq_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)
-                ],
-            )
-            not_deleted = len(deleted.get("Failed", []))
-            result.moved += len(done) - not_deleted
-            result.not_deleted += not_deleted
-        if on_batch is not None:
-            on_batch(result)
-        if not done:
-            # Nothing of this batch could be sent: stop rather than spin on it.
-            result.stopped = "the queue refused every message of a batch"
-            break
-    return result
+        not_deleted = _delete(client, dlq_url, done)
+        result.moved += len(done) - not_deleted
+        result.moved_malformed += sum(malformed(m) for m in done)
+        result.not_deleted += not_deleted
+        return bool(done)
 
 
 @dataclass(frozen=True)
@@ -189,6 +285,7 @@ class DeadLetter:
     sent_at: datetime | None
     receive_count: int
     reason: str | None  # the archive function's `archive-error` attribute (malformed bodies)
+    malformed: bool  # a body the archive function refuses: redriven, it comes back
     body_preview: str
 
 
@@ -216,6 +313,7 @@ def peek(client: SQSClient, dlq_url: str, limit: int) -> list[DeadLetter]:
                 sent_at=datetime.fromtimestamp(int(sent_ms) / 1000, UTC) if sent_ms else None,
                 receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
                 reason=reason,
+                malformed=malformed(m),
                 body_preview=outside_text(m["Body"], PREVIEW_CHARS),
             )
         )

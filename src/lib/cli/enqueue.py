@@ -1,17 +1,19 @@
-"""`archive-ctl enqueue` and `archive-ctl requeue --failed`: lib.archive.enqueue does the
-work (row first, then message); this module reads the ids and prints the report."""
+"""`archive-ctl enqueue` and `archive-ctl requeue`: lib.archive.enqueue does the work (row
+first, then message); this module reads the ids and the selection and prints the report."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from lib.archive import enqueue as enqueueing
-from lib.cli.args import record_id
-from lib.cli.context import EXIT_OK, EXIT_PARTIAL, CommandError, Context, out
-from lib.platform.redact import outside_text
-from lib.state.records import ERROR_LIMIT
+from lib.cli import listing
+from lib.cli.args import record_id, selection_of
+from lib.cli.context import EXIT_OK, EXIT_PARTIAL, Context, UsageError
+from lib.state.events import Actor
+from lib.state.selection import Selection
 
 
 def _read_ids(values: Sequence[str]) -> list[int]:
@@ -19,24 +21,34 @@ def _read_ids(values: Sequence[str]) -> list[int]:
     try:
         return [record_id(word) for word in words]
     except argparse.ArgumentTypeError as error:
-        raise CommandError(str(error)) from None
+        raise UsageError(str(error)) from None
 
 
-def _print_report(report: enqueueing.EnqueueReport, verb: str) -> int:
+def _report_json(report: enqueueing.EnqueueReport) -> dict[str, Any]:
+    return {
+        "sent": report.sent,
+        "skipped": {str(k): v for k, v in report.skipped.items()},
+        "missing": report.missing,
+        "unsent": {str(k): v for k, v in report.unsent.items()},
+    }
+
+
+def _print_report(ctx: Context, report: enqueueing.EnqueueReport, verb: str) -> int:
+    ctx.answer(_report_json(report))
     for record in report.sent:
-        out(f"{verb:<9} {record}")
+        ctx.say(f"{verb:<9} {record}")
     for record, reason in report.skipped.items():
-        out(f"{'skipped':<9} {record}: {reason}")
+        ctx.say(f"{'skipped':<9} {record}: {reason}")
     for record in report.missing:
-        out(f"{'missing':<9} {record}: no such record")
+        ctx.say(f"{'missing':<9} {record}: no such record")
     for record, reason in report.unsent.items():
-        out(f"{'NOT SENT':<9} {record}: {reason}")
-    out(
+        ctx.say(f"{'NOT SENT':<9} {record}: {reason}")
+    ctx.say(
         f"{len(report.sent)} sent, {len(report.skipped)} skipped, "
         f"{len(report.missing)} not found, {len(report.unsent)} not sent"
     )
     if report.unsent:
-        out(
+        ctx.say(
             "the records not sent are PENDING: the sweeper sends them once they are past its "
             "grace period, or run this command again"
         )
@@ -46,36 +58,57 @@ def _print_report(report: enqueueing.EnqueueReport, verb: str) -> int:
 def run_enqueue(ctx: Context) -> int:
     ids = _read_ids(ctx.args.record_ids)
     if not ids:
-        raise CommandError("no record ids given")
+        raise UsageError("no record ids given")
     queue_url = ctx.required_queue_url()  # checked before any row is written
-    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids)
-    return _print_report(report, "sent")
+    report = enqueueing.enqueue(ctx.records(), ctx.queue, queue_url, ids, by=Actor.ENQUEUE)
+    return _print_report(ctx, report, "sent")
+
+
+def requeue_selection(args: argparse.Namespace) -> Selection:
+    """What `requeue` takes: FAILED records the filters name; --failed alone takes them all.
+    Without either, the command line says nothing to requeue: a usage error."""
+    selection = selection_of(args)
+    if not args.failed and selection == Selection():
+        raise UsageError(
+            "say what to requeue: --failed (every FAILED record), --id, --failed-since, "
+            "--error, --error-class or an id range"
+        )
+    return selection
 
 
 def run_requeue(ctx: Context) -> int:
     args = ctx.args
-    if not args.failed:
-        raise CommandError("say what to requeue: --failed (rows whose archive is FAILED)")
-    since = f" since {args.since.isoformat(timespec='seconds')}" if args.since else ""
+    selection = requeue_selection(args)
+    bounds = listing.describe(selection)
+    records = ctx.records()
     if args.dry_run:
-        total, rows = enqueueing.preview_failed(
-            ctx.records(), since=args.since, limit=min(args.limit, args.show)
+        total = records.count_failed(selection, requeuable=True)
+        shown = records.list_records(
+            selection, after=None, limit=min(args.limit, args.show), requeuable=True
         )
-        out(f"{total} FAILED records{since} (generation SUCCEEDED); --limit {args.limit}")
-        for row in rows:
-            started = row.started_at.isoformat(timespec="seconds") if row.started_at else "-"
-            error = outside_text(row.error or "", ERROR_LIMIT)
-            out(f"  {row.record_id:>12}  {started}  attempts {row.attempts}  {error}")
-        if total > len(rows):
-            out(f"  ... and {total - len(rows)} more")
-        out("dry run: nothing changed")
+        ctx.answer(
+            {
+                "dry_run": True,
+                "matched": total,
+                "limit": args.limit,
+                "records": [listing.as_json(record) for record in shown],
+            }
+        )
+        ctx.say(
+            f"{total} FAILED records{bounds} of SUCCEEDED generations, newest failure first; "
+            f"--limit {args.limit}"
+        )
+        for line in listing.lines(shown):
+            ctx.say(line)
+        if min(total, args.limit) > len(shown):
+            ctx.say(f"  ... and {min(total, args.limit) - len(shown)} more")
+        ctx.say("dry run: nothing changed")
         return EXIT_OK
     queue_url = ctx.required_queue_url()
-    report = enqueueing.requeue_failed(
-        ctx.records(), ctx.queue, queue_url, since=args.since, limit=args.limit
-    )
-    if not report.sent and not report.unsent:
-        out(f"no FAILED records{since}")
+    report = enqueueing.requeue_failed(records, ctx.queue, queue_url, selection, limit=args.limit)
+    if not report.sent and not report.unsent and not selection.ids:
+        ctx.answer(_report_json(report))
+        ctx.say(f"no FAILED records{bounds}")
         return EXIT_OK
-    out(f"reset to PENDING with 0 attempts{since}:")
-    return _print_report(report, "requeued")
+    ctx.say(f"reset to PENDING with 0 attempts{bounds}:")
+    return _print_report(ctx, report, "requeued")

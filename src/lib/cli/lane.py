@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from lib.cli.context import EXIT_OK, Context, out
+from lib.archive.sweep_rules import named_ids
+from lib.cli.context import EXIT_OK, Context
 from lib.cli.progress import duration
 from lib.platform.redact import outside_text
+from lib.state.events import Actor
 from lib.state.lane import LaneState, PauseReason
 from lib.state.lane_store import PAUSE_DETAIL_LIMIT as DETAIL_LIMIT
 
@@ -52,6 +54,14 @@ def pause_of(lane: LaneState) -> Pause | None:
     )
 
 
+def as_json(pause: Pause) -> dict[str, object]:
+    """The pause for --json: a pause until cleared has no remaining seconds (null)."""
+    data = asdict(pause)
+    if math.isinf(pause.remaining_seconds):
+        data["remaining_seconds"] = None
+    return data
+
+
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat(timespec="seconds") if isinstance(moment, datetime) else None
 
@@ -87,27 +97,39 @@ def run_clear(ctx: Context) -> int:
     lanes = ctx.lanes()
     reason: str | None = ctx.args.reason
     pause = pause_of(lanes.state())
+    answer: dict[str, object] = {
+        "lane": LANE,
+        "cleared": False,
+        "pause": None if pause is None else as_json(pause),
+        "unparked": 0,
+    }
     if pause is None:
-        out(f"the {LANE} lane was not paused: nothing to clear")
+        ctx.answer(answer)
+        ctx.say(f"the {LANE} lane was not paused: nothing to clear")
         return EXIT_OK
     if reason is not None and pause.reason != reason:
-        out(
+        ctx.answer(answer)
+        ctx.say(
             f"the {LANE} lane is {describe(pause)}; not the reason asked for ({reason}): "
             "left as it is"
         )
         return EXIT_OK
     cleared = lanes.clear(reason=reason)
     if cleared is None:  # it ended, or was cleared, between the two statements
-        out(f"the {LANE} lane's pause ended meanwhile: nothing to clear")
+        ctx.answer({**answer, "pause": None})
+        ctx.say(f"the {LANE} lane's pause ended meanwhile: nothing to clear")
         return EXIT_OK
-    out(f"cleared the {LANE} lane's pause; it was {describe(pause)}")
+    ctx.say(f"cleared the {LANE} lane's pause; it was {describe(pause)}")
     if pause.detail:
-        out(f"  detail: {pause.detail}")
-    unparked = 0
-    while batch := lanes.unpark(spread_seconds=UNPARK_SPREAD_SECONDS):
+        ctx.say(f"  detail: {pause.detail}")
+    unparked: list[int] = []
+    while batch := lanes.unpark(spread_seconds=UNPARK_SPREAD_SECONDS, by=Actor.LANE_CLEAR):
         unparked += batch
-    out(
-        f"{unparked} rows parked by the pause are due now (spread over "
+    ctx.answer({**answer, "cleared": True, "unparked": len(unparked), "unparked_ids": unparked})
+    if unparked:
+        ctx.say(f"  unparked: {named_ids(unparked)}")
+    ctx.say(
+        f"{len(unparked)} rows parked by the pause are due now (spread over "
         f"{UNPARK_SPREAD_SECONDS:.0f} s): the sweeper sends them on its next run; new "
         "attempts start as messages arrive; `archive-ctl status` shows the lane"
     )

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 import pg8000.exceptions
 
 from lib.cli import legacy_status
-from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, out
+from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context
+from lib.cli.data_steps import FIRST_ID, mark_may_be_hosted, unfinished_steps, would_mark
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
@@ -27,7 +28,6 @@ T = TypeVar("T")
 # Rows per batch of the data steps: one short transaction each.
 BATCH_ROWS = 5_000
 PROGRESS_EVERY_BATCHES = 100
-FIRST_ID = -(2**63)  # keyset paging starts below every bigint id
 LOCK_POLL_SECONDS = 1.0
 # lock_not_available (lock_timeout), deadlock_detected: the statement did nothing; try again.
 RETRYABLE = frozenset({"55P03", "40P01"})
@@ -52,6 +52,7 @@ class Migration:
         self.retry_for = float(ctx.args.retry_for)
         self.wait = float(ctx.args.wait)
         self._lock_timeout_ms = MIGRATION_LOCK_TIMEOUT_MS  # the session's own
+        self._progress: dict[str, int | None] = {}  # data steps begun: the last id done
 
     # -- the two ways through ---------------------------------------------------------
 
@@ -60,7 +61,7 @@ class Migration:
         self.hold_lock()
         if self.ctx.args.with_base_schema:
             for statement in schema.load([schema.BASE_SCHEMA]):
-                out(f"  {statement.source.name}: {statement.summary}")
+                self.ctx.progress(f"  {statement.source.name}: {statement.summary}")
                 self.db.run(statement.sql)
         catalog = self.catalog()
         legacy = self.legacy(catalog)
@@ -75,37 +76,44 @@ class Migration:
             )
             raise CommandError(plan.refusal + repaired)
         if not plan.changes:
-            out(f"  {self.described(catalog)}")
+            self.ctx.progress(f"  {self.described(catalog)}")
         for step in plan.steps:
             self.execute(step, legacy)
         seconds = self.ctx.clock() - started
+        self.ctx.answer({**_answer(plan, legacy), "dry_run": False, "seconds": round(seconds, 2)})
         if plan.changes:
-            out(f"migrated in {seconds:.2f} s: {len(plan.changes)} steps; the schema is up to date")
+            self.ctx.say(
+                f"migrated in {seconds:.2f} s: {len(plan.changes)} steps; the schema is up to date"
+            )
         else:
-            out(f"the schema was up to date: nothing to change ({seconds:.2f} s)")
+            self.ctx.say(f"the schema was up to date: nothing to change ({seconds:.2f} s)")
         return EXIT_OK
 
     def dry_run(self) -> int:
         holder = self.lock_holder()
         if holder:
-            out(f"note: another migration is running ({holder}); this plan may be out of date")
+            self.ctx.progress(
+                f"note: another migration is running ({holder}); this plan may be out of date"
+            )
         if self.ctx.args.with_base_schema:
             for statement in schema.load([schema.BASE_SCHEMA]):
-                out(f"-- {statement.source.name} (first)\n{statement.sql};\n")
+                self.ctx.say(f"-- {statement.source.name} (first)\n{statement.sql};\n")
         catalog = self.catalog(allow_missing_table=self.ctx.args.with_base_schema)
         legacy = self.legacy(catalog)
         plan = mp.plan(self.declaration, catalog, legacy)
-        out(f"  {self.described(catalog)}")
+        described = self.described(catalog)
+        self.ctx.say(f"  {described}")
         if plan.refusal is not None:
-            out(plan.refusal)
+            self.ctx.say(plan.refusal)
         for number, step in enumerate(plan.steps, 1):
-            out(f"{number}. {step.summary} [{_WAITS[step.action.wait]}]")
+            self.ctx.say(f"{number}. {step.summary} [{_WAITS[step.action.wait]}]")
             if step.sql:
-                out("   " + step.sql.replace("\n", "\n   ") + ";")
+                self.ctx.say("   " + step.sql.replace("\n", "\n   ") + ";")
             if step.action is mp.Action.MARK_MAY_BE_HOSTED:
-                out(f"   {self.would_mark(catalog)}")
+                self.ctx.say(f"   {would_mark(self.db, catalog, self._progress.get(mp.MARK_STEP))}")
         verdict = "would stop before changing the schema" if plan.refusal else "nothing applied"
-        out(f"dry run: {len(plan.changes)} changes planned, {verdict}")
+        self.ctx.say(f"dry run: {len(plan.changes)} changes planned, {verdict}")
+        self.ctx.answer({**_answer(plan, legacy), "dry_run": True, "catalog": described})
         return EXIT_ERROR if plan.refusal else EXIT_OK
 
     # -- what is there ----------------------------------------------------------------
@@ -123,6 +131,7 @@ class Migration:
                 f"there is no {mf.RECORDS} table here (the generation service's): is this the"
                 " right database? For an empty local database use `migrate --with-base-schema`"
             )
+        self._progress, catalog = unfinished_steps(self.db, catalog)
         return catalog
 
     def legacy(self, catalog: mp.Catalog) -> list[mp.LegacyValue]:
@@ -135,7 +144,7 @@ class Migration:
         found = legacy_status.classify(rows)
         for value in found:
             verdict = f"maps to {value.target}" if value.target else "cannot be mapped"
-            out(f"  archive_status {value.label}: {value.counted}; {verdict}")
+            self.ctx.progress(f"  archive_status {value.label}: {value.counted}; {verdict}")
         return found
 
     def described(self, catalog: mp.Catalog) -> str:
@@ -149,12 +158,6 @@ class Migration:
             f" indexes, {checks}/{len(d.constraints)} validated constraints,"
             f" {tables}/{len(d.tables)} project tables"
         )
-
-    def would_mark(self, catalog: mp.Catalog) -> str:
-        if not catalog.has_column(mf.RECORDS, "archive_attempts"):
-            return "(not counted: archive_attempts is added in the same run)"
-        [[count]] = self.db.run(QUERIES["count_may_have_uploaded"])
-        return f"{count} rows would be marked"
 
     # -- the migration's lock -------------------------------------------------------------
 
@@ -174,7 +177,9 @@ class Migration:
                     " to run `archive-ctl migrate` again once it finishes"
                 )
             if holder and holder != reported:
-                out(f"waiting up to {self.wait:.0f} s for another migration to finish ({holder})")
+                self.ctx.progress(
+                    f"waiting up to {self.wait:.0f} s for another migration to finish ({holder})"
+                )
                 reported = holder
             self.ctx.sleep(LOCK_POLL_SECONDS)
 
@@ -203,13 +208,15 @@ class Migration:
                 f"{step.summary}: {describe_permission_denied(error)}. {SAFE_AGAIN}"
             ) from None
         seconds = self.ctx.clock() - started
-        out(f"  {step.summary}{detail} ({seconds:.2f} s)")
+        self.ctx.progress(f"  {step.summary}{detail} ({seconds:.2f} s)")
 
     def _execute(self, step: mp.Step, legacy: list[mp.LegacyValue]) -> str:
         action = step.action
+        if action is mp.Action.NOTE_STEP:
+            self.brief(step, lambda: self.db.run(QUERIES["note_migration_step"], step=step.name))
+            return ""
         if action is mp.Action.MARK_MAY_BE_HOSTED:
-            marked = self.batches(step, "mark_may_be_hosted")
-            return f": {marked} rows marked"
+            return mark_may_be_hosted(self, step, after=self._progress.get(mp.MARK_STEP))
         if action is mp.Action.MAP_LEGACY:
             mapped = self.batches(
                 step,
@@ -248,7 +255,7 @@ class Migration:
                         f" {MIGRATION_LOCK_TIMEOUT_MS} ms, so its users waited no longer than"
                         f" that. Nothing of this step was applied. {SAFE_AGAIN}"
                     ) from None
-                out(
+                self.ctx.progress(
                     f"    {step.table} is busy ({holders}): try {attempt} gave up after"
                     f" {MIGRATION_LOCK_TIMEOUT_MS} ms, next in {delay:g} s"
                 )
@@ -303,10 +310,11 @@ class Migration:
                 f" {SAFE_AGAIN}"
             ) from None
 
-    def batches(self, step: mp.Step, query: str, **params: Any) -> int:
-        """A data step as keyset batches of BATCH_ROWS rows, each a short transaction that
-        waits for row locks as briefly as a brief step waits for the table's."""
-        after, changed = FIRST_ID, 0
+    def batches(self, step: mp.Step, query: str, *, start: int = FIRST_ID, **params: Any) -> int:
+        """A data step as keyset batches of BATCH_ROWS rows after id `start`, each a short
+        transaction that waits for row locks as briefly as a brief step waits for the
+        table's."""
+        after, changed = start, 0
         for batch in itertools.count(1):
             run = functools.partial(
                 self.db.run, QUERIES[query], after=after, batch=BATCH_ROWS, **params
@@ -317,7 +325,9 @@ class Migration:
             after, changed = int(last), changed + int(count)
             if batch % PROGRESS_EVERY_BATCHES == 0:
                 looked = batch * BATCH_ROWS
-                out(f"    {step.action.words}: {looked} rows looked at, {changed} changed")
+                self.ctx.progress(
+                    f"    {step.action.words}: {looked} rows looked at, {changed} changed"
+                )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def holders(self, table: str) -> str:
@@ -333,6 +343,21 @@ class Migration:
         if milliseconds != self._lock_timeout_ms:
             self.db.run(f"SET lock_timeout = {int(milliseconds)}")
             self._lock_timeout_ms = milliseconds
+
+
+def _answer(plan: mp.Plan, legacy: list[mp.LegacyValue]) -> dict[str, object]:
+    """--json: the plan, applied or not."""
+    return {
+        "refusal": plan.refusal,
+        "changes": len(plan.changes),
+        "steps": [
+            {"summary": step.summary, "wait": _WAITS[step.action.wait], "sql": step.sql}
+            for step in plan.steps
+        ],
+        "legacy_values": [
+            {"value": v.label, "rows": v.counted, "maps_to": v.target} for v in legacy
+        ],
+    }
 
 
 _WAITS = {

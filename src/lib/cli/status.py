@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
-from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context, describe_error, out
+from lib.cli.context import EXIT_OK, EXIT_PARTIAL, CommandError, Context, describe_error, out
 from lib.cli.status_lane import (
     NEVER_QUEUED_LIMIT,
     Backlog,
@@ -24,7 +24,7 @@ from lib.cli.status_lane import (
     lane_report,
 )
 from lib.platform.config import lock_ttl_seconds, pacing_limits
-from lib.platform.db import describe
+from lib.platform.grants import is_permission_denied
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
 from lib.state.sweeps import StagedSummary
 
@@ -132,7 +132,7 @@ def render(status: Status) -> str:
         f"  PENDING     {a.pending:>8}   due now: {a.pending_due}, "
         f"oldest due for: {_age(a.oldest_pending_age_seconds) if a.pending_due else '-'}",
         f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
-        f"  FAILED      {a.failed:>8}   generated in the last 24 h: {a.failed_last_24h}",
+        f"  FAILED      {a.failed:>8}   failed in the last 24 h: {a.failed_last_24h}",
     ]
     for reason, kinds in a.waiting.items():
         lines.append(
@@ -184,8 +184,11 @@ def run(ctx: Context) -> int:
         entries = lane_store.ledger(longest) if limits else []
         never_queued = records.count_never_queued(limit=NEVER_QUEUED_LIMIT) if limits else 0
     except pg8000.exceptions.DatabaseError as error:
-        report.notes.append(f"upload lane not shown: {describe(error)} (run `archive-ctl migrate`)")
-        code = EXIT_ERROR
+        hint = "" if is_permission_denied(error) else " (run `archive-ctl migrate`)"
+        report.notes.append(
+            f"upload lane not shown: {describe_error(error, database=ctx.connected)}{hint}"
+        )
+        code = EXIT_PARTIAL
     else:
         work = backlog(report.archive, lane, limits=limits, entries=entries)
         report.lane = lane_report(
@@ -205,6 +208,6 @@ def run(ctx: Context) -> int:
             report.queues.append(queue_depth(ctx.sqs, "DLQ", ctx.dlq_url()))
         except (CommandError, BotoCoreError, ClientError) as error:
             report.notes.append(f"queue depths incomplete: {describe_error(error)}")
-            code = EXIT_ERROR
+            code = EXIT_PARTIAL
     out(report.to_json() if args.json else render(report))
     return code

@@ -8,7 +8,7 @@ them. Any other unusable value, or a missing required one, is a ConfigError nami
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +55,10 @@ DEFAULT_SWEEP_MAX_ROWS = 5000
 # The longest pause a Retry-After header may impose (lane or row): a host asking for
 # a day must not stop archiving for a day without an operator seeing it first.
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
+# Sweeper: a record's events are kept this many days after the conclusion they lead to
+# (docs/history.md), and ten years at most.
+DEFAULT_EVENT_RETENTION_DAYS = 30
+MAX_EVENT_RETENTION_DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class SweeperSettings:
     lsky_token_secret_arn: str | None = None
     # Shared with the archive function, like max_attempts.
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
+    # ARCHIVE_EVENT_RETENTION_DAYS: how long a concluded record's story is kept.
+    event_retention_days: int = DEFAULT_EVENT_RETENTION_DAYS
 
 
 def service_name(env: Mapping[str, str] | None = None) -> str:
@@ -120,6 +126,16 @@ def service_name(env: Mapping[str, str] | None = None) -> str:
 def metrics_namespace(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     return text(env, "POWERTOOLS_METRICS_NAMESPACE") or "ImageArchive"
+
+
+def use_aws_region(env: MutableMapping[str, str] | None = None) -> None:
+    """Make boto3 (ours and Powertools') honour AWS_REGION, which Lambda, the AWS CLI and the
+    newer SDKs read first, while boto3 reads only AWS_DEFAULT_REGION: set, AWS_REGION wins.
+    archive-ctl calls it once at start; Lambda sets both."""
+    env = os.environ if env is None else env
+    region = text(env, "AWS_REGION")
+    if region is not None:
+        env["AWS_DEFAULT_REGION"] = region
 
 
 def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
@@ -186,7 +202,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         lsky_base_url=base_url,
         database=database,
-        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        max_attempts=max_attempts(env),
         retry_delays=retry_delays(env),
         lock_ttl_seconds=lock_ttl,
         max_image_bytes=positive_int(
@@ -218,25 +234,24 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
     return SweeperSettings(
         database=load_database_config(env),
         queue_url=queue_url,
-        grace_seconds=positive_int(
-            env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS, MAX_SWEEP_SECONDS
-        ),
-        requeue_interval_seconds=positive_int(
-            env,
-            "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
-            DEFAULT_REQUEUE_INTERVAL_SECONDS,
-            MAX_SWEEP_SECONDS,
-        ),
+        grace_seconds=sweep_grace_seconds(env),
+        requeue_interval_seconds=requeue_interval_seconds(env),
         max_rows=positive_int(
             env, "ARCHIVE_SWEEP_MAX_ROWS", DEFAULT_SWEEP_MAX_ROWS, MAX_SWEEP_ROWS
         ),
-        max_attempts=positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+        max_attempts=max_attempts(env),
         lock_ttl_seconds=lock_ttl,
         # Optional here (only the account probe uses it), but checked like the archive's.
         lsky_base_url=lsky_base_url(env),
         lsky_token=text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=text(env, "LSKY_TOKEN_SECRET_ARN"),
         max_retry_after_seconds=max_retry_after_seconds(env),
+        event_retention_days=positive_int(
+            env,
+            "ARCHIVE_EVENT_RETENTION_DAYS",
+            DEFAULT_EVENT_RETENTION_DAYS,
+            MAX_EVENT_RETENTION_DAYS,
+        ),
     )
 
 
@@ -273,3 +288,25 @@ def lock_ttl_seconds(env: Mapping[str, str] | None = None) -> int:
     """ARCHIVE_LOCK_TTL_SECONDS alone, for readers that need no other setting."""
     env = os.environ if env is None else env
     return positive_int(env, "ARCHIVE_LOCK_TTL_SECONDS", DEFAULT_LOCK_TTL_SECONDS)
+
+
+def max_attempts(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_MAX_ATTEMPTS alone (the functions, and `archive-ctl show`)."""
+    env = os.environ if env is None else env
+    return positive_int(env, "ARCHIVE_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
+
+
+def sweep_grace_seconds(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_SWEEP_GRACE_SECONDS alone (the sweeper, and `archive-ctl show`)."""
+    env = os.environ if env is None else env
+    return positive_int(
+        env, "ARCHIVE_SWEEP_GRACE_SECONDS", DEFAULT_SWEEP_GRACE_SECONDS, MAX_SWEEP_SECONDS
+    )
+
+
+def requeue_interval_seconds(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_REQUEUE_INTERVAL_SECONDS alone (the sweeper, and `archive-ctl show`)."""
+    env = os.environ if env is None else env
+    return positive_int(
+        env, "ARCHIVE_REQUEUE_INTERVAL_SECONDS", DEFAULT_REQUEUE_INTERVAL_SECONDS, MAX_SWEEP_SECONDS
+    )

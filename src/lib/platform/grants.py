@@ -59,7 +59,24 @@ NEEDS: tuple[Need, ...] = (
         (),
         "uploads per hour beyond the ledger's two hours (day, week, month windows)",
     ),
+    Need(
+        "image_archive_events",
+        ("SELECT", "INSERT", "DELETE"),
+        (),
+        "every record's story: the statements that change a record add its events, "
+        "`archive-ctl show` reads them, the sweeper removes them after the retention",
+    ),
+    Need(
+        "image_archive_queue",
+        ("SELECT", "UPDATE"),
+        (),
+        "the queue's receive mark: a claim moves it on, the sweeper's lost-message rule reads it",
+    ),
 )
+
+
+# Project tables only `archive-ctl migrate` uses (it runs as the owner): no role needs them.
+MIGRATE_ONLY: frozenset[str] = frozenset({"image_archive_migration_steps"})
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,14 @@ _DENIED = re.compile(
     r' "?(?P<name>[\w.]+)"?'
 )
 _NOT_OWNER = re.compile(r'must be owner of \w+ "?(?P<name>[\w.]+)"?')
-GRANTS_HINT = "`archive-ctl grants --role <role>` prints the GRANT statements this release needs"
+# How many missing privileges a 42501's description lists before "and N more".
+LISTED_MISSING = 6
+
+
+def grants_hint(role: str | None) -> str:
+    """Where the fix is: the command that prints the GRANT statements a role lacks."""
+    command = f"archive-ctl grants --role {quote_ident(role) if role else '<role>'}"
+    return f"`{command}` prints the GRANT statements this release needs"
 
 
 def is_permission_denied(error: BaseException) -> bool:
@@ -167,10 +191,29 @@ def is_permission_denied(error: BaseException) -> bool:
     return sqlstate(error) == "42501"
 
 
-def describe_permission_denied(error: BaseException) -> str:
+def describe_missing(missing: Sequence[Privilege]) -> str:
+    """`UPDATE (archive_staged_at, archived_at) on image_generation_records, INSERT on
+    image_archive_uploads`: what a role lacks, by table and privilege."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for p in missing[:LISTED_MISSING]:
+        groups.setdefault((p.table, p.privilege), []).append(p.column)
+    words = [
+        f"{privilege} ({', '.join(columns)}) on {table}"
+        if any(columns)
+        else f"{privilege} on {table}"
+        for (table, privilege), columns in groups.items()
+    ]
+    more = len(missing) - LISTED_MISSING
+    return ", ".join(words) + (f" and {more} more" if more > 0 else "")
+
+
+def describe_permission_denied(
+    error: BaseException, *, role: str | None = None, missing: Sequence[Privilege] = ()
+) -> str:
     """One line for a 42501 (insufficient_privilege) error: the table and, when the server
-    names it, the column, and where to find the missing GRANTs. PostgreSQL names only the
-    table when a column privilege is missing from a SELECT or UPDATE. Other errors: `describe`."""
+    names it, the column; what `role` lacks when the caller read it from the catalog
+    (lib.state.privileges); and the command that prints the GRANTs. PostgreSQL names only
+    the table when a column privilege is missing. Other errors: `describe`."""
     detail = error.args[0] if error.args else None
     if not isinstance(detail, dict) or detail.get("C") != "42501":
         return describe(error)
@@ -180,9 +223,10 @@ def describe_permission_denied(error: BaseException) -> str:
             f"42501: only the owner of {owner['name']} may change it"
             " (run `archive-ctl migrate` as the table's owner)"
         )
+    hint = grants_hint(role)
     denied = _DENIED.search(message)
     if denied and denied["kind"] == "schema":
-        return f"42501: no USAGE on schema {denied['name']}; {GRANTS_HINT}"
+        return f"42501: no USAGE on schema {denied['name']}; {hint}"
     table = detail.get("t") or (denied["name"] if denied else None)
     column = detail.get("c") or (denied["column"] if denied else None)
     if table and column:
@@ -191,4 +235,5 @@ def describe_permission_denied(error: BaseException) -> str:
         what = f"table {table}"
     else:
         what = f"an object ({message[:120]})"
-    return f"42501: permission denied on {what}; {GRANTS_HINT}"
+    lacks = f"; role {role} lacks {describe_missing(missing)}" if role and missing else ""
+    return f"42501: permission denied on {what}{lacks}; {hint}"

@@ -24,6 +24,11 @@ MAY_BE_HOSTED_COLUMN = "archive_may_be_hosted"
 MAY_HAVE_UPLOADED = (
     "rows an older release may have uploaded (RUNNING, or PENDING/FAILED after an attempt)"
 )
+# Data steps a run notes before the change that calls for them and deletes when done, so
+# that the next run finishes what a stopped one began (the project's table, read by
+# migrate only): one row per step, with its keyset progress.
+STEPS_TABLE = "image_archive_migration_steps"
+MARK_STEP = "mark_may_be_hosted"
 
 # Waits for a lock that blocks the table's users while it is requested are retried after
 # these pauses (attempt 1, 2, ...; the last repeats), each request bounded by the session's
@@ -39,6 +44,8 @@ class Catalog:
     columns: frozenset[tuple[str, str]] = frozenset()  # (table, column)
     indexes: Mapping[str, bool] = field(default_factory=dict)  # name -> valid
     constraints: Mapping[str, bool] = field(default_factory=dict)  # name -> validated
+    # Data steps a run began and did not finish (STEPS_TABLE's rows; empty when it is absent).
+    unfinished: frozenset[str] = frozenset()
 
     @classmethod
     def from_rows(cls, rows: Iterable[Sequence[object]]) -> Catalog:
@@ -96,6 +103,7 @@ class Action(enum.Enum):
     CREATE_TABLE = ("create table", Wait.BRIEF)
     ADD_COLUMNS = ("add columns", Wait.BRIEF)
     SEED = ("ensure rows", Wait.BRIEF)
+    NOTE_STEP = ("note the step to finish", Wait.BRIEF)
     MARK_MAY_BE_HOSTED = ("set archive_may_be_hosted on", Wait.ROWS)
     DROP_INVALID_INDEX = ("drop the INVALID index", Wait.PATIENT)
     BUILD_INDEX = ("build index", Wait.PATIENT)  # CONCURRENTLY
@@ -198,17 +206,21 @@ def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValu
     unmappable = [v for v in legacy if v.target is None]
     if unmappable:
         return Plan(_repairs(declaration, catalog), refusal=legacy_refusal(legacy))
-    steps = _add_columns(declaration, catalog, RECORDS)
+    marks = _adds_may_be_hosted(declaration, catalog)
+    # The marking is noted before the column exists: a run that stops after adding it
+    # leaves the note, and the next run, finding the column there, still marks.
+    steps = _note(declaration, catalog, MARK_STEP) if marks else []
+    steps += _add_columns(declaration, catalog, RECORDS)
     steps += [
         Step(Action.CREATE_TABLE, t.name, t.name, t.sql)
         for t in declaration.tables
-        if t.name not in catalog.tables
+        if t.name not in catalog.tables and t.name not in {s.name for s in steps}
     ]
     for table in declaration.table_names:
         if table != RECORDS:
             steps += _add_columns(declaration, catalog, table)
     steps += [Step(Action.SEED, s.table, s.table, s.sql) for s in declaration.seeds]
-    if _adds_may_be_hosted(declaration, catalog):
+    if marks or MARK_STEP in catalog.unfinished:
         steps.append(Step(Action.MARK_MAY_BE_HOSTED, RECORDS, RECORDS, detail=MAY_HAVE_UPLOADED))
     for index in declaration.indexes:
         valid = catalog.indexes.get(index.name)
@@ -254,6 +266,23 @@ def _add_columns(declaration: Declaration, catalog: Catalog, table: str) -> list
         return []
     detail = ", ".join(c.name for c in missing)
     return [Step(Action.ADD_COLUMNS, table, table, add_columns_sql(table, missing), detail)]
+
+
+def _note(declaration: Declaration, catalog: Catalog, step: str) -> list[Step]:
+    """A data step noted as begun (its table created first, when missing)."""
+    [table] = [t for t in declaration.tables if t.name == STEPS_TABLE]
+    create = (
+        []
+        if table.name in catalog.tables
+        else [Step(Action.CREATE_TABLE, table.name, table.name, table.sql)]
+    )
+    note = Step(
+        Action.NOTE_STEP,
+        STEPS_TABLE,
+        step,
+        detail="a run that stops before it is done leaves the note; the next one finishes it",
+    )
+    return [*create, note]
 
 
 def _adds_may_be_hosted(declaration: Declaration, catalog: Catalog) -> bool:

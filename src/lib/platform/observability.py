@@ -23,13 +23,15 @@ metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
-def log_unexpected(message: str, error: BaseException) -> None:
+def log_unexpected(message: str, exception: BaseException, /, **fields: Any) -> None:
     """Log a bug with its stack but without exception messages, which may quote values
-    (a header with the token, a parameter); the type and the frames locate it."""
+    (a header with the token, a parameter); the type and the frames locate it. `fields`
+    are descriptions the caller made safe (lib.archive.faults)."""
     logger.error(
         message,
-        error_type=type(error).__name__,
-        stack="".join(traceback.format_tb(error.__traceback__)),
+        error_type=type(exception).__name__,
+        stack="".join(traceback.format_tb(exception.__traceback__)),
+        **fields,
     )
 
 

@@ -6,7 +6,10 @@ happy path of an archive never needs it.
 
 from __future__ import annotations
 
+import email.utils
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +53,40 @@ def failed_entries(entry_ids: Sequence[str], response: Mapping[str, Any]) -> dic
     }
 
 
+@dataclass(frozen=True)
+class QueueCounts:
+    """GetQueueAttributes' approximate counts (they settle about a minute after a change)."""
+
+    visible: int  # waiting to be received
+    in_flight: int  # received and not deleted: being handled, or held (a visibility set)
+    delayed: int  # sent with a delay that has not run out
+    retention_seconds: int | None = None  # how long SQS keeps a message from its first send
+    date: datetime | None = None  # the answer's Date header: SQS's clock, whole seconds
+
+    @property
+    def waiting(self) -> int:
+        """Messages still to be received: visible or delayed."""
+        return self.visible + self.delayed
+
+
+def _count(value: object) -> int:
+    text = str(value)
+    if not text.isdigit() or len(text) > 12:
+        raise ValueError(f"not a count: {text[:20]!r}")
+    return int(text)
+
+
+def http_date(value: object) -> datetime | None:
+    """An HTTP Date header as an aware datetime; None when absent or not a date."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 class Queue:
     def __init__(
         self, *, connect_timeout: float = 2, read_timeout: float = 5, max_attempts: int = 2
@@ -81,17 +118,28 @@ class Queue:
         # The client's endpoint: AWS's regional one, or AWS_ENDPOINT_URL_SQS (boto3 reads it).
         return queue_url_from_arn(arn, self.client.meta.endpoint_url)
 
-    def depth(self, queue_url: str) -> int:
-        """Messages in the queue: waiting, in flight (held or being handled) and delayed."""
-        attributes = self.client.get_queue_attributes(
+    def counts(self, queue_url: str) -> QueueCounts:
+        """The queue's messages by state, its retention, and SQS's clock (one call).
+        Raises ValueError for counts SQS should never send (not a number, negative)."""
+        response = self.client.get_queue_attributes(
             QueueUrl=queue_url,
             AttributeNames=[
                 "ApproximateNumberOfMessages",
                 "ApproximateNumberOfMessagesNotVisible",
                 "ApproximateNumberOfMessagesDelayed",
+                "MessageRetentionPeriod",
             ],
-        )["Attributes"]
-        return sum(int(value) for value in attributes.values())
+        )
+        attributes = response["Attributes"]
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        retention = attributes.get("MessageRetentionPeriod")
+        return QueueCounts(
+            visible=_count(attributes.get("ApproximateNumberOfMessages")),
+            in_flight=_count(attributes.get("ApproximateNumberOfMessagesNotVisible")),
+            delayed=_count(attributes.get("ApproximateNumberOfMessagesDelayed")),
+            retention_seconds=None if retention is None else _count(retention),
+            date=http_date(headers.get("date")),
+        )
 
     def change_visibility(self, queue_arn: str, receipt_handle: str, seconds: int) -> None:
         self.client.change_message_visibility(

@@ -52,6 +52,10 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_first_clai
 -- lane serves live rows first (the sweeper sends them first; a backfill takes only the
 -- capacity live demand leaves). Set once, never cleared.
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_backfilled BOOLEAN NOT NULL DEFAULT false;
+-- When the archive became FAILED: set by every statement that fails a row, cleared by a
+-- requeue. NULL on a row an older release failed: readers then take queries.sql's
+-- failed_time, which falls back to the last send (docs/database.md, "Failure time").
+ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_failed_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
 -- partial indexes keep them proportional to the stale rows, not the table.
@@ -76,9 +80,21 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfil
     ON image_generation_records (archive_next_run_at)
     WHERE archive_status = 'PENDING' AND archive_backfilled;
 
--- Operators list and replay failures by generation time (`requeue --failed --since`).
+-- FAILED rows by generation time. An earlier release's `requeue --since` read it; this one
+-- finds failures by when they failed (the next index), which also serves every count of
+-- FAILED rows, so nothing reads this one now. Kept: dropping it is not one of the shapes
+-- the migration knows, and an older release still running during a deploy uses it.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_idx
     ON image_generation_records (started_at)
+    WHERE archive_status = 'FAILED';
+
+-- `archive-ctl list` and `requeue` find failures by when they failed, newest first, and
+-- `status` counts those of the last 24 h: on queries.sql's failed_time expression, written
+-- the same way there (the planner matches it by its text), with id for the keyset order.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_at_idx
+    ON image_generation_records
+       ((COALESCE(archive_failed_at,
+                  GREATEST(archive_enqueued_at, archive_first_claimed_at, started_at))), id)
     WHERE archive_status = 'FAILED';
 
 -- `archive-ctl backfill` pages through the never-queued SUCCEEDED generations by
@@ -172,3 +188,51 @@ CREATE TABLE IF NOT EXISTS image_archive_upload_hours (
 -- Of an hour's uploads, those of backfilled records: live demand over a day, week or month
 -- window is the rest (`archive-ctl status` and `backfill`).
 ALTER TABLE image_archive_upload_hours ADD COLUMN IF NOT EXISTS backfill_uploads INT NOT NULL DEFAULT 0;
+
+-- Every record's story (lib.state.events, docs/history.md): one row per event, written by
+-- the statements that change the record; an attempt's own events are carried in memory to
+-- the statement that concludes it. `seq` orders the events one statement writes at one
+-- time. The kinds mirror lib.state.events.EventKind. The sweeper removes a record's events
+-- ARCHIVE_EVENT_RETENTION_DAYS after the conclusion (archived, failed) they lead to.
+CREATE TABLE IF NOT EXISTS image_archive_events (
+    record_id BIGINT NOT NULL,
+    at TIMESTAMPTZ NOT NULL,
+    attempt INT NOT NULL DEFAULT 0,
+    seq SMALLINT NOT NULL DEFAULT 0,
+    kind TEXT NOT NULL CONSTRAINT image_archive_events_kind_check CHECK (kind IN (
+        'enqueued', 'unsent', 'dequeued', 'dated', 'received', 'claimed', 'lock_taken_over',
+        'lock_lost', 'fetched', 'staged', 'slot', 'lane_paused', 'looked_up',
+        'upload_answered', 'held', 'parked', 'unparked', 'retried', 'failed', 'archived')),
+    detail JSONB NOT NULL DEFAULT '{}'
+);
+
+-- `archive-ctl show` and the retention: one record's events (tens of them: sorted in
+-- memory). On the record id alone, B-tree deduplication keeps an event's entry to a few
+-- bytes (docs/performance.md).
+CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
+    ON image_archive_events (record_id);
+
+-- Retention: the conclusions, oldest first; the sweeper removes the events up to each.
+CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx
+    ON image_archive_events (at) WHERE kind IN ('archived', 'failed');
+
+-- How far the archive function has read the archive queue: the newest SentTimestamp among
+-- the messages it received for the first time (the claim moves it on, never back; at most
+-- to the database's now()). The sweeper's lost-message rule compares a PENDING row's entry
+-- into the queue with it (lib.archive.sweep_rules). One row per queue.
+CREATE TABLE IF NOT EXISTS image_archive_queue (
+    queue TEXT PRIMARY KEY,
+    received_through TIMESTAMPTZ
+);
+
+INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) DO NOTHING;
+
+-- Data steps `archive-ctl migrate` has begun and not finished, one row each: noted before
+-- the schema change that calls for it, its keyset progress kept batch by batch, deleted
+-- when done. A run that stops half-way (a lost connection, Ctrl-C, a step that gave up)
+-- leaves its row, and the next run finishes the step. Only migrate (the owner) uses it.
+CREATE TABLE IF NOT EXISTS image_archive_migration_steps (
+    step TEXT PRIMARY KEY,
+    after_id BIGINT,
+    noted_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);

@@ -11,6 +11,16 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- A RUNNING row without a lock time counts as expired too.
 (archive_locked_at IS NULL OR {{lock_time_expired}})
 
+-- name: producer_enqueued
+-- The generation service's enqueue, which writes no event (docs/history.md): inferred from
+-- the row by the first statement that writes an event for a record that has none: the
+-- claim, or the sweeper's. As a row of (at, seq, attempt, kind, detail) for the record
+-- `target` (id, archive_status, enqueued_at, next_run_at).
+SELECT COALESCE(target.enqueued_at, target.next_run_at, now()) AS at, 0 AS seq, 0 AS attempt,
+       'enqueued' AS kind, jsonb_build_object('by', 'producer', 'inferred', true) AS detail
+WHERE target.archive_status IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM image_archive_events AS told WHERE told.record_id = target.id)
+
 -- name: claim
 -- Claim a record and explain a lost claim, in one round trip. `target` reads the row as
 -- it was; `claimed` is the conditional UPDATE (under READ COMMITTED it re-checks its
@@ -20,6 +30,11 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 -- its condition excludes `claimed`'s, so the two never touch the same row.
 -- archive_may_be_hosted: `target` returns it as the last attempt left it (the Task's
 -- may_be_hosted); `claimed` sets it, since this attempt may upload and then vanish.
+-- `received` moves the queue's receive mark on (the sweeper's lost-message rule) to
+-- :queue_mark, the SentTimestamp of a message received for the first time (NULL
+-- otherwise): never back, never past now(), and only by a second or more, so that a
+-- burst sent together writes it once. A mark another claim holds is skipped, never
+-- waited for: the mark then lags, which can only delay a re-send, not cause one.
 WITH lane AS (
     SELECT paused_until, {{lane_paused_for}} AS paused_for,
            pause_reason, pause_window, pause_detail, paused_since
@@ -36,7 +51,9 @@ target AS (
     SELECT id, status, archive_status,
            {{lock_expired}} AS lock_expired,
            archive_may_be_hosted AS may_be_hosted,
-           EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in
+           EXTRACT(EPOCH FROM archive_next_run_at - now()) AS due_in,
+           archive_attempts, archive_locked_by, archive_locked_at,
+           archive_enqueued_at AS enqueued_at, archive_next_run_at AS next_run_at
     FROM image_generation_records
     WHERE id = :record_id
 ),
@@ -69,10 +86,24 @@ claimed AS (
               r.archive_staged_key, r.archive_staged_sha256, r.archive_staged_bytes,
               r.archive_first_claimed_at, r.archive_sent
 ),
+received AS (
+    UPDATE image_archive_queue
+    SET received_through = LEAST(CAST(:queue_mark AS timestamptz), now())
+    WHERE ctid = (SELECT ctid FROM image_archive_queue
+                  WHERE queue = 'archive'
+                    -- LEAST ignores a NULL: no mark, no move.
+                    AND CAST(:queue_mark AS timestamptz) IS NOT NULL
+                    AND (received_through IS NULL
+                         OR received_through < LEAST(CAST(:queue_mark AS timestamptz), now())
+                                               - interval '1 second')
+                  FOR UPDATE SKIP LOCKED)
+    RETURNING 1
+),
 exhausted AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'FAILED',
         archive_error = 'lock expired after the last attempt',
+        archive_failed_at = now(),
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
         archive_locked_at = NULL
@@ -99,6 +130,47 @@ unbooked AS (
     USING exhausted AS x
     WHERE u.record_id = x.id AND u.state = 'booked'
     RETURNING 1
+),
+noted AS (
+    -- The story (docs/history.md): the message received, and the claim's own change. A
+    -- re-run with the same owner (after a lost reply) writes nothing twice.
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
+    FROM target
+    CROSS JOIN LATERAL (
+        {{producer_enqueued}}
+        UNION ALL
+        SELECT now(), 1, target.archive_attempts, 'received',
+               jsonb_build_object('message_id', CAST(:message_id AS text),
+                                  'receive_count', CAST(:receive_count AS int))
+               -- Why a message was not claimed (a claimed one's next event says it all).
+               || CASE WHEN EXISTS (SELECT 1 FROM claimed) THEN '{}'
+                       ELSE jsonb_build_object('claimed', false,
+                                               'archive_status', target.archive_status,
+                                               'lane_paused',
+                                               EXISTS (SELECT 1 FROM lane
+                                                       WHERE lane.paused_until > now()),
+                                               'due_in_seconds', round(target.due_in)) END
+        UNION ALL
+        SELECT now(), 2, target.archive_attempts, 'lock_taken_over',
+               jsonb_build_object('by', CAST(:owner AS text),
+                                  'owner', target.archive_locked_by,
+                                  'locked_at', target.archive_locked_at)
+        WHERE target.archive_status = 'RUNNING'
+          AND (EXISTS (SELECT 1 FROM claimed) OR EXISTS (SELECT 1 FROM exhausted))
+        UNION ALL
+        SELECT now(), 3, claimed.archive_attempts, 'claimed',
+               jsonb_build_object('owner', CAST(:owner AS text))
+               || CASE WHEN claimed.archive_staged_key IS NOT NULL
+                       THEN jsonb_build_object('staged', true) ELSE '{}' END
+        FROM claimed
+        UNION ALL
+        SELECT now(), 3, target.archive_attempts, 'failed',
+               jsonb_build_object('by', 'archive function',
+                                  'error', 'lock expired after the last attempt')
+        FROM exhausted
+    ) AS e
+    WHERE target.archive_locked_by IS DISTINCT FROM :owner
 )
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
@@ -128,7 +200,7 @@ WITH before AS (
     WHERE id = :record_id
     FOR UPDATE
 ),
-recorded AS (
+written AS (
     UPDATE image_generation_records AS r
     SET archive_status = 'SUCCEEDED',
         archived_at = now(),
@@ -138,6 +210,7 @@ recorded AS (
         archive_altered = CAST(:altered AS boolean),
         archive_may_be_hosted = false,
         archive_error = NULL,
+        archive_failed_at = NULL,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
         archive_locked_at = NULL,
@@ -149,7 +222,7 @@ recorded AS (
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
 ),
-written AS (
+concluded AS (
     -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
     -- :counted false, sent nothing: its slot, if it took one, is given back).
     SELECT CAST(:record_id AS bigint) AS id
@@ -162,19 +235,34 @@ logged AS (
     SELECT 'lsky', now(), :record_id, 'done'
     WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
     RETURNING 1
+),
+noted AS (
+    -- The attempt's events (:events), then its conclusion: whether it was recorded.
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT :record_id, e.at, e.seq, :attempt, e.kind, e.detail
+    FROM ({{attempt_events}}
+          UNION ALL
+          SELECT now(), jsonb_array_length(CAST(:events AS jsonb)) + 1, 'archived',
+                 CAST(:detail AS jsonb)
+                 -- Only what went otherwise than usual: not recorded, or after the lock passed.
+                 || CASE WHEN written.id IS NULL
+                         THEN jsonb_build_object('recorded', false) ELSE '{}' END
+                 || CASE WHEN before.archive_locked_by IS DISTINCT FROM :owner
+                         THEN jsonb_build_object('under_lock', false) ELSE '{}' END
+          FROM before LEFT JOIN written ON true) AS e
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
-       recorded.id IS NOT NULL,
+       written.id IS NOT NULL,
        before.hosted_image_url IS NOT DISTINCT FROM :hosted_url
 FROM before
-LEFT JOIN recorded ON true;
+LEFT JOIN written ON true;
 
 -- name: retry
 -- :may_be_hosted: whether this attempt may have left an image on Lsky (an upload whose
 -- answer never came); the next attempt looks it up first when it did.
 -- :staged_key: a copy staged during this attempt (NULL keeps the row's own).
 -- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
-WITH written AS (
+WITH concluded AS (
     UPDATE image_generation_records
     SET archive_status = 'PENDING',
         archive_error = :error,
@@ -186,20 +274,22 @@ WITH written AS (
         archive_locked_at = NULL,
         {{record_staged}}
     WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-    RETURNING id
+    RETURNING id, archive_next_run_at
 ),
-{{settle_ledger}}
-SELECT id FROM written;
+{{settle_ledger}},
+noted AS ({{note_conclusion}})
+SELECT id FROM concluded;
 
 -- name: fail
 -- :may_be_hosted as in retry: a FAILED row can be requeued by an operator.
 -- :keep_staged keeps (or records :staged_key as) the staged copy, for a replay by
 -- `archive-ctl requeue --failed` after a failure that was not the image's own.
 -- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
-WITH written AS (
+WITH concluded AS (
     UPDATE image_generation_records
     SET archive_status = 'FAILED',
         archive_error = :error,
+        archive_failed_at = now(),
         archive_may_be_hosted = :may_be_hosted,
         archive_next_run_at = NULL,
         archive_locked_by = NULL,
@@ -220,17 +310,19 @@ WITH written AS (
                                          THEN CAST(:staged_bytes AS bigint)
                                     ELSE archive_staged_bytes END
     WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-    RETURNING id
+    RETURNING id, archive_next_run_at
 ),
-{{settle_ledger}}
-SELECT id FROM written;
+{{settle_ledger}},
+noted AS ({{note_conclusion}})
+SELECT id FROM concluded;
 
 -- name: release
 -- Give the row back without spending the attempt: nothing was fetched yet, or our own
 -- fault (configuration, a bug) stopped it. :error, when given, says which;
 -- :may_be_hosted is what the claim found, or true when our fault may have cut an upload.
 -- The ledger: settle_ledger (:counted, :keep_booking; as for every conclusion).
-WITH written AS (
+-- :kind (held or parked) is the event it writes.
+WITH concluded AS (
     UPDATE image_generation_records
     SET archive_status = 'PENDING',
         archive_attempts = GREATEST(archive_attempts - 1, 0),
@@ -246,10 +338,11 @@ WITH written AS (
         archive_locked_at = NULL,
         {{record_staged}}
     WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-    RETURNING id
+    RETURNING id, archive_next_run_at
 ),
-{{settle_ledger}}
-SELECT id FROM written;
+{{settle_ledger}},
+noted AS ({{note_conclusion}})
+SELECT id FROM concluded;
 
 -- name: recover_picked
 -- The body shared by the two expired-lock sweeps. The attempt was spent when the claim
@@ -262,6 +355,7 @@ SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
                          THEN 'lock expired after the last attempt'
                          ELSE format('lock expired during attempt %s/%s; sent again',
                                      r.archive_attempts, CAST(:max_attempts AS int)) END,
+    archive_failed_at = CASE WHEN r.archive_attempts >= :max_attempts THEN now() END,
     archive_next_run_at = CASE WHEN r.archive_attempts >= :max_attempts
                                THEN NULL ELSE r.archive_next_run_at END,
     archive_enqueued_at = CASE WHEN r.archive_attempts >= :max_attempts
@@ -270,65 +364,109 @@ SET archive_status = CASE WHEN r.archive_attempts >= :max_attempts
     archive_locked_at = NULL
 FROM picked
 WHERE r.id = picked.id
-RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS stamped_before,
-          r.archive_enqueued_at AS stamped, r.archive_next_run_at, r.archive_backfilled
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS previous_enqueued_at,
+          r.archive_enqueued_at, r.archive_next_run_at, r.archive_backfilled,
+          r.archive_attempts, r.archive_error, picked.archive_locked_by AS locked_by,
+          picked.archive_locked_at AS locked_at
+
+-- name: note_recovered
+-- The story of rows taken over from an expired lock (`swept`): the lock taken over by
+-- the sweeper, then sent again or FAILED.
+INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
+FROM (SELECT *, previous_enqueued_at AS enqueued_at, archive_next_run_at AS next_run_at
+      FROM swept) AS target
+CROSS JOIN LATERAL (
+    {{producer_enqueued}}
+    UNION ALL
+    SELECT now(), 1, target.archive_attempts, 'lock_taken_over',
+           jsonb_build_object('by', 'sweeper', 'owner', target.locked_by,
+                              'locked_at', target.locked_at)
+    UNION ALL
+    SELECT now(), 2, target.archive_attempts,
+           CASE WHEN target.archive_status = 'FAILED' THEN 'failed' ELSE 'enqueued' END,
+           CASE WHEN target.archive_status = 'FAILED'
+                THEN jsonb_build_object('by', 'sweeper', 'error', target.archive_error)
+                ELSE jsonb_build_object('by', 'sweeper', 'why', 'lock expired') END
+) AS e
 
 -- name: recover_expired_locks
 -- Two statements rather than an OR with IS NULL, which would turn the index range scan
 -- into a scan of the whole index.
 WITH picked AS (
-    SELECT id, archive_enqueued_at
+    SELECT id, archive_enqueued_at, archive_locked_by, archive_locked_at
     FROM image_generation_records
     WHERE archive_status = 'RUNNING' AND {{lock_time_expired}}
     ORDER BY archive_locked_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
-written AS ({{recover_picked}}),
+swept AS ({{recover_picked}}),
 -- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
-{{settle_ledger}}
-SELECT id, archive_status, stamped_before, stamped, archive_next_run_at, archive_backfilled
-FROM written;
+concluded AS (SELECT id FROM swept),
+{{settle_ledger}},
+noted AS ({{note_recovered}})
+{{swept_rows}};
 
 -- name: recover_lockless
 WITH picked AS (
-    SELECT id, archive_enqueued_at
+    SELECT id, archive_enqueued_at, archive_locked_by, archive_locked_at
     FROM image_generation_records
     WHERE archive_status = 'RUNNING' AND archive_locked_at IS NULL
     ORDER BY archive_locked_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
-written AS ({{recover_picked}}),
+swept AS ({{recover_picked}}),
 -- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
-{{settle_ledger}}
-SELECT id, archive_status, stamped_before, stamped, archive_next_run_at, archive_backfilled
-FROM written;
+concluded AS (SELECT id FROM swept),
+{{settle_ledger}},
+noted AS ({{note_recovered}})
+{{swept_rows}};
 
 -- name: date_undated
 -- A PENDING row without a due time would never match take_lost: due now, so the grace
 -- period starts when the sweeper first sees it.
 WITH picked AS (
-    SELECT id
+    SELECT id, archive_enqueued_at
     FROM image_generation_records
     WHERE archive_status = 'PENDING' AND archive_next_run_at IS NULL
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
+),
+dated AS (
+    UPDATE image_generation_records AS r
+    SET archive_next_run_at = now()
+    FROM picked
+    WHERE r.id = picked.id
+    RETURNING r.id, r.archive_status, r.archive_attempts,
+              picked.archive_enqueued_at AS enqueued_at, r.archive_next_run_at AS next_run_at
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
+    FROM dated AS target
+    CROSS JOIN LATERAL (
+        {{producer_enqueued}}
+        UNION ALL
+        SELECT now(), 1, target.archive_attempts, 'dated', jsonb_build_object('by', 'sweeper')
+    ) AS e
 )
-UPDATE image_generation_records AS r
-SET archive_next_run_at = now()
-FROM picked
-WHERE r.id = picked.id
-RETURNING r.id;
+SELECT id FROM dated;
 
 -- name: lost_row
--- A lost message: due more than the grace period ago and not sent within the requeue
--- interval (a range of the PENDING partial index, keyset-paged on the due time, :after).
+-- A lost message (lib.archive.sweep_rules.is_lost): due more than the grace period ago,
+-- and either never sent (no stamp) or its message entered the queue (its last send, or
+-- the end of the hold the worker set: the due time) before :lost_before, the time the
+-- sweep's view of the queue says a message must be older than to be lost
+-- (sweep_rules.lost_before). A range of the PENDING partial index, keyset-paged on the
+-- due time (:after).
 archive_status = 'PENDING'
 AND archive_next_run_at >= CAST(:after AS timestamptz)
 AND archive_next_run_at < now() - make_interval(secs => :grace)
 AND (archive_enqueued_at IS NULL
-     OR archive_enqueued_at < now() - make_interval(secs => :interval))
+     OR (archive_enqueued_at < CAST(:lost_before AS timestamptz)
+         AND archive_next_run_at < CAST(:lost_before AS timestamptz)))
 
 -- name: parked_row
 -- A row we parked (no message out, a wait reason), due within the grace period (older
@@ -348,13 +486,43 @@ SET archive_status = CASE WHEN r.status = 'SUCCEEDED' THEN 'PENDING' ELSE 'FAILE
     archive_error = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_error
                          ELSE format('generation status is %s; nothing to archive', r.status)
                     END,
+    archive_failed_at = CASE WHEN r.status = 'SUCCEEDED' THEN NULL ELSE now() END,
     archive_next_run_at = CASE WHEN r.status = 'SUCCEEDED' THEN r.archive_next_run_at END,
     archive_enqueued_at = CASE WHEN r.status = 'SUCCEEDED'
                                THEN now() ELSE r.archive_enqueued_at END
 FROM picked
 WHERE r.id = picked.id
-RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS stamped_before,
-          r.archive_enqueued_at AS stamped, r.archive_next_run_at, r.archive_backfilled
+RETURNING r.id, r.archive_status, picked.archive_enqueued_at AS previous_enqueued_at,
+          r.archive_enqueued_at, r.archive_next_run_at, r.archive_backfilled,
+          r.archive_attempts, r.archive_error, r.archive_wait_reason
+
+-- name: note_taken
+-- The story of the rows take_picked sent (`swept`): enqueued by the sweeper, lost (its
+-- message was) or parked (it had none), or FAILED when its generation did not succeed.
+INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
+FROM (SELECT *, previous_enqueued_at AS enqueued_at, archive_next_run_at AS next_run_at
+      FROM swept) AS target
+CROSS JOIN LATERAL (
+    {{producer_enqueued}}
+    UNION ALL
+    SELECT now(), 1, target.archive_attempts,
+           CASE WHEN target.archive_status = 'FAILED' THEN 'failed' ELSE 'enqueued' END,
+           CASE WHEN target.archive_status = 'FAILED'
+                THEN jsonb_build_object('by', 'sweeper', 'error', target.archive_error)
+                WHEN target.previous_enqueued_at IS NULL
+                     AND target.archive_wait_reason IS NOT NULL
+                THEN jsonb_build_object('by', 'sweeper', 'why', 'parked',
+                                        'wait_reason', target.archive_wait_reason)
+                ELSE jsonb_build_object('by', 'sweeper', 'why', 'lost',
+                                        'last_sent', target.previous_enqueued_at) END
+) AS e
+
+-- name: swept_rows
+-- What a sweeper statement returns of its rows (lib.state.sweeps.SweptRow).
+SELECT id, archive_status, previous_enqueued_at, archive_enqueued_at, archive_next_run_at,
+       archive_backfilled
+FROM swept
 
 -- name: take_lost
 -- Live rows' lost messages, then rows we parked as soon as they are due: two range reads,
@@ -378,8 +546,10 @@ parked AS (
 ),
 picked AS (
     SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
-)
-{{take_picked}};
+),
+swept AS ({{take_picked}}),
+noted AS ({{note_taken}})
+{{swept_rows}};
 
 -- name: take_lost_backfilled
 -- The same for rows a backfill queued (archive_backfilled), which the sweeper sends after
@@ -402,16 +572,31 @@ parked AS (
 ),
 picked AS (
     SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
-)
-{{take_picked}};
+),
+swept AS ({{take_picked}}),
+noted AS ({{note_taken}})
+{{swept_rows}};
+
+-- name: queue_mark
+-- The queue's receive mark (the claim moves it) and the database's clock, for the sweep's
+-- view of the queue: one row even without the mark's row.
+SELECT (SELECT received_through FROM image_archive_queue WHERE queue = 'archive'), now();
 
 -- name: restore_stamps
 -- Put back the stamps of rows whose send failed, only where the stamp is still ours.
-UPDATE image_generation_records AS r
-SET archive_enqueued_at = v.previous
-FROM unnest(CAST(:ids AS bigint[]), CAST(:previous AS timestamptz[])) AS v(id, previous)
-WHERE r.id = v.id AND r.archive_enqueued_at = CAST(:stamp AS timestamptz)
-RETURNING r.id;
+WITH restored AS (
+    UPDATE image_generation_records AS r
+    SET archive_enqueued_at = v.previous
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:previous AS timestamptz[])) AS v(id, previous)
+    WHERE r.id = v.id AND r.archive_enqueued_at = CAST(:stamp AS timestamptz)
+    RETURNING r.id, r.archive_attempts
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 2, archive_attempts, 'unsent', jsonb_build_object('by', 'sweeper')
+    FROM restored
+)
+SELECT id FROM restored;
 
 -- name: oldest_pending_age
 -- How long the oldest PENDING row has been due (0 when none is): one index entry.
@@ -435,7 +620,12 @@ marked AS (
     WHERE r.id = wanted.id
       AND r.status = 'SUCCEEDED'
       AND (r.archive_status IS NULL OR r.archive_status = 'PENDING')
-    RETURNING r.id, r.archive_enqueued_at
+    RETURNING r.id, r.archive_enqueued_at, r.archive_attempts
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts, 'enqueued', jsonb_build_object('by', CAST(:by AS text))
+    FROM marked
 )
 SELECT wanted.id, r.id IS NOT NULL, r.status, r.archive_status, marked.archive_enqueued_at
 FROM wanted
@@ -446,48 +636,130 @@ ORDER BY wanted.id;
 -- name: unstamp
 -- A row whose send failed loses our stamp, so the sweeper sends it after its grace
 -- period instead of a whole requeue interval later.
-UPDATE image_generation_records
-SET archive_enqueued_at = NULL
-WHERE id = ANY(CAST(:ids AS bigint[]))
-  AND archive_status = 'PENDING'
-  AND archive_enqueued_at = CAST(:stamp AS timestamptz);
-
--- name: failed_since
--- FAILED rows of a SUCCEEDED generation (partial index on started_at).
-archive_status = 'FAILED'
-AND status = 'SUCCEEDED'
-AND started_at >= CAST(:since AS timestamptz)
-
--- name: requeue_failed
--- A fresh attempt budget, oldest generation first; the last error is kept as history.
-WITH picked AS (
-    SELECT id
-    FROM image_generation_records
-    WHERE {{failed_since}}
-    ORDER BY started_at
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+WITH unstamped AS (
+    UPDATE image_generation_records
+    SET archive_enqueued_at = NULL
+    WHERE id = ANY(CAST(:ids AS bigint[]))
+      AND archive_status = 'PENDING'
+      AND archive_enqueued_at = CAST(:stamp AS timestamptz)
+    RETURNING id, archive_attempts
 )
-UPDATE image_generation_records AS r
-SET archive_status = 'PENDING',
-    archive_attempts = 0,
-    archive_next_run_at = now(),
-    archive_enqueued_at = now(),
-    archive_locked_by = NULL,
-    archive_locked_at = NULL
-FROM picked
-WHERE r.id = picked.id
-RETURNING r.id, r.archive_enqueued_at;
+INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+SELECT id, now(), 1, archive_attempts, 'unsent',
+       jsonb_build_object('by', CAST(:by AS text), 'error', CAST(:error AS text))
+FROM unstamped;
 
--- name: preview_failed
-SELECT id, started_at, archive_attempts, archive_error
+-- name: failed_time
+-- When a FAILED row failed: archive_failed_at, which every statement that fails a row sets.
+-- A row an older release failed has none: then the latest time known before its failure
+-- (its last send, its first claim, its generation), never later than the real one.
+-- archive_migration.sql's failed_at index is on this very text: change both or neither.
+COALESCE(archive_failed_at,
+         GREATEST(archive_enqueued_at, archive_first_claimed_at, started_at))
+
+-- name: record_selection
+-- The filters `archive-ctl list` and `requeue` share (lib.state.selection); a NULL
+-- parameter filters nothing. :error is an ILIKE pattern, :error_patterns the LIKE
+-- prefixes of an error class, :waiting the wait reason of a PENDING row not due yet.
+(CAST(:ids AS bigint[]) IS NULL OR id = ANY(CAST(:ids AS bigint[])))
+AND id >= CAST(:id_from AS bigint) AND id <= CAST(:id_to AS bigint)
+AND (CAST(:error AS text) IS NULL OR archive_error ILIKE CAST(:error AS text))
+AND (CAST(:error_patterns AS text[]) IS NULL
+     OR archive_error LIKE ANY(CAST(:error_patterns AS text[])))
+AND (CAST(:waiting AS text) IS NULL
+     OR (archive_status = 'PENDING' AND archive_next_run_at > now()
+         AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
+
+-- name: failed_selection
+-- FAILED rows the selection names that failed in [:since, :until); :requeuable keeps only
+-- those of a SUCCEEDED generation (the only ones a requeue can give new attempts).
+archive_status = 'FAILED'
+AND {{failed_time}} >= CAST(:since AS timestamptz)
+AND {{failed_time}} < CAST(:until AS timestamptz)
+AND (NOT CAST(:requeuable AS boolean) OR status = 'SUCCEEDED')
+AND {{record_selection}}
+
+-- name: listed_record
+-- A record as `archive-ctl list` shows it (lib.state.selection.ListedRecord).
+id, status, archive_status, archive_attempts, archive_wait_reason,
+archive_enqueued_at IS NULL, archive_next_run_at, archive_locked_at, archive_error,
+archived_at, hosted_image_url, started_at,
+CASE WHEN archive_status = 'FAILED' THEN {{failed_time}} END,
+archive_status = 'FAILED' AND archive_failed_at IS NULL
+
+-- name: list_failed
+-- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
+-- of the failed_at index read backwards, however many rows the table holds.
+SELECT {{listed_record}}
 FROM image_generation_records
-WHERE {{failed_since}}
-ORDER BY started_at
+WHERE {{failed_selection}}
+  AND ({{failed_time}}, id) < (CAST(:after_time AS timestamptz), CAST(:after_id AS bigint))
+ORDER BY {{failed_time}} DESC, id DESC
 LIMIT :limit;
 
 -- name: count_failed
-SELECT count(*) FROM image_generation_records WHERE {{failed_since}};
+-- How many rows list_failed would list over every page (the same index range).
+SELECT count(*) FROM image_generation_records WHERE {{failed_selection}};
+
+-- name: list_records
+-- Records in any state (:state NULL) or one (a state name; 'none': never queued), newest
+-- record first, keyset-paged below :after_id. No state: the primary key read backwards;
+-- PENDING or RUNNING: their partial index (the rows of that state, then sorted).
+-- :with_error (an error filter): only the states that keep an error (a success clears
+-- it), written as an OR so that the three partial indexes serve it, not the table.
+SELECT {{listed_record}}
+FROM image_generation_records
+WHERE id < CAST(:after_id AS bigint)
+  AND (CAST(:state AS text) IS NULL
+       OR archive_status = CAST(:state AS text)
+       OR (CAST(:state AS text) = 'none' AND archive_status IS NULL))
+  AND (NOT CAST(:with_error AS boolean)
+       OR archive_status = 'PENDING' OR archive_status = 'RUNNING'
+       OR archive_status = 'FAILED')
+  AND {{record_selection}}
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: record_states
+-- What each id asked for is, for the ones a requeue did not take.
+SELECT wanted.id, r.id IS NOT NULL, r.status, r.archive_status
+FROM unnest(CAST(:ids AS bigint[])) AS wanted (id)
+LEFT JOIN image_generation_records AS r ON r.id = wanted.id
+ORDER BY wanted.id;
+
+-- name: requeue_failed
+-- A fresh attempt budget for the FAILED rows the selection names, in list_failed's order
+-- (what `list --state FAILED` shows is what is taken); the last error is kept as history,
+-- the failure time cleared.
+WITH picked AS (
+    SELECT id, archive_attempts, archive_error
+    FROM image_generation_records
+    WHERE {{failed_selection}}
+    ORDER BY {{failed_time}} DESC, id DESC
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+requeued AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'PENDING',
+        archive_attempts = 0,
+        archive_failed_at = NULL,
+        archive_next_run_at = now(),
+        archive_enqueued_at = now(),
+        archive_locked_by = NULL,
+        archive_locked_at = NULL
+    FROM picked
+    WHERE r.id = picked.id
+    RETURNING r.id, r.archive_enqueued_at, picked.archive_attempts, picked.archive_error
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, 0, 'enqueued',
+           jsonb_build_object('by', 'archive-ctl requeue', 'was', 'FAILED',
+                              'attempts', archive_attempts, 'error', archive_error)
+    FROM requeued
+)
+SELECT id, archive_enqueued_at FROM requeued;
 
 -- name: live_counts
 -- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED).
@@ -504,7 +776,7 @@ SELECT
       WHERE archive_status = 'RUNNING' AND {{lock_expired}}),
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'FAILED'),
     (SELECT count(*) FROM image_generation_records
-      WHERE archive_status = 'FAILED' AND started_at >= now() - interval '24 hours');
+      WHERE archive_status = 'FAILED' AND {{failed_time}} >= now() - interval '24 hours');
 
 -- name: waiting_counts
 -- `archive-ctl status`: PENDING rows not due yet, by why they wait and whether a message
@@ -523,21 +795,32 @@ GROUP BY 1
 ORDER BY 1;
 
 -- name: park
--- A PENDING row the paused lane will not take for a long while: its message is
--- acknowledged, and the sweeper's lost-message step sends a new one once the row is
--- due and the lane open (no stamp: no message is out for it).
--- No message is left for it: a booking it held goes (settle_ledger).
-WITH written AS (
+-- A PENDING row that waits without having been claimed. Parked: the paused lane will not
+-- take it for a long while, its message is acknowledged, and the sweeper's lost-message
+-- step sends a new one once the row is due and the lane open (no stamp: no message is out
+-- for it). :held: its message is kept, hidden until the row is due, so the due time says
+-- when it comes back (the sweeper's lost-message rule reads it as the message's entry).
+-- A booking it held goes (settle_ledger): it comes back for no booked slot.
+WITH parked AS (
     UPDATE image_generation_records
     SET archive_next_run_at = GREATEST(archive_next_run_at,
                                        now() + make_interval(secs => :delay)),
         archive_wait_reason = COALESCE(CAST(:wait_reason AS text), archive_wait_reason),
-        archive_enqueued_at = NULL
+        archive_enqueued_at = CASE WHEN CAST(:held AS boolean) THEN archive_enqueued_at END
     WHERE id = :record_id AND archive_status = 'PENDING'
-    RETURNING id
+    RETURNING id, archive_attempts, archive_next_run_at, archive_wait_reason
 ),
-{{settle_ledger}}
-SELECT id FROM written;
+concluded AS (SELECT id FROM parked),
+{{settle_ledger}},
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts,
+           CASE WHEN CAST(:held AS boolean) THEN 'held' ELSE 'parked' END,
+           CAST(:detail AS jsonb) || jsonb_build_object('why', archive_wait_reason,
+                                                        'until', archive_next_run_at)
+    FROM parked
+)
+SELECT id FROM parked;
 
 -- name: lane_paused_for
 -- Seconds left of the lane's pause (NULL: open; negative: over). PostgreSQL before 17
@@ -672,7 +955,7 @@ SELECT EXISTS (SELECT 1 FROM bumped), (SELECT at FROM written);
 -- name: settle_ledger
 -- The ledger's side of every statement that concludes an attempt (succeed, retry, fail,
 -- release, park) and of the sweeper's recovery: the record's rows end with the attempt.
--- Written once, used as CTEs after the statement's own `written` (the rows it changed,
+-- Written once, used as CTEs after the statement's own `concluded` (the rows it changed,
 -- `id`), so nothing is settled when the lock had passed on (the new holder's rows are its
 -- own). The upload this attempt's slot took stays when Lsky may have counted it
 -- (:counted), dated when that was known: now, or for an attempt that vanished
@@ -684,13 +967,13 @@ ledger_counted AS (
         at = CASE WHEN CAST(:vanished AS boolean)
                   THEN LEAST(now(), u.at + interval '15 minutes')
                   ELSE GREATEST(u.at, now()) END
-    FROM written AS w
+    FROM concluded AS w
     WHERE u.record_id = w.id AND u.state = 'taken' AND CAST(:counted AS boolean)
     RETURNING 1
 ),
 ledger_freed AS (
     DELETE FROM image_archive_uploads AS u
-    USING written AS w
+    USING concluded AS w
     WHERE u.record_id = w.id
       AND ((u.state = 'taken' AND NOT CAST(:counted AS boolean))
            OR (u.state = 'booked' AND NOT CAST(:keep_booking AS boolean)))
@@ -759,16 +1042,137 @@ SELECT (SELECT count(*) FROM old), (SELECT count(*) FROM missed);
 -- name: unpark_paused
 -- `archive-ctl lane clear`: rows parked because the lane was paused are due now, spread
 -- over :spread seconds so they do not all arrive at once; :limit a call (call again
--- until none: a row moved is inside the spread, so it is not taken twice).
-UPDATE image_generation_records
-SET archive_next_run_at = now() + make_interval(secs => random() * :spread)
-WHERE id IN (SELECT id FROM image_generation_records
-             WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
-               AND archive_wait_reason = 'paused'
-               AND archive_next_run_at > now() + make_interval(secs => :spread)
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
-RETURNING id;
+-- until none: a row moved is inside the spread, so it is not taken twice). :by is who
+-- reopened the lane (the story's `unparked`).
+WITH unparked AS (
+    UPDATE image_generation_records
+    SET archive_next_run_at = now() + make_interval(secs => random() * :spread)
+    WHERE id IN (SELECT id FROM image_generation_records
+                 WHERE archive_status = 'PENDING' AND archive_enqueued_at IS NULL
+                   AND archive_wait_reason = 'paused'
+                   AND archive_next_run_at > now() + make_interval(secs => :spread)
+                 LIMIT :limit
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING id, archive_attempts, archive_next_run_at
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts, 'unparked',
+           jsonb_build_object('by', CAST(:by AS text), 'due_at', archive_next_run_at)
+    FROM unparked
+)
+SELECT id FROM unparked;
+
+-- name: mark_redriven
+-- `archive-ctl redrive-dlq`: the records of a batch of DLQ messages (:ids, with each one's
+-- :message_ids), before their messages go back to the queue (row first, as the producer
+-- does). A message lands in the DLQ when its attempts could not be concluded (crashes,
+-- timeouts, the database gone), and the sweeper may have failed the row meanwhile: a
+-- FAILED row gets a fresh attempt budget, as `requeue` gives one; a PENDING row is
+-- stamped. RUNNING, SUCCEEDED and never-queued rows are left alone (the message is
+-- acknowledged as a duplicate or a stray). Returns each marked row and what it was.
+WITH wanted AS (
+    SELECT DISTINCT ON (w.id) w.id, w.message_id
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:message_ids AS text[])) AS w (id, message_id)
+    ORDER BY w.id
+),
+picked AS (
+    SELECT r.id, r.archive_status AS was, r.archive_attempts AS attempts, wanted.message_id
+    FROM image_generation_records AS r
+    JOIN wanted ON wanted.id = r.id
+    WHERE r.status = 'SUCCEEDED' AND r.archive_status IN ('PENDING', 'FAILED')
+    FOR UPDATE OF r
+),
+marked AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'PENDING',
+        archive_attempts = CASE WHEN picked.was = 'FAILED' THEN 0 ELSE r.archive_attempts END,
+        archive_failed_at = CASE WHEN picked.was = 'FAILED' THEN NULL ELSE r.archive_failed_at END,
+        archive_next_run_at = CASE WHEN picked.was = 'FAILED' THEN now()
+                                   ELSE COALESCE(r.archive_next_run_at, now()) END,
+        archive_enqueued_at = now()
+    FROM picked
+    WHERE r.id = picked.id
+    RETURNING r.id, r.archive_attempts, picked.was, picked.attempts, picked.message_id
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts, 'enqueued',
+           jsonb_build_object('by', 'archive-ctl redrive-dlq', 'was', was,
+                              'attempts', attempts, 'message_id', message_id)
+    FROM marked
+)
+SELECT id, was FROM marked ORDER BY id;
+
+-- name: expire_events
+-- Retention (docs/history.md), run by the sweeper: the oldest conclusions (archived,
+-- failed) older than :retention seconds, :limit at most, of records that are not live
+-- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
+-- are removed. A live record keeps every event: requeued since, it is PENDING or RUNNING,
+-- and the rows are share-locked, so a requeue waits for the delete or the delete passes
+-- the row by. A range of the conclusions' partial index, each record looked up by its
+-- key (scalar subqueries: an anti-join would read the whole table once), then a range of
+-- its own index. Returns (record id, events removed).
+WITH oldest AS (
+    SELECT e.record_id, e.at
+    FROM image_archive_events AS e
+    WHERE e.kind IN ('archived', 'failed')
+      AND e.at < now() - make_interval(secs => :retention)
+      AND NOT COALESCE((SELECT r.archive_status IN ('PENDING', 'RUNNING')
+                        FROM image_generation_records AS r WHERE r.id = e.record_id), false)
+    ORDER BY e.at
+    LIMIT :limit
+),
+concluded AS (
+    SELECT r.id
+    FROM image_generation_records AS r
+    WHERE r.id IN (SELECT record_id FROM oldest)
+      AND (r.archive_status IS NULL OR r.archive_status IN ('SUCCEEDED', 'FAILED'))
+    FOR SHARE SKIP LOCKED
+),
+chapters AS (
+    SELECT o.record_id, max(o.at) AS upto
+    FROM oldest AS o
+    WHERE o.record_id IN (SELECT id FROM concluded)
+       OR NOT COALESCE((SELECT true FROM image_generation_records AS r
+                        WHERE r.id = o.record_id), false)
+    GROUP BY o.record_id
+),
+removed AS (
+    DELETE FROM image_archive_events AS e
+    USING chapters AS c
+    WHERE e.record_id = c.record_id AND e.at <= c.upto
+    RETURNING e.record_id
+)
+SELECT record_id, count(*) FROM removed GROUP BY record_id ORDER BY record_id;
+
+-- name: record_story
+-- `archive-ctl show`: one record's row as the story needs it, its booked upload slot, and
+-- how many events it has (a count of its index range).
+SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_at,
+       r.archive_wait_reason, r.archive_enqueued_at, r.archive_locked_by, r.archive_locked_at,
+       r.archive_status = 'RUNNING' AND {{lock_expired}}, r.archive_error, r.archived_at,
+       r.hosted_image_url, r.archive_staged_key, r.archive_staged_at, r.archive_staged_bytes,
+       r.archive_altered, r.archive_may_be_hosted, r.archive_backfilled, r.started_at, now(),
+       (SELECT min(u.at) FROM image_archive_uploads AS u
+         WHERE u.record_id = r.id AND u.state = 'booked'),
+       (SELECT count(*) FROM image_archive_events AS e WHERE e.record_id = r.id),
+       CASE WHEN r.archive_status = 'FAILED' THEN {{failed_time}} END,
+       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL
+FROM image_generation_records AS r
+WHERE r.id = :record_id;
+
+-- name: record_events
+-- `archive-ctl show`: a record's newest :limit events, oldest first, and how many it has
+-- (a record whose row is gone still has its story until the retention removes it).
+SELECT at, attempt, kind, detail, (SELECT count(*) FROM image_archive_events
+                                   WHERE record_id = :record_id)
+FROM (SELECT at, seq, attempt, kind, detail
+      FROM image_archive_events
+      WHERE record_id = :record_id
+      ORDER BY at DESC, seq DESC
+      LIMIT :limit) AS newest
+ORDER BY at, seq;
 
 -- name: backfill_selection
 -- The generations `archive-ctl backfill` queues: SUCCEEDED and never queued, started in
@@ -805,30 +1209,49 @@ WITH picked AS (
     ORDER BY started_at, id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
+),
+marked AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'PENDING',
+        archive_next_run_at = now(),
+        archive_enqueued_at = now(),
+        archive_backfilled = true
+    FROM picked
+    WHERE r.id = picked.id AND r.archive_status IS NULL
+    RETURNING r.id, r.started_at, r.archive_enqueued_at, r.archive_attempts
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts, 'enqueued',
+           jsonb_build_object('by', 'archive-ctl backfill')
+    FROM marked
 )
-UPDATE image_generation_records AS r
-SET archive_status = 'PENDING',
-    archive_next_run_at = now(),
-    archive_enqueued_at = now(),
-    archive_backfilled = true
-FROM picked
-WHERE r.id = picked.id AND r.archive_status IS NULL
-RETURNING r.id, r.started_at, r.archive_enqueued_at;
+SELECT id, started_at, archive_enqueued_at FROM marked;
 
 -- name: unmark_backfill
 -- Undo the part of a backfill page an interruption kept from being sent: never queued
 -- again, so the next run takes those rows. Only rows exactly as the page left them (its
 -- stamp as due time and enqueue time: no worker or sweeper has touched them).
-UPDATE image_generation_records
-SET archive_status = NULL,
-    archive_next_run_at = NULL,
-    archive_enqueued_at = NULL,
-    archive_backfilled = false
-WHERE id = ANY(CAST(:ids AS bigint[]))
-  AND archive_status = 'PENDING' AND archive_backfilled
-  AND archive_enqueued_at = CAST(:stamp AS timestamptz)
-  AND archive_next_run_at = CAST(:stamp AS timestamptz)
-RETURNING id;
+WITH unmarked AS (
+    UPDATE image_generation_records
+    SET archive_status = NULL,
+        archive_next_run_at = NULL,
+        archive_enqueued_at = NULL,
+        archive_backfilled = false
+    WHERE id = ANY(CAST(:ids AS bigint[]))
+      AND archive_status = 'PENDING' AND archive_backfilled
+      AND archive_enqueued_at = CAST(:stamp AS timestamptz)
+      AND archive_next_run_at = CAST(:stamp AS timestamptz)
+    RETURNING id, archive_attempts
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT id, now(), 0, archive_attempts, 'dequeued',
+           jsonb_build_object('by', 'archive-ctl backfill',
+                              'why', 'interrupted before its message was sent')
+    FROM unmarked
+)
+SELECT id FROM unmarked;
 
 -- name: lane_demand
 -- `archive-ctl backfill`: what the lane holds before history may have more. Live rows (not
@@ -904,6 +1327,33 @@ archive_staged_bytes = CASE WHEN CAST(:staged_key AS text) IS NOT NULL
 -- SET item: what this attempt's upload sent, when Lsky may have kept it (:sent, JSON);
 -- NULL keeps what an earlier attempt recorded.
 archive_sent = COALESCE(CAST(:sent AS jsonb), archive_sent)
+
+-- name: attempt_events
+-- The events an attempt kept in memory (:events, a JSON array of {kind, at, detail},
+-- oldest first: lib.state.events.EventLog) as rows (at, seq, kind, detail) for the INSERT
+-- of the statement that concludes it. A time after the statement's own is its own: the
+-- attempt's clock is the claim's moved on, and must not sort an event after its conclusion.
+SELECT LEAST(COALESCE(CAST(e.value ->> 'at' AS timestamptz), now()), now()) AS at,
+       CAST(e.n AS int) AS seq, e.value ->> 'kind' AS kind,
+       COALESCE(e.value -> 'detail', '{}') AS detail
+FROM jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e (value, n)
+
+-- name: note_conclusion
+-- The INSERT of retry, fail and release: the attempt's events, then the statement's own
+-- (:kind, :detail and the row's next run), or `lock_lost` when the lock had passed on and
+-- `concluded` changed nothing. One statement: no round trip of its own.
+INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+SELECT :record_id, e.at, e.seq, :attempt, e.kind, e.detail
+FROM ({{attempt_events}}
+      UNION ALL
+      SELECT now(), jsonb_array_length(CAST(:events AS jsonb)) + 1,
+             CASE WHEN EXISTS (SELECT 1 FROM concluded) THEN CAST(:kind AS text)
+                  ELSE 'lock_lost' END,
+             CASE WHEN EXISTS (SELECT 1 FROM concluded)
+                  THEN CAST(:detail AS jsonb)
+                       || jsonb_build_object('next_run_at',
+                                             (SELECT archive_next_run_at FROM concluded))
+                  ELSE jsonb_build_object('write', CAST(:kind AS text)) END) AS e
 
 -- name: forget_staged
 -- SET items for a row whose staged copy is published or dropped.
@@ -999,11 +1449,12 @@ ORDER BY 3 DESC, 1, 2;
  OR (s.archive_status IN ('PENDING', 'FAILED') AND s.archive_attempts > 0))
 
 -- name: mark_may_be_hosted
--- Run once, when migrate adds archive_may_be_hosted (DEFAULT false) to a table that has
--- archive states: rows an older release may have uploaded get true, so their next attempt
--- looks the image up instead of storing a second copy. A batch is the next :batch rows by
--- primary key after :after, one short transaction; returns the last id looked at (NULL:
--- done) and how many rows were marked.
+-- When migrate adds archive_may_be_hosted (DEFAULT false) to a table that has archive
+-- states: rows an older release may have uploaded get true, so their next attempt looks
+-- the image up instead of storing a second copy. A batch is the next :batch rows by
+-- primary key after :after, one short transaction that also keeps the step's progress
+-- (its row in image_archive_migration_steps: a run that stops resumes after it); returns
+-- the last id looked at (NULL: done) and how many rows were marked.
 WITH span AS (
     SELECT id FROM image_generation_records
     WHERE id > :after ORDER BY id LIMIT :batch
@@ -1014,12 +1465,34 @@ marked AS (
     FROM span
     WHERE s.id = span.id AND NOT s.archive_may_be_hosted AND {{may_have_uploaded}}
     RETURNING s.id
+),
+progress AS (
+    UPDATE image_archive_migration_steps
+    SET after_id = (SELECT max(id) FROM span)
+    WHERE step = :step_name AND EXISTS (SELECT 1 FROM span)
+    RETURNING 1
 )
 SELECT (SELECT max(id) FROM span), (SELECT count(*) FROM marked);
 
 -- name: count_may_have_uploaded
--- `migrate --dry-run`: how many rows mark_may_be_hosted would mark.
+-- `migrate --dry-run`: how many rows mark_may_be_hosted would mark when it adds the column.
 SELECT count(*) FROM image_generation_records AS s WHERE {{may_have_uploaded}};
+
+-- name: count_left_to_mark
+-- `migrate --dry-run` with the marking begun: the rows after its progress it would mark.
+SELECT count(*) FROM image_generation_records AS s
+WHERE s.id > :after AND NOT s.archive_may_be_hosted AND {{may_have_uploaded}};
+
+-- name: unfinished_migration_steps
+-- The data steps an earlier run noted and did not finish, with their progress.
+SELECT step, after_id FROM image_archive_migration_steps ORDER BY step;
+
+-- name: note_migration_step
+-- Before the change that calls for a data step: it is to be done, by this run or the next.
+INSERT INTO image_archive_migration_steps (step) VALUES (:step) ON CONFLICT (step) DO NOTHING;
+
+-- name: finish_migration_step
+DELETE FROM image_archive_migration_steps WHERE step = :step;
 
 -- name: map_legacy_statuses
 -- Legacy archive_status values to states (lib.cli.legacy_status): :legacy, :hosted and

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-# The drain rate is the lane's uploads over this window (the sweeper, status, backfill).
+# The drain rate is the lane's uploads over this window (status, backfill).
 DRAIN_WINDOW_SECONDS = 900
 
 
@@ -38,10 +38,6 @@ class LaneState:
     @property
     def paused(self) -> bool:
         return self.paused_for_seconds > 0
-
-    @property
-    def drain_per_second(self) -> float:
-        return self.drain_uploads / DRAIN_WINDOW_SECONDS
 
 
 @dataclass(frozen=True)

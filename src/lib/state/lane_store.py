@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from lib.archive import limiter, slots
+from lib.archive import limiter, pacing, slots
 from lib.platform.errors import ServiceError
 from lib.platform.redact import outside_text
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, LedgerEntry, lane_state
@@ -98,10 +98,13 @@ class LaneStore(Statements):
         rows = self._run("clear_pause", reason=reason)
         return str(rows[0][0]) if rows else None
 
-    def unpark(self, *, spread_seconds: float, limit: int = 5_000) -> int:
-        """Rows parked by a pause become due within `spread_seconds`; returns how many
-        (call again until 0)."""
-        return len(self._run("unpark_paused", spread=spread_seconds, limit=limit))
+    def unpark(self, *, spread_seconds: float, by: str, limit: int = 5_000) -> list[int]:
+        """Rows parked by a pause become due within `spread_seconds`; returns their ids
+        (call again until none). `by`: who reopened the lane (their `unparked` event)."""
+        return [
+            int(row[0])
+            for row in self._run("unpark_paused", spread=spread_seconds, by=by, limit=limit)
+        ]
 
     # -- pacing: the ledger's slots -------------------------------------------------------
 
@@ -169,15 +172,19 @@ class LaneStore(Statements):
         seconds: float,
         limit: int,
         *,
-        margin: float,
+        margin: float | None = None,
         window: str | None = None,
         zone: str = "UTC",
         record_id: int | None = None,
     ) -> datetime:
-        """When the ledger says a window Lsky named (`window`, `seconds` long: its longest)
-        frees a slot, by Lsky's arithmetic (lib.archive.limiter.window_frees; the whole
-        window when it holds fewer than the limit). `record_id`: the record Lsky just
-        refused, whose own slot is no upload."""
+        """When the ledger says a window Lsky named (`window`, `seconds` long; a day's or a
+        week's as long as Lsky's zone makes it) frees a slot, by Lsky's arithmetic
+        (lib.archive.limiter.window_frees; the whole window when it holds fewer than the
+        limit), Lsky's clock within `margin` (default: pacing's). `record_id`: the record
+        Lsky just refused, whose own slot is no upload."""
+        [(seconds, limit)] = limiter.pacing_windows([(int(seconds), limit)], zone)
+        if margin is None:
+            margin = pacing.slot_margin([(seconds, limit)])
         ledger = self._ledger(record_id, seconds)
         counted = [
             slots.count_time(entry, ledger.epoch, 0.0)

@@ -3,11 +3,13 @@ backfill history, and the counts `status` shows (lib/sql/queries.sql)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from lib.state.queries import Statements
+from lib.state.selection import MAX_ID, Cursor, ListedRecord, Selection
 from lib.state.sweeps import BEGINNING
 
 
@@ -20,14 +22,6 @@ class MarkedRow:
     status: str | None
     archive_status: str | None
     marked_at: datetime | None  # None: not marked (see status/archive_status)
-
-
-@dataclass(frozen=True)
-class FailedRecord:
-    record_id: int
-    started_at: datetime | None
-    attempts: int
-    error: str | None
 
 
 @dataclass(frozen=True)
@@ -78,30 +72,85 @@ DEMAND_READ_LIMIT = 10_000
 
 
 class OperatorRecords(Statements):
-    def mark_for_enqueue(self, record_ids: list[int]) -> list[MarkedRow]:
+    def mark_for_enqueue(self, record_ids: list[int], *, by: str) -> list[MarkedRow]:
+        """`by`: who enqueues (lib.state.events.Actor), for the story's `enqueued`."""
         return [
             MarkedRow(int(record_id), bool(exists), status, archive_status, marked_at)
             for record_id, exists, status, archive_status, marked_at in self._run(
-                "mark_for_enqueue", ids=record_ids
+                "mark_for_enqueue", ids=record_ids, by=by
             )
         ]
 
-    def unstamp(self, record_ids: list[int], *, stamp: datetime) -> None:
-        self._run("unstamp", ids=record_ids, stamp=stamp)
+    def unstamp(self, record_ids: list[int], *, stamp: datetime, by: str, error: str) -> None:
+        """Rows whose message did not go out lose `stamp`; `by` and the (redacted) `error`
+        are their `unsent` event's."""
+        self._run("unstamp", ids=record_ids, stamp=stamp, by=by, error=error)
 
-    def requeue_failed(self, *, since: datetime | None, limit: int) -> list[tuple[int, datetime]]:
-        rows = self._run("requeue_failed", since=BEGINNING if since is None else since, limit=limit)
-        return [(int(record_id), stamp) for record_id, stamp in rows]
+    def mark_redriven(self, messages: Sequence[tuple[int, str]]) -> dict[int, str]:
+        """The records of DLQ messages ((record id, message id) pairs) made ready for their
+        messages' return: a FAILED row gets a fresh attempt budget, a PENDING one a stamp.
+        Returns {record id: what it was} for the rows marked."""
+        rows = self._run(
+            "mark_redriven",
+            ids=[record_id for record_id, _ in messages],
+            message_ids=[message_id for _, message_id in messages],
+        )
+        return {int(record_id): str(was) for record_id, was in rows}
 
-    def count_failed(self, *, since: datetime | None) -> int:
-        [[total]] = self._run("count_failed", since=BEGINNING if since is None else since)
+    def list_records(
+        self, selection: Selection, *, after: Cursor | None, limit: int, requeuable: bool = False
+    ) -> list[ListedRecord]:
+        """One page, newest first: failures by failure time, anything else by id.
+        requeuable: failures of a SUCCEEDED generation only (what a requeue takes)."""
+        if selection.failures or requeuable:
+            rows = self._run(
+                "list_failed",
+                requeuable=requeuable,
+                after_time=after.failed_at if after and after.failed_at else "infinity",
+                after_id=after.record_id if after else MAX_ID,
+                limit=limit,
+                **selection.failure_range(),
+                **selection.params(),
+            )
+        else:
+            rows = self._run(
+                "list_records",
+                state=selection.state,
+                with_error=selection.error_text is not None or bool(selection.error_patterns),
+                after_id=after.record_id if after else MAX_ID,
+                limit=limit,
+                **selection.params(),
+            )
+        return [ListedRecord.from_row(row) for row in rows]
+
+    def count_failed(self, selection: Selection, *, requeuable: bool) -> int:
+        [[total]] = self._run(
+            "count_failed",
+            requeuable=requeuable,
+            **selection.failure_range(),
+            **selection.params(),
+        )
         return int(total)
 
-    def preview_failed(self, *, since: datetime | None, limit: int) -> list[FailedRecord]:
-        rows = self._run("preview_failed", since=BEGINNING if since is None else since, limit=limit)
+    def requeue_failed(self, selection: Selection, *, limit: int) -> list[tuple[int, datetime]]:
+        """Give up to `limit` FAILED rows of the selection new attempts (PENDING, due now,
+        stamped), newest failure first; returns (id, stamp) of each."""
+        rows = self._run(
+            "requeue_failed",
+            requeuable=True,
+            limit=limit,
+            **selection.failure_range(),
+            **selection.params(),
+        )
+        return [(int(record_id), stamp) for record_id, stamp in rows]
+
+    def record_states(self, record_ids: list[int]) -> list[MarkedRow]:
+        """Each id as it is now (marked_at None): why a requeue left it alone."""
         return [
-            FailedRecord(int(i), started, int(attempts), error)
-            for i, started, attempts, error in rows
+            MarkedRow(int(record_id), bool(exists), status, archive_status, None)
+            for record_id, exists, status, archive_status in self._run(
+                "record_states", ids=record_ids
+            )
         ]
 
     def live_counts(self, *, lock_ttl_seconds: int) -> LiveCounts:

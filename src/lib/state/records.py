@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from lib.platform.redact import outside_text
@@ -18,6 +20,7 @@ from lib.state.claim import (
     StagedCopy,
     Task,
 )
+from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
@@ -25,6 +28,8 @@ from lib.state.status import WaitReason
 # archive_error holds text from outside (a host's answer): redacted, then bounded, on its
 # way in (lib.platform.redact).
 ERROR_LIMIT = 500
+# An SQS message id is a UUID; anything longer in the event is not one.
+MESSAGE_ID_LIMIT = 100
 
 
 class Recorded(enum.StrEnum):
@@ -48,9 +53,15 @@ class ArchiveRecords(Statements):
         lock_ttl_seconds: int,
         max_attempts: int,
         capture_while_paused: bool = False,
+        message_id: str = "",
+        receive_count: int = 0,
+        queue_mark: datetime | None = None,
     ) -> ClaimResult:
         """capture_while_paused (staging on): a paused lane still lets a row that is not
-        staged yet be claimed, to be captured; a staged row waits for the lane."""
+        staged yet be claimed, to be captured; a staged row waits for the lane.
+        message_id, receive_count: the message's, for the story's `received` event.
+        queue_mark: the message's SentTimestamp on its first receive (Message.queue_mark),
+        which moves the queue's receive mark on in the same statement."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -59,6 +70,9 @@ class ArchiveRecords(Statements):
             max_attempts=max_attempts,
             early_slack=EARLY_SLACK_SECONDS,
             capture_while_paused=capture_while_paused,
+            message_id=outside_text(message_id, MESSAGE_ID_LIMIT),
+            receive_count=max(0, min(receive_count, 2**31 - 1)),
+            queue_mark=queue_mark,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
@@ -104,11 +118,15 @@ class ArchiveRecords(Statements):
         response: dict[str, Any],
         log_upload: bool = True,
         altered: bool | None = None,
+        events: Sequence[Event] = (),
+        detail: Mapping[str, Any] | None = None,
     ) -> Recorded:
         """Record the hosted image; says what the row held before (see Recorded).
 
         altered: whether Lsky stored other bytes than were sent (None: not compared).
         log_upload: the upload goes into the ledger (an adoption sent nothing: False).
+        events: the attempt's, written before its `archived` (whose `detail` adds to the
+        URL and `altered`).
         """
         rows = self._run(
             "succeed",
@@ -120,6 +138,7 @@ class ArchiveRecords(Statements):
             log_upload=log_upload,
             altered=altered,
             **settled(counted=log_upload),
+            **_story(task, events, {"url": hosted_url, "altered": altered, **(detail or {})}),
         )
         if not rows:
             return Recorded.ROW_GONE
@@ -139,6 +158,8 @@ class ArchiveRecords(Statements):
         staged: StagedCopy | None = None,
         sent: SentImage | None = None,
         counted: bool = False,
+        events: Sequence[Event] = (),
+        detail: Mapping[str, Any] | None = None,
     ) -> bool:
         """PENDING again after `delay_seconds`; False when the lock had passed on.
 
@@ -147,17 +168,23 @@ class ArchiveRecords(Statements):
         staged: a copy staged during this attempt, recorded with the row.
         counted: this attempt sent an upload Lsky may have counted (its slot stays in the
         ledger as an upload; otherwise it is given back, as is any booking).
+        events, detail: the attempt's events, and what its `retried` adds to the error.
         """
+        kept = outside_text(error, ERROR_LIMIT)
         rows = self._run(
             "retry",
             record_id=task.record_id,
             owner=owner,
-            error=outside_text(error, ERROR_LIMIT),
+            error=kept,
             delay=delay_seconds,
             may_be_hosted=may_be_hosted,
             sent=_sent(sent),
+            kind=str(EventKind.RETRIED),
             **_staged_params(staged),
             **settled(counted=counted),
+            **_story(
+                task, events, {"error": kept, "delay_seconds": delay_seconds, **(detail or {})}
+            ),
         )
         return bool(rows)
 
@@ -172,22 +199,28 @@ class ArchiveRecords(Statements):
         staged: StagedCopy | None = None,
         sent: SentImage | None = None,
         counted: bool = False,
+        events: Sequence[Event] = (),
+        detail: Mapping[str, Any] | None = None,
     ) -> bool:
         """FAILED; False when the lock had passed on (may_be_hosted, counted as in retry).
         keep_staged: the row keeps (or records `staged` as) its staged copy, for a
-        replay; otherwise it forgets it."""
+        replay; otherwise it forgets it. events, detail: as in retry."""
         params = _staged_params(staged)
         del params["forget_staged"]
+        kept = outside_text(error, ERROR_LIMIT)
+        story = {"by": Actor.WORKER, "error": kept, "keeps_staged_copy": keep_staged}
         rows = self._run(
             "fail",
             record_id=task.record_id,
             owner=owner,
-            error=outside_text(error, ERROR_LIMIT),
+            error=kept,
             may_be_hosted=may_be_hosted,
             keep_staged=keep_staged,
             sent=_sent(sent),
+            kind=str(EventKind.FAILED),
             **params,
             **settled(counted=counted),
+            **_story(task, events, {**story, **(detail or {})}),
         )
         return bool(rows)
 
@@ -206,6 +239,8 @@ class ArchiveRecords(Statements):
         sent: SentImage | None = None,
         counted: bool = False,
         keep_booking: bool = False,
+        events: Sequence[Event] = (),
+        detail: Mapping[str, Any] | None = None,
     ) -> bool:
         """PENDING with the attempt given back; False when the lock had passed on.
 
@@ -215,25 +250,40 @@ class ArchiveRecords(Statements):
         staged: a copy staged during this attempt, recorded with the row;
         forget_staged: the row's own copy is dropped (it did not match what was captured).
         counted as in retry; keep_booking: the record comes back for its booked slot.
+        events, detail: the attempt's events, and what its `held` or `parked` adds.
         """
+        kept = None if error is None else outside_text(error, ERROR_LIMIT)
+        story = {"why": str(wait_reason), "given_back": True, "error": kept}
         rows = self._run(
             "release",
             record_id=task.record_id,
             owner=owner,
             delay=delay_seconds,
-            error=None if error is None else outside_text(error, ERROR_LIMIT),
+            error=kept,
             park=park,
             wait_reason=str(wait_reason),
             may_be_hosted=task.may_be_hosted if may_be_hosted is None else may_be_hosted,
             sent=_sent(sent),
+            kind=str(EventKind.PARKED if park else EventKind.HELD),
             **_staged_params(staged, forget=forget_staged),
             **settled(counted=counted, keep_booking=keep_booking),
+            **_story(task, events, {**story, **(detail or {})}),
         )
         return bool(rows)
 
-    def park(self, record_id: int, *, delay_seconds: int, wait_reason: WaitReason | None) -> bool:
+    def park(
+        self,
+        record_id: int,
+        *,
+        delay_seconds: int,
+        wait_reason: WaitReason | None,
+        detail: Mapping[str, Any] | None = None,
+        held: bool = False,
+    ) -> bool:
         """A PENDING row left without a message until it is due in `delay_seconds` (the
-        sweeper sends it then); a booking it held goes. wait_reason None keeps the row's."""
+        sweeper sends it then); `held`: its message is kept, hidden until then. wait_reason
+        None keeps the row's. detail: what its `parked` (or `held`) event adds to why and
+        until when. A booking it held goes (settle_ledger)."""
         return bool(
             self._run(
                 "park",
@@ -241,8 +291,20 @@ class ArchiveRecords(Statements):
                 delay=delay_seconds,
                 wait_reason=None if wait_reason is None else str(wait_reason),
                 **settled(counted=False),
+                detail=detail_param(**(detail or {})),
+                held=held,
             )
         )
+
+
+def _story(task: Task, events: Sequence[Event], detail: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters a concluding statement writes the story with: the attempt's events
+    (oldest first), its number, and the detail of the statement's own event."""
+    return {
+        "events": events_param(events),
+        "attempt": task.attempt,
+        "detail": detail_param(**{k: v for k, v in detail.items() if v is not None}),
+    }
 
 
 def _sent(sent: SentImage | None) -> str | None:

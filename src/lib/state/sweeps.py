@@ -1,5 +1,5 @@
-"""The sweeper's statements: expired locks taken over, lost messages found again, and
-the ages it reports (lib/sql/queries.sql)."""
+"""The sweeper's statements: expired locks taken over, lost messages found again, the
+queue's receive mark, and the ages it reports (lib/sql/queries.sql)."""
 
 from __future__ import annotations
 
@@ -83,23 +83,37 @@ class SweepRecords(Statements):
         *,
         limit: int,
         grace_seconds: int,
-        interval_seconds: int,
+        lost_before: datetime,
         after: datetime | None,
         backfilled: bool = False,
     ) -> list[SweptRow]:
-        """Lost and parked rows, live ones or (`backfilled`) those a backfill queued."""
+        """Lost and parked rows, live ones or (`backfilled`) those a backfill queued; a
+        sent row is lost when its message entered the queue before `lost_before`
+        (lib.archive.sweep_rules)."""
         params: dict[str, Any] = {
             "limit": limit,
             "grace": grace_seconds,
-            "interval": interval_seconds,
+            "lost_before": lost_before,
             "after": BEGINNING if after is None else after,
         }
         if backfilled:
             return _swept(self._run("take_lost_backfilled", **params))
         return _swept(self._run("take_lost", **params))
 
-    def date_undated(self, *, limit: int) -> int:
-        return len(self._run("date_undated", limit=limit))
+    def queue_mark(self) -> tuple[datetime | None, datetime]:
+        """The queue's receive mark (None: nothing received yet) and the database's now()."""
+        [[mark, now]] = self._run("queue_mark")
+        return mark, now
+
+    def date_undated(self, *, limit: int) -> list[int]:
+        """PENDING rows without a due time made due now; returns their ids."""
+        return [int(row[0]) for row in self._run("date_undated", limit=limit)]
+
+    def expire_events(self, *, retention_seconds: int, limit: int) -> dict[int, int]:
+        """Retention: the events of up to `limit` concluded records, up to a conclusion
+        older than `retention_seconds`, removed; returns {record id: events removed}."""
+        rows = self._run("expire_events", retention=retention_seconds, limit=limit)
+        return {int(record_id): int(count) for record_id, count in rows}
 
     def restore(self, rows: list[SweptRow]) -> int:
         """Give unsent rows their previous archive_enqueued_at back; returns how many."""

@@ -14,15 +14,23 @@ import re
 import shlex
 import shutil
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.docs.markdown import (
+    ROOT,
+    anchors,
+    every_doc,
+    fenced_blocks,
+    heading_anchor,
+    inline_spans,
+    read,
+    table_rows,
+)
 from tests.test_template import translated
 
-ROOT = Path(__file__).resolve().parents[1]
 # What a fresh clone has that the make targets read (no .venv, no .venv-sam).
 BUILD_FILES = (
     "Makefile",
@@ -31,6 +39,7 @@ BUILD_FILES = (
     "requirements-dev.txt",
     "requirements-sam.txt",
     "constraints.txt",
+    "pyproject.toml",
     "template.yaml",
 )
 
@@ -76,6 +85,13 @@ def test_template_check_in_a_fresh_clone_creates_the_venvs_it_runs(fresh_clone: 
     lines = dry_run(fresh_clone, "template-check")
     assert first(lines, "-m venv .venv") < first(lines, ".venv/bin/cfn-lint")
     assert first(lines, "-m venv .venv-sam") < first(lines, ".venv-sam/bin/sam validate")
+
+
+def test_make_venv_installs_the_checkout_with_its_console_script(fresh_clone: Path) -> None:
+    """.venv/bin/archive-ctl after `make venv` (pyproject.toml [project.scripts])."""
+    lines = dry_run(fresh_clone, "venv")
+    requirements = first(lines, "pip install -q -r requirements-dev.txt")
+    assert first(lines, "pip install -q --no-deps -e .") > requirements
 
 
 def test_sam_build_in_a_fresh_clone_creates_the_sam_venv(fresh_clone: Path) -> None:
@@ -134,37 +150,12 @@ def test_deploy_doc_counts_the_iam_roles_the_stack_creates() -> None:
 # ---------------------------------------------------------------- what deploy.md and README say
 
 
-def read(name: str) -> str:
-    return (ROOT / name).read_text(encoding="utf-8")
-
-
-def heading_anchor(heading: str) -> str:
-    """GitHub's anchor for a Markdown heading."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def table_rows(text: str, section: str) -> dict[str, list[str]]:
-    """The first table under `## section`, by the backquoted name in its first cell."""
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    rows: dict[str, list[str]] = {}
-    for line in body.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
-        name = re.match(r"`(\w+)`", cells[0]) if line.startswith("|") else None
-        if name:
-            rows[name.group(1)] = cells
-    return rows
-
-
-def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
+def test_every_alarm_is_documented_and_has_a_runbook_step() -> None:
     from tests.test_template import alarm_names
 
     alarms = alarm_names()
-    deploy, readme, operations = (
-        read("docs/deploy.md"),
-        read("README.md"),
-        read("docs/operations.md"),
-    )
-    documented = table_rows(deploy, "Alarms")
+    deploy, operations = read("docs/deploy.md"), read("docs/operations.md")
+    documented = table_rows(deploy, "## Alarms")
     assert set(documented) == set(alarms), "docs/deploy.md's alarm table"
     headings = {
         heading_anchor(line.lstrip("#")): line
@@ -172,10 +163,11 @@ def test_every_alarm_is_documented_shown_and_has_a_runbook_step() -> None:
         if line.startswith("### ")
     }
     for name in alarms:
-        assert f"`{name}`" in readme, f"README.md does not name {name}"
         [link] = re.findall(r"\(operations\.md#([\w-]+)\)", documented[name][-1])
         assert link in headings, f"{name}: runbook link #{link} is not a heading of operations.md"
         assert f"`{name}`" in headings[link], f"the runbook step for {name} does not name it"
+    # The front page sends the reader to that table.
+    assert "](docs/deploy.md" in read("README.md")
 
 
 def test_deploy_doc_states_no_stale_count_of_alarms() -> None:
@@ -202,7 +194,7 @@ def test_deploy_doc_says_what_reserved_concurrency_needs() -> None:
 def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
     from tests.test_template import template
 
-    rows = table_rows(read("docs/deploy.md"), "Parameters")
+    rows = table_rows(read("docs/deploy.md"), "## Parameters")
     parameters = template()["Parameters"]
     assert set(rows) == set(parameters), "docs/deploy.md's parameter table"
     required = {"DbSecretArn", "LskyTokenSecretArn", "LskyBaseUrl"}  # rules or no default
@@ -225,25 +217,6 @@ def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
 
 
 # ---------------------------------------------------------------- examples run as written
-
-DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
-
-
-def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language, body) of every fenced code block, indented ones (in lists) too; a shell
-    line continued with a backslash is joined to the next."""
-    blocks = re.finditer(r"^( *)```(\w*)\n(.*?)^\1```", text, re.S | re.M)
-    return [(m.group(2), re.sub(r"\\\n\s*", " ", textwrap.dedent(m.group(3)))) for m in blocks]
-
-
-def inline_spans(text: str) -> list[str]:
-    """Inline code spans, a span broken over lines joined again."""
-    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
-    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", outside)]
-
-
-def every_doc() -> dict[str, str]:
-    return {name: read(name) for name in DOCS}
 
 
 def test_python_examples_run_as_written(
@@ -380,7 +353,7 @@ def test_template_values_in_the_docs_pass_the_template_and_the_code() -> None:
                 checked.append((name, setting.variable, value, ok))
                 checked.append((name, "code", value, config_verdict(setting, value) == "ok"))
     # The parameter table's examples ("e.g. `20/minute,100/hour` or `10/30 seconds`").
-    for parameter, cells in table_rows(read("docs/deploy.md"), "Parameters").items():
+    for parameter, cells in table_rows(read("docs/deploy.md"), "## Parameters").items():
         examples = re.findall(r"e\.g\. `([^`]+)`(?: or `([^`]+)`)?", cells[4])
         for value in (v for pair in examples for v in pair if v):
             checked.append(("docs/deploy.md", parameter, value, template_accepts(parameter, value)))
@@ -392,11 +365,6 @@ def ignored(path: str) -> bool:
     """Git ignores it: made by running something (bench/results/, src/certs/)."""
     check = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
     return check.returncode == 0
-
-
-def anchors(text: str) -> set[str]:
-    outside = re.sub(r"^( *)```.*?^\1```", "", text, flags=re.S | re.M)
-    return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", outside, re.M)}
 
 
 def test_docs_point_only_at_what_the_repository_has() -> None:
@@ -424,3 +392,90 @@ def test_docs_point_only_at_what_the_repository_has() -> None:
         if "DESIGN.md" in text:
             missing.append((name, "DESIGN.md (not in the repository)"))
     assert missing == []
+
+
+def test_deploy_doc_counts_what_the_migration_declares() -> None:
+    from lib.platform.migration_file import RECORDS, load_declaration
+
+    declared = load_declaration()
+    text = " ".join(read("docs/deploy.md").split())
+    counts = re.search(
+        r"\((\d+) columns, (\d+) of them on `(\w+)`, (\d+) indexes, (\d+) constraints?"
+        r" and (\d+) project tables\)",
+        text,
+    )
+    assert counts, "docs/deploy.md no longer says what the migration declares"
+    assert counts.group(3) == RECORDS
+    assert [int(counts.group(n)) for n in (1, 2, 4, 5, 6)] == [
+        len(declared.columns),
+        len(declared.columns_of(RECORDS)),
+        len(declared.indexes),
+        len(declared.constraints),
+        len(declared.tables),
+    ]
+
+
+def make_targets_named() -> set[str]:
+    """Every `make TARGET` the README and docs give a reader."""
+    named = set()
+    for text in every_doc().values():
+        lines = [line for _, body in fenced_blocks(text) for line in body.splitlines()]
+        for line in lines + inline_spans(text):
+            named |= set(re.findall(r"(?:^|[\s`(])make ([a-z][\w-]*)", line))
+    return named
+
+
+def test_every_make_target_the_docs_name_exists_and_make_help_lists_it(
+    fresh_clone: Path,
+) -> None:
+    named = make_targets_named()
+    assert {"local", "test", "help", "bench"} <= named, named
+    shown = subprocess.run(
+        ["make", "--no-print-directory", "-s", "help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "make local ARGS=--short" in shown
+    for target in sorted(named - {"help"}):
+        assert f"make {target} " in shown or f"make {target}," in shown, f"make help: {target}"
+        dry_run(fresh_clone, target)  # fails (check=True) on a target make does not know
+
+
+DOC_FILES = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """At most 150 lines: what it is, the picture, how to run and deploy it, the figures,
+    and links; the rest is in docs/."""
+    lines = read("README.md").splitlines()
+    assert len(lines) <= 150, len(lines)
+    for doc in DOC_FILES:
+        assert f"](docs/{doc})" in read("README.md"), f"the README does not link docs/{doc}"
+
+
+def code_map() -> dict[str, list[str]]:
+    """docs/development.md's code map: folder -> the files its row names."""
+    body = read("docs/development.md").split("\n## Code map\n", 1)[1]
+    rows = {}
+    for line in body.splitlines():
+        cells = line.strip("|").split(" | ")
+        folder = re.fullmatch(r"\s*`(src/[\w/]+/)`", cells[0]) if line.startswith("|") else None
+        if folder:
+            rows[folder.group(1)] = re.findall(r"`(\w+\.(?:py|sql))`", " ".join(cells[1:]))
+    return rows
+
+
+def test_the_code_map_names_every_module_where_it_is() -> None:
+    rows = code_map()
+    assert {"src/lib/state/", "src/lib/archive/", "src/lib/platform/", "src/lib/cli/"} <= set(rows)
+    for folder, names in rows.items():
+        present = {
+            p.name
+            for p in (ROOT / folder).iterdir()
+            if p.suffix in (".py", ".sql") and p.name not in ("__init__.py", "__main__.py")
+        }
+        assert set(names) <= present, (folder, sorted(set(names) - present))
+        assert present <= set(names), (folder, "not in the code map", sorted(present - set(names)))

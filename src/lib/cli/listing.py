@@ -1,0 +1,126 @@
+"""`archive-ctl list`: records by state, wait reason, error class or text, failure time and
+id, newest first, a page at a time (lib.state.selection; queries.sql list_failed and
+list_records). `requeue --dry-run` prints its records the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from lib.archive.error_classes import error_class
+from lib.cli.args import selection_of
+from lib.cli.context import EXIT_OK, Context, UsageError
+from lib.cli.progress import duration
+from lib.platform.redact import outside_text
+from lib.state.records import ERROR_LIMIT
+from lib.state.selection import NEVER_QUEUED, Cursor, ListedRecord, Selection
+from lib.state.status import ArchiveStatus
+
+# How much of an error a text line shows (--json has all of it).
+ERROR_SHOWN = 100
+
+
+def run(ctx: Context) -> int:
+    args = ctx.args
+    selection = selection_of(args)
+    try:
+        after = Cursor.decode(args.after) if args.after else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    records = ctx.records()
+    page = records.list_records(selection, after=after, limit=args.limit)
+    matched = records.count_failed(selection, requeuable=False) if selection.failures else None
+    last = page[-1].cursor(by_failure=selection.failures) if len(page) == args.limit else None
+    order = "failure time" if selection.failures else "id"
+    ctx.answer(
+        {
+            "order": order,
+            "matched": matched,
+            "records": [as_json(record) for record in page],
+            "next": None if last is None else last.encode(),
+        }
+    )
+    if matched is not None:
+        ctx.say(f"{matched} records match; newest failure first")
+    for line in lines(page):
+        ctx.say(line)
+    if not page:
+        ctx.say("no records match")
+    if last is not None:
+        ctx.say(f"next page: the same command with --after {last.encode()}")
+    return EXIT_OK
+
+
+def as_json(record: ListedRecord) -> dict[str, Any]:
+    return {
+        "id": record.record_id,
+        "state": record.archive_status or NEVER_QUEUED,
+        "generation_status": record.status,
+        "attempts": record.attempts,
+        "failed_at": record.failed_at,
+        "failed_at_estimated": record.failed_at_estimated,
+        "wait_reason": record.wait_reason,
+        "parked": record.parked if record.archive_status == ArchiveStatus.PENDING else None,
+        "next_run_at": record.next_run_at,
+        "locked_at": record.locked_at,
+        "archived_at": record.archived_at,
+        "started_at": record.started_at,
+        "hosted_url": record.hosted_url,
+        "error_class": error_class(record.error),
+        # Stored redacted; redacted again for rows an older release wrote.
+        "error": None if record.error is None else outside_text(record.error, ERROR_LIMIT),
+    }
+
+
+def lines(records: Sequence[ListedRecord], *, now: datetime | None = None) -> list[str]:
+    """One line a record: id, state, attempts, its time, its error."""
+    moment = now or datetime.now(UTC)
+    result = []
+    for r in records:
+        error = "" if r.error is None else outside_text(r.error, ERROR_SHOWN)
+        result.append(
+            f"  {r.record_id:>12}  {(r.archive_status or NEVER_QUEUED):<9}  "
+            f"attempts {r.attempts}  {_when(r, moment)}  {error}".rstrip()
+        )
+    return result
+
+
+def _when(record: ListedRecord, now: datetime) -> str:
+    """The time that matters in its state, with how long ago (or ahead) it is."""
+    state = record.archive_status
+    if state == ArchiveStatus.FAILED:
+        estimated = "~" if record.failed_at_estimated else ""
+        return f"failed {estimated}{_ago(record.failed_at, now)}"
+    if state == ArchiveStatus.PENDING:
+        if record.next_run_at is not None and record.next_run_at > now:
+            how = "parked" if record.parked else "held"
+            reason = record.wait_reason or "unknown"
+            return f"waits {reason} ({how}), due in {duration(_seconds(record.next_run_at, now))}"
+        return f"due {_ago(record.next_run_at, now)}"
+    if state == ArchiveStatus.RUNNING:
+        return f"locked {_ago(record.locked_at, now)}"
+    if state == ArchiveStatus.SUCCEEDED:
+        return f"archived {_ago(record.archived_at, now)}"
+    return f"generated {_ago(record.started_at, now)}"
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "-"
+    return f"{moment.isoformat(timespec='seconds')} ({duration(-_seconds(moment, now))} ago)"
+
+
+def _seconds(moment: datetime, now: datetime) -> float:
+    return (moment - now).total_seconds()
+
+
+def describe(selection: Selection) -> str:
+    """The time bounds of a selection of failures, for a report's first line: ` (failed
+    since T)`, or nothing without bounds."""
+    words = []
+    if selection.failed_since is not None:
+        words.append(f"since {selection.failed_since.isoformat(timespec='seconds')}")
+    if selection.failed_until is not None:
+        words.append(f"before {selection.failed_until.isoformat(timespec='seconds')}")
+    return f" (failed {' and '.join(words)})" if words else ""

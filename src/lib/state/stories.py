@@ -1,0 +1,94 @@
+"""Reading one record's story back (`archive-ctl show`): its row as the story needs it and
+its events, newest last (lib/sql/queries.sql: record_story, record_events)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lib.state.queries import Statements
+
+
+@dataclass(frozen=True)
+class RecordRow:
+    """The columns of image_generation_records `show` reads, and the database's now()."""
+
+    record_id: int
+    status: str | None  # the generation's
+    archive_status: str | None
+    attempts: int
+    next_run_at: datetime | None
+    wait_reason: str | None
+    enqueued_at: datetime | None
+    locked_by: str | None
+    locked_at: datetime | None
+    lock_expired: bool
+    error: str | None
+    archived_at: datetime | None
+    hosted_url: str | None
+    staged_key: str | None
+    staged_at: datetime | None
+    staged_bytes: int | None
+    altered: bool | None
+    may_be_hosted: bool
+    backfilled: bool
+    started_at: datetime | None
+    now: datetime
+    booked_at: datetime | None  # its booked upload slot (pacing), if any
+    events: int  # how many events it has
+    failed_at: datetime | None  # when a FAILED record failed
+    failed_at_estimated: bool  # an older release failed it without recording when
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    at: datetime
+    attempt: int
+    kind: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Story:
+    record_id: int
+    row: RecordRow | None  # None: no such record (its events may outlive it)
+    events: list[StoredEvent]  # the newest `limit`, oldest first
+    total: int  # how many events it has in all
+
+
+def _detail(value: Any) -> dict[str, Any]:
+    """A stored detail as a dict (pg8000 may hand jsonb back as text); anything else a
+    hand or an older release left there becomes {"value": ...}."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {"value": value}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+class StoryRecords(Statements):
+    def story(self, record_id: int, *, lock_ttl_seconds: int, limit: int) -> Story:
+        rows = self._run("record_story", record_id=record_id, lock_ttl=lock_ttl_seconds)
+        row = RecordRow(*rows[0]) if rows else None
+        found = self._run("record_events", record_id=record_id, limit=limit)
+        events = [
+            StoredEvent(at, int(attempt), str(kind), _detail(detail))
+            for at, attempt, kind, detail, _ in found
+        ]
+        total = int(found[0][4]) if found else 0
+        if row is not None:
+            row = RecordRow(
+                **{
+                    **row.__dict__,
+                    "attempts": int(row.attempts),
+                    "lock_expired": bool(row.lock_expired),
+                    "may_be_hosted": bool(row.may_be_hosted),
+                    "backfilled": bool(row.backfilled),
+                    "events": int(row.events),
+                    "failed_at_estimated": bool(row.failed_at_estimated),
+                }
+            )
+        return Story(record_id, row, events, total)
