@@ -226,7 +226,7 @@ def test_live_records_never_queue_behind_a_running_backfill(
     # With the backfill, a live record finds at most a few uploads of history ahead of it.
     assert max(history for history, _ in during) <= AHEAD, during
     # And the backfill did get the room live demand leaves it: in the 2-second window
-    # (three, with Lsky's whole seconds), live demand (about three) and its margin (two)
-    # leave history about one upload.
-    assert history_done >= 4, err
+    # (three, with Lsky's whole seconds), live demand (three or four) and its margin (two)
+    # leave history one upload at most.
+    assert history_done >= 1, err
     assert "pacing: 6/2 s allowed, live uses ~" in err  # the 2-second window binds

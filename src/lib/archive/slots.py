@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import enum
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from lib.archive.limiter import LSKY_SECOND, counts_from, counts_until
@@ -85,6 +85,25 @@ def live_margin(live: int) -> int:
     """Slots kept free for live records beyond their measured demand: one, plus the square
     root of that demand (its usual ups and downs)."""
     return 1 + math.isqrt(max(live, 0))
+
+
+def lsky_span(seconds: float, margin: float) -> float:
+    """How long back an upload may still count in a window of `seconds` as Lsky counts it:
+    its whole second and both ends add one, the clocks' margin one on each side."""
+    return seconds + LSKY_SECOND + 2 * margin
+
+
+def live_demand(
+    live: Iterable[tuple[float, int]], *, now: float, seconds: float, margin: float
+) -> int:
+    """Live records' demand on a window: their entries (time, uploads) in the window as
+    Lsky counts it (its second and the margin longer) up to now and booked after, or in
+    the window before if more (live records a window apart share one such window)."""
+    span = lsky_span(seconds, margin)
+    listed = list(live)
+    recent = sum(n for at, n in listed if at > now - span)
+    before = sum(n for at, n in listed if now - 2 * span < at <= now - span)
+    return max(recent, before)
 
 
 def history_share(limit: int, live: int) -> int:
@@ -195,14 +214,9 @@ def _history_blocked(
     counted: Sequence[_Unit], *, now: float, seconds: float, limit: int, ask: Ask
 ) -> list[tuple[float, float]]:
     """A backfilled record's further bound: backfilled records' uploads within the window's
-    history share. Live demand: the live entries in the window as Lsky counts it (its
-    second and the margin longer) up to now and booked after, or in the one before if
-    more (live records a window apart share one such window)."""
-    span = seconds + LSKY_SECOND + 2 * ask.margin
-    live = [u for u in counted if not u.history]
-    recent = sum(u.n for u in live if u.time > now - span)
-    before = sum(u.n for u in live if now - 2 * span < u.time <= now - span)
-    share = history_share(limit, max(recent, before))
+    history share, live demand measured as `live_demand` measures it."""
+    live = [(u.time, u.n) for u in counted if not u.history]
+    share = history_share(limit, live_demand(live, now=now, seconds=seconds, margin=ask.margin))
     if share <= 0:
         # Nothing is left for history now: look again once a window has passed.
         return [(-math.inf, now + seconds + LSKY_SECOND + 2 * ask.margin)]

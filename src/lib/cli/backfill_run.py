@@ -76,7 +76,7 @@ def look(ctx: Context, records: OperatorRecords, limits: Limits) -> LaneView:
         pause_words=lanes.brief(pause) if pause else "",
         booked_ahead=booked_ahead,
         limits=limits,
-        entries=tuple(lane_store.ledger(longest)) if longest else (),
+        entries=tuple(lane_store.ledger(2 * longest + 2)) if longest else (),
         recent_uploads=lane_store.uploads_within(SPEED_WINDOW_SECONDS),
         demand=records.lane_demand(),
     )

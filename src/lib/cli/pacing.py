@@ -12,7 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lib.archive.slots import history_share, live_margin
+from lib.archive.pacing import slot_margin
+from lib.archive.slots import history_share, live_demand, live_margin, lsky_span
 from lib.cli.progress import duration
 from lib.state.lane import LedgerEntry
 
@@ -77,11 +78,7 @@ class WindowUse:
     limit: int
     used: int  # uploads done or under way in the window, and booked slots
     backfill: int  # of them, backfilled records'
-
-    @property
-    def live(self) -> int:
-        """Live records' uploads in the last window: their measured demand."""
-        return self.used - self.backfill
+    live: int  # live records' measured demand (lib.archive.slots.live_demand, as pacing)
 
     @property
     def margin(self) -> int:
@@ -106,14 +103,19 @@ class WindowUse:
 
 
 def window_uses(limits: Limits, entries: Iterable[LedgerEntry]) -> list[WindowUse]:
-    """Each window's use from the ledger's entries (booked slots count in every window)."""
+    """Each window's use from the ledger's entries, the window as Lsky counts it (its whole
+    second and the clocks' margin longer: as pacing does); booked slots count in every
+    window, and live demand looks at the window before too (read two windows back)."""
     listed = list(entries)
+    live = [(e.at, e.uploads - e.backfill) for e in listed]
+    margin = slot_margin(limits) if limits else 0.0
     return [
         WindowUse(
             seconds=seconds,
             limit=limit,
-            used=sum(e.uploads for e in listed if e.at > -seconds),
-            backfill=sum(e.backfill for e in listed if e.at > -seconds),
+            used=sum(e.uploads for e in listed if e.at > -lsky_span(seconds, margin)),
+            backfill=sum(e.backfill for e in listed if e.at > -lsky_span(seconds, margin)),
+            live=live_demand(live, now=0.0, seconds=seconds, margin=margin),
         )
         for seconds, limit in limits
     ]

@@ -181,7 +181,7 @@ def run(ctx: Context) -> int:
         lane_store = ctx.lanes()
         lane = lane_store.state()
         longest = max((seconds for seconds, _ in limits), default=0)
-        entries = lane_store.ledger(longest) if limits else []
+        entries = lane_store.ledger(2 * longest + 2) if limits else []
         never_queued = records.count_never_queued(limit=NEVER_QUEUED_LIMIT) if limits else 0
     except pg8000.exceptions.DatabaseError as error:
         hint = "" if is_permission_denied(error) else " (run `archive-ctl migrate`)"
