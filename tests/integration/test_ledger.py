@@ -69,14 +69,25 @@ def paced(world: World) -> World:
     return world
 
 
-def test_a_slot_taken_before_a_download_that_fails_is_given_back(paced: World) -> None:
-    # The provider has the image when asked before the record queues, then fails the
-    # download (a 500: a retry).
-    record(paced, 1, route={"fail_after": 1, "fail_after_status": 500})
+@pytest.mark.parametrize(
+    ("route", "requests"),
+    [
+        # The provider fails at once (a 500: a retry): asked before the record queues, it
+        # takes no slot (one taken before the download stayed `taken`).
+        ({"status": 500}, 1),
+        # It has the image when asked, then fails the download: the slot taken goes.
+        ({"fail_after": 1, "fail_after_status": 500}, 2),
+    ],
+    ids=["fails-when-asked", "fails-the-download"],
+)
+def test_a_slot_taken_before_a_download_that_fails_is_given_back(
+    paced: World, route: dict[str, int], requests: int
+) -> None:
+    record(paced, 1, route=route)
 
     paced.deliver(1)
 
-    assert paced.downloads(1) == 2
+    assert paced.downloads(1) == requests
     assert paced.state(1) == ("PENDING", 1)
     assert paced.row(1)["archive_wait_reason"] == "backoff"
     assert ledger(paced.db, 1) == []
