@@ -189,7 +189,6 @@ class Transfer:
         logger.info(
             "archive started",
             max_attempts=self.settings.max_attempts,
-            relayed=at.upload_started is not None,
             fetch_seconds=round(at.fetch_seconds, 3),
             slot_wait_seconds=round(at.slot_wait_seconds, 3),
         )
