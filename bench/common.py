@@ -44,11 +44,33 @@ def command_for(only: str) -> str:
     return f".venv/bin/python -m bench.run --only {only}"
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+
+
+def commit() -> str:
+    """The checkout's commit (and whether it had changes), for the raw numbers."""
+    try:
+        head, dirty = _git("rev-parse", "--short", "HEAD"), _git("status", "--porcelain", "-uno")
+    except OSError:
+        return "unknown"
+    return f"{head or 'unknown'}{' (with changes)' if dirty else ''}"
+
+
 def write_results(name: str, data: dict[str, Any]) -> Path:
-    """Raw numbers of one bench, for anyone who wants more than the table."""
+    """Raw numbers of one bench, for anyone who wants more than the table: when, on
+    which commit and machine."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"bench": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data}
+    payload = {
+        "bench": name,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": commit(),
+        "machine": machine(),
+        **data,
+    }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     return path
 

@@ -5,8 +5,10 @@ up (one tiny archive: DB connection, HTTP pools, Powertools), collect garbage, r
 the peak (clear_refs), read the baseline RSS, archive the big image, read the peak.
 growth = peak - baseline. Four variants, interleaved over the repetitions:
 
-- streamed: the handler, upstream sends a Content-Length (the streaming path);
-- spooled:  the handler, upstream sends no Content-Length (chunked; spooled to /tmp);
+- streamed: the handler, upstream sends a Content-Length: the relayed copy (the spool
+            fills from a thread while the upload reads it as it lands);
+- spooled:  the handler, upstream sends no Content-Length (chunked; spooled to /tmp,
+            then uploaded);
 - staged:   the handler with the upload lane paused, no Content-Length: the image is
             captured into the staging bucket (moto's S3) instead (lib.archive.staging);
 - naive:    plain urllib3 GET into bytes, multipart body in memory, POST (bench.plain).
@@ -35,7 +37,7 @@ VARIANTS = {
 }
 MEASURED = ("streamed", "spooled", "staged")
 WHAT = {
-    "streamed": "held (with a Content-Length)",
+    "streamed": "relayed (with a Content-Length)",
     "spooled": "held (no Content-Length)",
     "staged": "staged to S3 while the lane is paused (no Content-Length)",
 }

@@ -5,6 +5,8 @@ each of the two HTTP servers in a process of its own: the process being measured
 holds only the archive function, as on Lambda where the provider and Lsky are remote
 machines. moto (SQS, and S3 for the staging bucket) is started with the first child's
 environment: every archive bench runs with staging on, as a deployed stack does.
+`limited()` starts a second provider and Lsky, each behind a link of LINK_BYTES_PER_SEC
+(the transfer bench's limited pairs), the first time it is asked for.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -33,6 +36,8 @@ SLOW = "/slow.png"
 SLOW_SECONDS = 5.0
 # A provider's URL that expired: every download answers 403 (the lane bench).
 GONE = "/gone.png"
+# The limited pairs' links: both directions the same rate, as two remote hosts would be.
+LINK_BYTES_PER_SEC = 40_000_000
 # Upstream routes: path -> (size, chunked). The sizes are the issue's: 10 MB and 50 MB.
 ROUTES: dict[str, tuple[int, bool]] = {
     TINY: (TINY_BYTES, False),
@@ -61,6 +66,14 @@ def _read_announcement(process: subprocess.Popen[str], prefix: str) -> str:
     raise RuntimeError(f"{process.args!r} exited before announcing {prefix}")
 
 
+@dataclass(frozen=True)
+class Limited:
+    """A provider and a Lsky stand-in behind links of LINK_BYTES_PER_SEC."""
+
+    upstream_url: str
+    lsky_url: str
+
+
 class Services:
     """`with Services() as s:` PostgreSQL + provider + Lsky; `s.handler_env()` for children."""
 
@@ -74,6 +87,7 @@ class Services:
         self._moto: Any = None
         self._processes: list[subprocess.Popen[str]] = []
         self._lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
+        self._limited: Limited | None = None
         self._ids = itertools.count(1)
 
     def start(self) -> Self:
@@ -82,16 +96,28 @@ class Services:
         apply_schema(self.dsn)
         self.db = connect(self.dsn)
         self.db.run("INSERT INTO users (id, username) VALUES (1, 'bench') ON CONFLICT DO NOTHING")
+        self.upstream_url, self.lsky_url = self._start_pair()
+        return self
+
+    def _start_pair(self, link_rate: int | None = None) -> tuple[str, str]:
+        """A provider and a Lsky stand-in, behind links of `link_rate` bytes a second."""
         routes = [f"{path}={size}{':chunked' * chunk}" for path, (size, chunk) in ROUTES.items()]
         routes = [r + f":delay={SLOW_SECONDS}" if r.startswith(SLOW) else r for r in routes]
         routes.append(f"{GONE}=0:status=403")
-        upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes])
-        self.upstream_url = _read_announcement(upstream, "UPSTREAM_URL=")
-        lsky = self._spawn(
-            [sys.executable, "-m", "devkit.lsky", "--storage", str(self._lsky_storage)]
+        link = [] if link_rate is None else [f"--link-rate={link_rate}"]
+        upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes, *link])
+        storage = self._lsky_storage / ("plain" if link_rate is None else "limited")
+        lsky = self._spawn([sys.executable, "-m", "devkit.lsky", "--storage", str(storage), *link])
+        return (
+            _read_announcement(upstream, "UPSTREAM_URL="),
+            _read_announcement(lsky, "LSKY_BASE_URL="),
         )
-        self.lsky_url = _read_announcement(lsky, "LSKY_BASE_URL=")
-        return self
+
+    def limited(self) -> Limited:
+        """The provider and Lsky behind limited links, started once."""
+        if self._limited is None:
+            self._limited = Limited(*self._start_pair(LINK_BYTES_PER_SEC))
+        return self._limited
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[str]:
         process = subprocess.Popen(
@@ -190,15 +216,16 @@ class Services:
     def image_url(self, path: str) -> str:
         return self.upstream_url + path
 
-    def seed(self, path: str, count: int = 1) -> list[int]:
-        """`count` PENDING records of a SUCCEEDED generation whose image is at `path`."""
+    def seed(self, path: str, count: int = 1, *, upstream: str | None = None) -> list[int]:
+        """`count` PENDING records of a SUCCEEDED generation whose image is at `path` (on
+        `upstream`, by default the unlimited provider)."""
         ids = [next(self._ids) for _ in range(count)]
         self.db.run(
             "INSERT INTO image_generation_records "
             "(id, user_id, status, image_url, archive_status, archive_next_run_at) "
             "SELECT id, 1, 'SUCCEEDED', :url, 'PENDING', now() "
             "FROM unnest(CAST(:ids AS bigint[])) AS id",
-            url=self.image_url(path),
+            url=(upstream or self.upstream_url) + path,
             ids=ids,
         )
         return ids

@@ -6,9 +6,32 @@ import contextlib
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
+
+
+class Link:
+    """A network link of `bytes_per_sec` for one body (a bench's bandwidth-limited pair):
+    `cross(n)` returns once n more bytes could have crossed it since the first did. Each
+    wait is to a schedule, not a sleep per piece, so the sleeps' overshoots do not add up."""
+
+    def __init__(self, bytes_per_sec: float) -> None:
+        if not bytes_per_sec > 0:
+            raise ValueError(f"a link's rate must be positive, not {bytes_per_sec!r}")
+        self.bytes_per_sec = bytes_per_sec
+        self._start: float | None = None
+        self._crossed = 0
+
+    def cross(self, size: int) -> None:
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        self._crossed += size
+        due = self._start + self._crossed / self.bytes_per_sec
+        if due > now:
+            time.sleep(due - now)
 
 
 class _Server(ThreadingHTTPServer):

@@ -31,8 +31,12 @@ Behaviour follows the open-source server's code paths:
 
 Failures are scripted: `script(Behaviour.rate_limited(), Behaviour.drop())`
 queues behaviours that the next authenticated upload requests consume one each;
-after that uploads succeed again. Every upload request is recorded in `uploads`.
-`trickle(path)` sends every answer of a route a byte at a time (a stalled proxy).
+after that uploads succeed again. Every upload request is recorded in `uploads`, with
+when its body began to arrive, except one whose body ends before its Content-Length: as
+behind nginx and PHP, such a request never reaches the app (nothing is stored, nothing
+scripted is used); it is only counted (`cut_bodies`). `trickle(path)` sends every answer
+of a route a byte at a time (a stalled proxy); `link_bytes_per_sec` reads every upload
+body at that rate (a host behind a limited link: a bench's limited pair).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
@@ -61,7 +65,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from devkit import images, multipart
 from devkit._cli import exit_cleanly_on_signals
-from devkit._http import BackgroundServer, QuietHandler
+from devkit._http import BackgroundServer, Link, QuietHandler
 from devkit.images import sniff
 from devkit.lsky_model import (
     PRC,
@@ -141,6 +145,7 @@ class Behaviour:
     gate: threading.Event | None = field(default=None, compare=False)
     retry_after: int | str = 60  # seconds, or any text a proxy may send (an HTTP date)
     store: bool = False  # keep the file although the answer is a failure
+    by_proxy: bool = False  # answered by the proxy as the body starts (see before_body)
     partial: bool = True  # DROP: half a response first (else none at all)
     throttle_headers: bool = True  # RATE_LIMITED: send Retry-After and X-RateLimit-*
     # Append the request's Authorization header ("header") or its token's secret half
@@ -230,6 +235,18 @@ class Behaviour:
         return replace(self, echo_authorization=part)
 
     @classmethod
+    def before_body(cls, then: Behaviour) -> Behaviour:
+        """The proxy in front of Lsky (nginx's limit_req or client_max_body_size, a
+        gateway giving up) answers `then` as soon as the request body starts to arrive,
+        without reading the rest, and closes the connection: the app never sees the
+        request, so nothing is stored whatever `then` says. It is consumed before the
+        token is looked at (the proxy does not know it). For a client this is an upload
+        refused part-way: its answer, or a reset, reaches it while it is still sending."""
+        if then.kind in (Kind.SUCCESS, Kind.DROP):
+            raise ValueError("a proxy answers before the body with a refusal, not with Lsky's")
+        return replace(then, by_proxy=True, store=False)
+
+    @classmethod
     def drop(cls, *, partial: bool = True, store: bool = True) -> Behaviour:
         """Store the file (store=True, default; the upload checks are skipped as if
         they passed), then close the connection instead of answering: with
@@ -288,6 +305,9 @@ class UploadAttempt:
     origin: str | None = None
     referer: str | None = None
     key: str | None = None  # the image row created, if one was
+    # time.monotonic() when its body began to arrive (at the latest: when it was read).
+    body_started_at: float | None = None
+    before_body: bool = False  # answered by the proxy as the body started (not read)
 
     @property
     def sent_origin_or_referer(self) -> bool:
@@ -323,6 +343,7 @@ class _Config:
     trickles: Mapping[str, Trickle] = field(default_factory=dict)
     # config/app.php 'timezone': the zone the image list writes `date` in.
     app_timezone: tzinfo = PRC
+    link_bytes_per_sec: float | None = None  # every upload body is read at this rate
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Validate (and freeze) the window settings when they are set, so a typo
@@ -361,6 +382,8 @@ class _Request:
     form: multipart.Form = field(default_factory=multipart.Form)
     temp: Path | None = None
     error: str | None = None
+    cut: bool = False  # the body ended before its Content-Length: never the app's
+    started_at: float | None = None  # when its first body bytes were read
 
 
 class LskyStandIn(BackgroundServer):
@@ -387,6 +410,7 @@ class LskyStandIn(BackgroundServer):
         watermark: bool = False,
         account_state: AccountState = AccountState.HEALTHY,
         capacity_kb: float | None = None,
+        link_bytes_per_sec: float | None = None,
     ) -> None:
         """max_file_kb: Lsky's per-group limit (its default is 5120); None = no limit.
         csrf_check: answer 419 when Origin or Referer is sent, as Sanctum does for
@@ -397,6 +421,7 @@ class LskyStandIn(BackgroundServer):
         {"minute": 2, "hour": 6}, or one factor for all real durations.
         image_quality < 100 or watermark=True: stored files differ from uploads
         (Lsky's default quality is 75). capacity_kb: the user's quota; None = none.
+        link_bytes_per_sec: read every upload body at this rate (None: as fast as it comes).
         """
         self.handler_class = _Handler
         self._defaults = _Config(
@@ -412,7 +437,10 @@ class LskyStandIn(BackgroundServer):
             watermark=watermark,
             account_state=account_state,
             capacity_kb=capacity_kb,
+            link_bytes_per_sec=link_bytes_per_sec,
         )
+        if link_bytes_per_sec is not None:
+            Link(link_bytes_per_sec)  # refuses a rate that is not positive, here
         self.config = replace(self._defaults)
         self._owns_storage = storage_dir is None
         self.storage_dir = Path(storage_dir or tempfile.mkdtemp(prefix="devkit-lsky-"))
@@ -428,6 +456,11 @@ class LskyStandIn(BackgroundServer):
         # production error; 429: its throttle, with Retry-After), None: list normally.
         self.listing_fault: int | None = None
         self._bodies = 0
+        self._cut_bodies = 0
+        # Set when an upload's body begins to arrive, and when an upload is answered (and
+        # recorded): gates for a test's other servers (an upstream route held until then).
+        self.body_arriving = threading.Event()
+        self.upload_answered = threading.Event()
         self._gallery = Gallery()
         self._last_uniqid = ""
         self._planted = itertools.count(1)
@@ -506,10 +539,21 @@ class LskyStandIn(BackgroundServer):
         with self._lock:
             return self._bodies
 
+    @property
+    def cut_bodies(self) -> int:
+        """Upload requests whose body ended before its Content-Length (never the app's)."""
+        with self._lock:
+            return self._cut_bodies
+
     def wait_for_bodies(self, count: int, timeout: float = 5.0) -> bool:
         """Wait until `count` upload bodies have been read in full; False on timeout."""
         with self._changed:
             return self._changed.wait_for(lambda: self._bodies >= count, timeout)
+
+    def wait_for_cut_bodies(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until `count` upload bodies were cut short (see `cut_bodies`)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._cut_bodies >= count, timeout)
 
     def wait_for_uploads(self, count: int, timeout: float = 5.0) -> bool:
         """Wait until `count` upload attempts are recorded; False on timeout. An
@@ -616,6 +660,9 @@ class LskyStandIn(BackgroundServer):
             self._uploads.clear()
             self._listings.clear()
             self._bodies = 0
+            self._cut_bodies = 0
+            self.body_arriving.clear()
+            self.upload_answered.clear()
             self.listing_fault = None
             self._gallery.clear()
             self.config = replace(self._defaults)
@@ -631,6 +678,13 @@ class LskyStandIn(BackgroundServer):
         with self._lock:
             return self._script.popleft() if self._script else Behaviour.success()
 
+    def _proxy_behaviour(self) -> Behaviour | None:
+        """The next scripted behaviour if the proxy plays it (before the body), consumed."""
+        with self._lock:
+            if self._script and self._script[0].by_proxy:
+                return self._script.popleft()
+            return None
+
     def _record_listing(self, query: Mapping[str, str | None]) -> None:
         with self._lock:
             self._listings.append(dict(query))
@@ -638,6 +692,12 @@ class LskyStandIn(BackgroundServer):
     def _record(self, attempt: UploadAttempt) -> None:
         with self._changed:
             self._uploads.append(attempt)
+            self._changed.notify_all()
+        self.upload_answered.set()
+
+    def _body_cut(self) -> None:
+        with self._changed:
+            self._cut_bodies += 1
             self._changed.notify_all()
 
     def _body_read(self) -> None:
@@ -1132,6 +1192,19 @@ class _Handler(QuietHandler):
             for _ in multipart.read_body(self.rfile, self._headers()):
                 pass
 
+    def _arriving(self, request: _Request, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        """An upload's body as it arrives: when it began noted (and told), and every piece
+        across the configured link."""
+        rate = self.owner.config.link_bytes_per_sec
+        link = None if rate is None else Link(rate)
+        for piece in pieces:
+            if request.started_at is None:
+                request.started_at = time.monotonic()
+                self.owner.body_arriving.set()
+            if link is not None:
+                link.cross(len(piece))
+            yield piece
+
     def _read_upload(self, headers: dict[str, str]) -> _Request:
         request = _Request(headers=headers)
         try:
@@ -1152,8 +1225,11 @@ class _Handler(QuietHandler):
             return sink
 
         try:
-            body = multipart.read_body(self.rfile, headers)
+            body = self._arriving(request, multipart.read_body(self.rfile, headers))
             request.form = multipart.parse(body, boundary, open_sink)
+        except multipart.BodyCut:
+            request.cut = True
+            self.close_connection = True  # the client is gone mid-request
         except multipart.MultipartError as exc:
             request.error = str(exc)
             self.close_connection = True  # the stream position is unknown now
@@ -1164,7 +1240,18 @@ class _Handler(QuietHandler):
 
     def _upload(self) -> None:
         headers = self._headers()
+        early = self.owner._proxy_behaviour()
+        if early is not None:
+            self._answer_before_body(headers, early)
+            return
         request = self._read_upload(headers)
+        if request.cut:
+            # nginx and PHP hand the app only a whole request: nothing runs, nothing scripted
+            # is used, nothing is stored.
+            if request.temp is not None:
+                request.temp.unlink(missing_ok=True)
+            self.owner._body_cut()
+            return
         if request.error is None:
             self.owner._body_read()
         try:
@@ -1188,11 +1275,40 @@ class _Handler(QuietHandler):
                 origin=headers.get("origin"),
                 referer=headers.get("referer"),
                 key=stored.key if stored else None,
+                body_started_at=request.started_at,
             )
         )
         self.wfile.flush()
         if self._drop_pending:
             self.drop_connection()
+
+    def _answer_before_body(self, headers: dict[str, str], behaviour: Behaviour) -> None:
+        """The proxy's answer as the body starts (Behaviour.before_body), then the close."""
+        request = _Request(headers=headers)
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > 0:
+            for _ in self._arriving(request, [self.rfile.read1(multipart.READ_SIZE)]):
+                pass  # the first piece there is; the rest is never read
+        status, message = _FAILURES[behaviour.kind](self, headers, behaviour)
+        self.owner._record(
+            UploadAttempt(
+                filename=None,
+                content_type=None,
+                size=0,
+                sha256=None,
+                fields={},
+                headers=headers,
+                outcome=behaviour.kind.value,
+                status=status,
+                message=message,
+                origin=headers.get("origin"),
+                referer=headers.get("referer"),
+                body_started_at=request.started_at,
+                before_body=True,
+            )
+        )
+        self.wfile.flush()
+        self.drop_connection()
 
     def _answer_upload(self, request: _Request) -> tuple[int, str, str | None, ImageRecord | None]:
         """Send the answer; returns (HTTP status, outcome, message, stored)."""
@@ -1386,6 +1502,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-file-kb", type=float, default=None)
     parser.add_argument("--public-url", default=None, help="base of links.url")
+    parser.add_argument(
+        "--link-rate",
+        type=float,
+        default=None,
+        help="read every upload body at this many bytes a second (default: as it comes)",
+    )
     args = parser.parse_args(argv)
 
     server = LskyStandIn(
@@ -1396,6 +1518,7 @@ def main(argv: list[str] | None = None) -> int:
         guest_mode=GuestMode(args.guest),
         max_file_kb=args.max_file_kb,
         public_url=args.public_url,
+        link_bytes_per_sec=args.link_rate,
     )
     print(f"LSKY_BASE_URL={server.base_url}", flush=True)
     print(f"LSKY_TOKEN={server.token}", flush=True)

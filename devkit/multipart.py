@@ -15,7 +15,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol
 
-__all__ = ["FilePart", "Form", "MultipartError", "boundary_from", "parse", "read_body"]
+__all__ = [
+    "BodyCut",
+    "FilePart",
+    "Form",
+    "MultipartError",
+    "boundary_from",
+    "parse",
+    "read_body",
+]
 
 MAX_FIELD_BYTES = 64 * 1024
 MAX_HEADER_BYTES = 16 * 1024
@@ -32,6 +40,11 @@ class Readable(Protocol):
 
 class MultipartError(ValueError):
     """The body is not well-formed multipart/form-data."""
+
+
+class BodyCut(MultipartError):
+    """The request body ended before its Content-Length (or its last chunk): the client
+    gave up mid-request. Not a body at all: a server in front of the app never hands it on."""
 
 
 @dataclass
@@ -74,7 +87,7 @@ def read_body(
 ) -> Iterator[bytes]:
     """Yield a request body per Content-Length or chunked Transfer-Encoding.
 
-    `headers` has lower-case names. Raises MultipartError on a short body.
+    `headers` has lower-case names. Raises BodyCut on a short body.
     """
     if "chunked" in headers.get("transfer-encoding", "").lower():
         yield from _read_chunked(rfile, read_size)
@@ -86,7 +99,7 @@ def read_body(
     while remaining > 0:
         piece = rfile.read(min(read_size, remaining))
         if not piece:
-            raise MultipartError(f"body ended {remaining} bytes early")
+            raise BodyCut(f"body ended {remaining} bytes early")
         remaining -= len(piece)
         yield piece
 
@@ -94,6 +107,8 @@ def read_body(
 def _read_chunked(rfile: Readable, read_size: int) -> Iterator[bytes]:
     while True:
         line = rfile.readline(1024)
+        if not line:
+            raise BodyCut("chunked body ended before its last chunk")
         try:
             size = int(line.split(b";", 1)[0].strip(), 16)
         except ValueError:
@@ -105,7 +120,7 @@ def _read_chunked(rfile: Readable, read_size: int) -> Iterator[bytes]:
         while size > 0:
             piece = rfile.read(min(read_size, size))
             if not piece:
-                raise MultipartError("chunked body ended early")
+                raise BodyCut("chunked body ended early")
             size -= len(piece)
             yield piece
         rfile.readline(1024)  # CRLF after the chunk data

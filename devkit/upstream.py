@@ -5,7 +5,9 @@
         url = up.url("/a.png")
 
 Routes match on the path without the query string. Every option is
-per-route; `hits(path)` counts requests, including failed ones.
+per-route; `hits(path)` counts requests, including failed ones, and `bodies_sent(path)`
+says when each whole body's last byte went out. `link_bytes_per_sec` makes the server a
+provider behind a link of that rate (every body crosses it; a bench's limited pair).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from devkit._http import BackgroundServer, QuietHandler
+from devkit._http import BackgroundServer, Link, QuietHandler
 
 __all__ = ["HELD_AT_MOST_SECONDS", "RequestRecord", "Route", "StreamBody", "UpstreamServer"]
 
 HELD_AT_MOST_SECONDS = 120.0  # a route's gate nobody sets cannot hang a test run
+LINK_PIECE_BYTES = 64 * 1024  # a limited link sends this much at a time, evenly spaced
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Route:
     redirect_to: str | None = None
     chunked: bool = False
     gate: threading.Event | None = None
+    gate_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,18 @@ class RequestRecord:
 class UpstreamServer(BackgroundServer):
     """Scriptable image server on 127.0.0.1 (context manager; `start()`/`stop()`)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, link_bytes_per_sec: float | None = None
+    ) -> None:
         self.handler_class = _Handler
         self._lock = threading.Lock()
         self._routes: dict[str, Route] = {}
         self._hits: defaultdict[str, int] = defaultdict(int)
+        self._sent: defaultdict[str, list[float]] = defaultdict(list)
         self.requests: list[RequestRecord] = []
+        if link_bytes_per_sec is not None:
+            Link(link_bytes_per_sec)  # refuses a rate that is not positive, here
+        self.link_bytes_per_sec = link_bytes_per_sec
         super().__init__(host, port)
 
     # -- scripting ------------------------------------------------------------
@@ -106,6 +116,7 @@ class UpstreamServer(BackgroundServer):
         redirect_to: str | None = None,
         chunked: bool = False,
         gate: threading.Event | None = None,
+        gate_after: int | None = None,
     ) -> str:
         """Register (or replace) a route; returns its absolute URL.
 
@@ -123,6 +134,9 @@ class UpstreamServer(BackgroundServer):
         - gate: hold each request before the status line until this event is set (at
           most HELD_AT_MOST_SECONDS): a server as slow as the test needs, whatever the
           machine's speed (`hits` counts a held request already).
+        - gate_after: hold at this many body bytes instead (the status line, the headers
+          and that much of the body went out): a download still arriving for as long as
+          the test needs. With drop_after at the same count, the gate comes first.
         """
         route = Route(
             body=body,
@@ -140,6 +154,7 @@ class UpstreamServer(BackgroundServer):
             redirect_to=redirect_to,
             chunked=chunked,
             gate=gate,
+            gate_after=gate_after,
         )
         with self._lock:
             self._routes[_route_key(path)] = route
@@ -149,10 +164,18 @@ class UpstreamServer(BackgroundServer):
         with self._lock:
             return self._hits[_route_key(path)]
 
+    def bodies_sent(self, path: str) -> list[float]:
+        """When the last byte of each whole body served for `path` went out, at the
+        earliest (time.monotonic() just before its last write; this process's clock: a
+        client cannot have it before then), in order."""
+        with self._lock:
+            return list(self._sent[_route_key(path)])
+
     def reset(self) -> None:
         with self._lock:
             self._routes.clear()
             self._hits.clear()
+            self._sent.clear()
             self.requests.clear()
 
     # -- used by the handler ----------------------------------------------------
@@ -167,6 +190,10 @@ class UpstreamServer(BackgroundServer):
         if route is None:
             raise KeyError(key)
         return route, hit
+
+    def _body_sent(self, raw_path: str, at: float) -> None:
+        with self._lock:
+            self._sent[_route_key(raw_path)].append(at)
 
 
 def _route_key(path: str) -> str:
@@ -189,7 +216,7 @@ class _Handler(QuietHandler):
             return
         if route.delay:
             time.sleep(route.delay)
-        if route.gate is not None:
+        if route.gate is not None and route.gate_after is None:
             route.gate.wait(HELD_AT_MOST_SECONDS)
         if hit <= route.fail_first:
             self._simple(route.fail_status, b"upstream temporarily unavailable\n")
@@ -233,23 +260,48 @@ class _Handler(QuietHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
-        if head:
-            return
+        if not head:
+            self._send_pieces(route, pieces, chunked=chunked)
 
+    def _send_pieces(self, route: Route, pieces: Iterable[bytes], *, chunked: bool) -> None:
+        owner: UpstreamServer = self.server.owner
+        rate = owner.link_bytes_per_sec
+        link = None if rate is None else Link(rate)
+        pieces = _drip(pieces, route.drip_bytes_per_sec)
+        if link is not None:
+            pieces = _sliced(pieces, LINK_PIECE_BYTES)
+        marks = {m for m in (route.gate_after, route.drop_after) if m is not None}
         sent = 0
+        # When the body's last byte went out, at the earliest: before its last write.
+        last_write = time.monotonic()
         try:
-            for piece in _drip(pieces, route.drip_bytes_per_sec):
-                if route.drop_after is not None and sent + len(piece) >= route.drop_after:
-                    self._write(piece[: route.drop_after - sent], chunked=chunked)
-                    self.drop_connection()
+            for piece in _split_at(pieces, marks):
+                if self._held_or_dropped(route, sent):
                     return
+                if link is not None:
+                    link.cross(len(piece))
+                last_write = time.monotonic()
                 self._write(piece, chunked=chunked)
                 sent += len(piece)
+            if self._held_or_dropped(route, sent):
+                return
             if chunked:
+                last_write = time.monotonic()  # the last chunk ends the body
                 self.wfile.write(b"0\r\n\r\n")
+            owner._body_sent(self.path, last_write)
         except (BrokenPipeError, ConnectionResetError):
             # The client gave up (size limit, timeout): that is its right.
             self.close_connection = True
+
+    def _held_or_dropped(self, route: Route, sent: int) -> bool:
+        """At `sent` body bytes: wait for the route's gate if it holds here, then drop the
+        connection if the route drops here (True: the response ends now)."""
+        if route.gate is not None and route.gate_after == sent:
+            route.gate.wait(HELD_AT_MOST_SECONDS)
+        if route.drop_after == sent:
+            self.drop_connection()
+            return True
+        return False
 
     def _write(self, piece: bytes, *, chunked: bool) -> None:
         if not piece:
@@ -266,6 +318,25 @@ def _materialise(body: Body) -> tuple[Iterable[bytes], int | None]:
     if isinstance(body, StreamBody):
         return body.factory(), body.length
     return body(), None
+
+
+def _sliced(pieces: Iterable[bytes], size: int) -> Iterator[bytes]:
+    for piece in pieces:
+        for offset in range(0, len(piece), size):
+            yield piece[offset : offset + size]
+
+
+def _split_at(pieces: Iterable[bytes], marks: set[int]) -> Iterator[bytes]:
+    """The pieces, cut so that no piece straddles a mark (a byte count); no empty piece."""
+    sent = 0
+    for piece in pieces:
+        rest = piece
+        while rest:
+            ahead = [mark - sent for mark in marks if sent < mark < sent + len(rest)]
+            cut = min(ahead, default=len(rest))
+            yield rest[:cut]
+            rest = rest[cut:]
+            sent += cut
 
 
 def _drip(pieces: Iterable[bytes], rate: float | None) -> Iterator[bytes]:

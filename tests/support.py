@@ -223,10 +223,12 @@ def queue_attrs(sqs: SQSClient, url: str) -> QueueCounts:
 
 
 def assert_nothing_sent_to_lsky(lsky: Any) -> None:
-    """A download that broke off: nothing reached Lsky, not even the start of a request
-    (an image is sent only once it is whole in hand, lib.transfer.held)."""
+    """A download that broke off: no upload reached Lsky's app and nothing was stored. A
+    relayed upload (lib.transfer.relay) may have begun; it was cut before its last byte,
+    and a request whose body is cut never reaches the app (the stand-in counts it only)."""
     assert lsky.upload_count == 0
     assert lsky.uploads == []
+    assert lsky.image_records() == []
 
 
 def emf_metrics(capsys: Any) -> dict[str, float]:

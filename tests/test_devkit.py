@@ -409,6 +409,43 @@ def test_upstream_drop_after(upstream: UpstreamServer, http: Any) -> None:
     assert upstream.hits("/drop.png") == 1
 
 
+def test_upstream_gate_after_holds_the_body_part_way(upstream: UpstreamServer, http: Any) -> None:
+    gate = threading.Event()
+    url = upstream.add("/part.png", b"0123456789", gate_after=4, gate=gate)
+    try:
+        response = http.request("GET", url, preload_content=False)
+        assert response.headers["Content-Length"] == "10"
+        assert response.read(4) == b"0123"  # what comes before the hold arrives
+        assert upstream.bodies_sent("/part.png") == []  # held: the body is not done
+        before = time.monotonic()
+    finally:
+        gate.set()
+    assert response.read() == b"456789"
+    wait_until(lambda: upstream.bodies_sent("/part.png"), "the body's end was recorded")
+    [last_byte] = upstream.bodies_sent("/part.png")
+    assert last_byte >= before  # the last byte went out after the gate opened
+
+
+def test_upstream_gate_then_drop_at_the_same_byte(upstream: UpstreamServer, http: Any) -> None:
+    gate = threading.Event()
+    url = upstream.add("/cut.png", b"0123456789", gate_after=4, drop_after=4, gate=gate)
+    try:
+        response = http.request("GET", url, preload_content=False)
+        assert response.read(4) == b"0123"
+    finally:
+        gate.set()
+    with pytest.raises(ProtocolError):
+        response.read()
+    assert upstream.bodies_sent("/cut.png") == []  # never whole
+
+
+def test_a_link_rate_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        UpstreamServer(link_bytes_per_sec=0)
+    with pytest.raises(ValueError, match="positive"):
+        LskyStandIn(link_bytes_per_sec=-1)
+
+
 def test_upstream_redirect(upstream: UpstreamServer, http: Any) -> None:
     body = images.gif()
     upstream.add("/final.gif", body, content_type="image/gif")

@@ -541,6 +541,62 @@ def test_drop_before_answering_stores_exactly_one_image(http: Any, lsky: LskySta
     assert keys(listing(http, lsky)) == [attempt.key]
 
 
+@pytest.mark.parametrize("kept", [0.5, -1], ids=["mid-file", "all-but-the-last-byte"])
+def test_a_body_cut_before_its_content_length_never_reaches_the_app(
+    http: Any, lsky: LskyStandIn, kept: float
+) -> None:
+    # As behind nginx and PHP: a request whose body ends early is not a request at all.
+    lsky.script(Behaviour.status_false(store=True))  # would store whatever it got
+    raw = multipart_request(lsky, images.png(size=100_000, seed=6))
+    cut = int(len(raw) * kept) if kept > 0 else len(raw) - 1
+    with socket.create_connection((lsky.host, lsky.port), timeout=5) as client:
+        client.sendall(raw[:cut])
+    assert lsky.wait_for_cut_bodies(1, timeout=HANG_SECONDS)
+    assert lsky.uploads == []
+    assert lsky.image_records() == []
+    assert lsky.pending_script == 1  # the app never ran
+    assert lsky.body_arriving.is_set()  # it had begun
+
+    assert upload(http, lsky, seed=7).json()["status"] is False  # the script, unused
+    assert lsky.image_records() != []  # ...stored anyway, as scripted
+    assert lsky.cut_bodies == 1
+
+
+def test_a_proxy_refusal_as_the_body_starts_stores_nothing(lsky: LskyStandIn) -> None:
+    lsky.script(Behaviour.before_body(Behaviour.server_error()))
+    raw = multipart_request(lsky, images.png(size=300_000, seed=8))
+    with socket.create_connection((lsky.host, lsky.port), timeout=5) as client:
+        client.sendall(raw[: len(raw) // 3])  # the client is still sending
+        answer = client.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 500 ")
+    assert lsky.wait_for_uploads(1, timeout=HANG_SECONDS)
+    [attempt] = lsky.uploads
+    assert (attempt.outcome, attempt.status, attempt.size) == ("http_500", 500, 0)
+    assert attempt.before_body
+    assert attempt.body_started_at is not None
+    assert lsky.upload_answered.is_set()
+    assert lsky.image_records() == []
+    assert lsky.pending_script == 0
+
+
+def test_a_proxy_answers_only_with_a_refusal() -> None:
+    with pytest.raises(ValueError, match="refusal"):
+        Behaviour.before_body(Behaviour.success())
+
+
+def test_an_upload_records_when_its_body_began(http: Any, lsky: LskyStandIn) -> None:
+    assert not lsky.body_arriving.is_set()
+    before = time.monotonic()
+    assert upload(http, lsky, seed=9).json()["status"] is True
+    [attempt] = lsky.uploads
+    assert attempt.body_started_at is not None
+    assert before <= attempt.body_started_at <= time.monotonic()
+    assert lsky.body_arriving.is_set()
+    lsky.reset()
+    assert not lsky.body_arriving.is_set()
+    assert not lsky.upload_answered.is_set()
+
+
 def test_slow_stores_after_the_wait_although_the_client_left(lsky: LskyStandIn) -> None:
     lsky.script(Behaviour.slow(0.5))
     data = images.png(size=100_000, seed=4)

@@ -53,11 +53,12 @@ def test_too_little_time_to_start_gives_the_message_back_unclaimed(world: World)
 
 
 def test_a_transfer_found_too_big_for_the_time_left_spends_the_attempt(world: World) -> None:
-    # At 2 MiB/s: 15 s down + 15 s up (plus overheads), more than the 25 s a 40 s
-    # invocation has for transfers once the 15 s finish reserve is kept back. The
-    # download has begun when its Content-Length is known: running out of time now is a
-    # timeout that counts (a slow upstream could otherwise loop forever unspent).
-    size = 30 * 1024 * 1024
+    # At 2 MiB/s: 20 s for the bytes to cross both links at once (relayed), plus 7 s of
+    # overheads, more than the 25 s a 40 s invocation has for transfers once the 15 s
+    # finish reserve is kept back. The download has begun when its Content-Length is
+    # known: running out of time now is a timeout that counts (a slow upstream could
+    # otherwise loop forever unspent).
+    size = 40 * 1024 * 1024
     world.record(61, StreamBody.of(lambda: images.png_stream(size=size), size), attempts=1)
 
     response = world.deliver(61, FakeLambdaContext(timeout_seconds=40, from_first_look=True))
@@ -69,6 +70,22 @@ def test_a_transfer_found_too_big_for_the_time_left_spends_the_attempt(world: Wo
     assert "not enough time left to transfer" in row["archive_error"]
     assert world.lsky.upload_count == 0
     assert world.archive.log_for("archive attempt failed, will retry")["outcome"] == "retry"
+
+
+def test_the_time_left_is_judged_by_the_relayed_transfer_not_two_in_a_row(
+    world: World,
+) -> None:
+    # At 2 MiB/s: 15 s down then 15 s up (plus overheads, 37 s) would not fit the 25 s a
+    # 40 s invocation has for transfers; relayed, the bytes cross both links at once
+    # (15 s, plus overheads: 22 s), and the budget admits it.
+    size = 30 * 1024 * 1024
+    world.record(64, StreamBody.of(lambda: images.png_stream(size=size), size))
+
+    response = world.deliver(64, FakeLambdaContext(timeout_seconds=40, from_first_look=True))
+
+    assert response == {"batchItemFailures": []}
+    assert world.state(64) == ("SUCCEEDED", 1)
+    assert world.lsky.uploads[-1].size == size
 
 
 def test_redirects_that_outlast_the_deadline_spend_the_attempt(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import io
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -48,7 +47,7 @@ def test_multipart_body_is_well_formed_and_its_length_exact() -> None:
         file_field="file",
         filename='we"ird.png',
         file_content_type="image/png",
-        file=io.BytesIO(data),
+        content=lambda: [data[:1000], data[1000:]],
         file_size=len(data),
     )
     raw = b"".join(body)
@@ -65,17 +64,31 @@ def test_multipart_body_is_well_formed_and_its_length_exact() -> None:
     assert parts["file"].get_content_type() == "image/png"
 
 
-def test_multipart_refuses_a_short_file() -> None:
-    body = MultipartBody(
+def _body_of(content: list[bytes], size: int) -> MultipartBody:
+    return MultipartBody(
         fields={},
         file_field="file",
         filename="a.png",
         file_content_type="image/png",
-        file=io.BytesIO(b"abc"),
-        file_size=10,
+        content=lambda: content,
+        file_size=size,
     )
+
+
+def test_multipart_refuses_a_short_file_before_its_closing_boundary() -> None:
+    body = _body_of([b"abc"], 10)
+    sent: list[bytes] = []
     with pytest.raises(BodyLengthError, match="ended after 3 of the announced 10 bytes"):
-        b"".join(body)
+        sent.extend(body)
+    assert sent[-1] == b"abc"  # the closing boundary never went out
+
+
+def test_multipart_refuses_a_long_file_before_its_extra_byte() -> None:
+    body = _body_of([b"abcd", b"efgh"], 6)
+    sent: list[bytes] = []
+    with pytest.raises(BodyLengthError, match="longer than the announced 6 bytes"):
+        sent.extend(body)
+    assert sent[1:] == [b"abcd"]  # the chunk that went past the length was not sent
 
 
 @pytest.mark.parametrize(

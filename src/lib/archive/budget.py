@@ -29,6 +29,17 @@ def upload_needs(size: int) -> float:
     return _estimate(size, UPLOAD_OVERHEAD_SECONDS)
 
 
+def relayed_needs(size: int) -> float:
+    """Seconds to allow for a relayed copy of `size` bytes (lib.transfer.relay: the upload
+    reads the download as it lands): both links carry the bytes at once, so the slower
+    direction's time, plus the other direction's fixed part (the upload cannot start before
+    the first bytes; Lsky's work starts after the last)."""
+    return max(
+        download_needs(size) + UPLOAD_OVERHEAD_SECONDS,
+        upload_needs(size) + DOWNLOAD_OVERHEAD_SECONDS,
+    )
+
+
 def time_left(deadline: float, now: float | None = None) -> float:
     return deadline - (time.monotonic() if now is None else now)
 

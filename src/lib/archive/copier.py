@@ -1,26 +1,28 @@
-"""Copy one image to Lsky Pro by a deadline, from bytes in hand.
-
-`fetch` downloads the source once into a spool (lib.transfer.held); `find_ours` looks up
-an image an earlier attempt may have stored and says whether it can be adopted;
-`upload` sends the spool. Every failure says whether Lsky may hold the image."""
+"""Copy one image to Lsky Pro by a deadline, from bytes in hand: `fetch` downloads the
+source once into a spool (lib.transfer.held), or relays it to the upload as it lands
+(lib.transfer.relay); `find_ours` looks up an image an earlier attempt may have stored;
+`upload` sends the spool, or gives the relayed upload's answer. Every failure says
+whether Lsky may hold the image."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import tzinfo
 
-from lib.archive.budget import download_needs, time_left, upload_needs
+from lib.archive.budget import download_needs, relayed_needs, time_left, upload_needs
 from lib.archive.fidelity import Digest
 from lib.archive.naming import hosted_file_name, hosted_file_stem, hosted_names
 from lib.archive.outcome import Copied
 from lib.archive.reconcile import may_be_hosted, not_ours, why_ours
 from lib.state.claim import SentImage, Task
-from lib.transfer.download import Downloader
-from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail
+from lib.transfer.download import Downloader, ImageStream
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType
-from lib.transfer.lsky import LskyClient
+from lib.transfer.lsky import LskyClient, Sendable
 from lib.transfer.lsky_upload import HostedImage
+from lib.transfer.relay import RelayedImage, relay
 
 
 def can_start(deadline: float) -> bool:
@@ -52,18 +54,27 @@ class Copier:
         self.max_image_bytes = max_image_bytes
         self.host_timezone = host_timezone
 
-    def fetch(self, task: Task, deadline: float) -> HeldImage:
+    def fetch(
+        self, task: Task, deadline: float, *, gate: Callable[[], bool] | None = None
+    ) -> HeldImage:
         """The source image, downloaded once into a spool, leaving the upload its share
-        of the time. Raises ArchiveFailure (stage download)."""
+        of the time. With a relay `gate`, asked once the first bytes (the type) and the
+        Content-Length (the upload's exact length) are known: yes, and the upload starts
+        on a thread of its own, reading the spool as it fills (a RelayedImage: `upload`
+        gives its answer). Raises ArchiveFailure (stage download); a relayed upload is
+        then cut before its last byte, and stores nothing (docs/transfer.md)."""
         with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)) as stream:
             declared = stream.declared_length
+            if gate is not None and declared is not None:
+                if time_left(deadline) < relayed_needs(declared):
+                    raise _no_time_for(declared)
+                if gate():
+                    # The upload follows the download: after its last byte, Lsky's work.
+                    stream.set_deadline(deadline - upload_needs(0))
+                    return self._relay(task, stream, declared, deadline)
             size = declared if declared is not None else self.max_image_bytes
             if time_left(deadline) < download_needs(declared or 0) + upload_needs(size):
-                raise fail(
-                    Stage.DOWNLOAD,
-                    Kind.TIMEOUT,
-                    f"not enough time left to transfer a {declared}-byte image",
-                )
+                raise _no_time_for(declared)
             # The body must end early enough to leave the upload its share.
             stream.set_deadline(deadline - upload_needs(size))
             return hold(stream, stream.image_type)
@@ -74,6 +85,12 @@ class Copier:
         a download would."""
         with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)):
             return
+
+    def _relay(self, task: Task, stream: ImageStream, size: int, deadline: float) -> HeldImage:
+        def send(image: Sendable) -> HostedImage | Failure:
+            return self._send(task, image, deadline)
+
+        return relay(stream, size=size, image_type=stream.image_type, send=send)
 
     def find_ours(self, task: Task, sent: SentImage | None, deadline: float) -> LookUp:
         """The image an earlier attempt stored, by its exact name, if it can be ours (see
@@ -117,21 +134,36 @@ class Copier:
         return LookUp(adopted, tuple(refused), why_ours(first.data, sent=sent))
 
     def upload(self, task: Task, held: HeldImage, deadline: float) -> Copied:
-        """Send the bytes in hand. Raises ArchiveFailure saying whether Lsky may have kept
-        them (Failure.may_be_hosted): the next attempt looks them up first when it may."""
-        if time_left(deadline) < upload_needs(held.size):
+        """Send the bytes in hand (or, relayed, wait for the upload that read them as they
+        landed). Raises ArchiveFailure saying whether Lsky may have kept them
+        (Failure.may_be_hosted): the next attempt looks them up first when it may."""
+        if isinstance(held, RelayedImage):
+            answer = held.sending.result()
+        elif time_left(deadline) < upload_needs(held.size):
             raise fail(Stage.UPLOAD, Kind.TIMEOUT, "not enough time left to upload")
+        else:
+            answer = self._send(task, held, deadline)
+        if isinstance(answer, Failure):
+            # Raised outside any except block: nothing else is chained to the failure.
+            raise ArchiveFailure(answer)
+        return Copied(answer, held.size, sent=Digest(held.sha1, held.size))
+
+    def _send(self, task: Task, image: Sendable, deadline: float) -> HostedImage | Failure:
+        """The upload's answer, or its failure saying whether Lsky may have kept the image
+        (Failure.may_be_hosted): the next attempt looks it up first when it may."""
         try:
-            hosted = self.lsky.upload(
-                held, filename=file_name(task, held.image_type), deadline=deadline
+            return self.lsky.upload(
+                image, filename=file_name(task, image.image_type), deadline=deadline
             )
         except ArchiveFailure as error:
             failure = error.failure
-        else:
-            return Copied(hosted, held.size, sent=Digest(held.sha1, held.size))
-        # Raised outside the except block: nothing else is chained to the failure.
-        hosted_maybe = may_be_hosted(failure, body_complete=True)
-        raise ArchiveFailure(replace(failure, may_be_hosted=hosted_maybe))
+        return replace(failure, may_be_hosted=may_be_hosted(failure, body_complete=True))
+
+
+def _no_time_for(size: int | None) -> ArchiveFailure:
+    return fail(
+        Stage.DOWNLOAD, Kind.TIMEOUT, f"not enough time left to transfer a {size}-byte image"
+    )
 
 
 def sent_of(held: HeldImage) -> SentImage:

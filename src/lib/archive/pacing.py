@@ -99,10 +99,13 @@ class Timings:
     """What this container has seen of its own transfers, to date its bookings by.
 
     fetch: how long its last fetches took (a booked record comes back that much before
-    its slot, to have its bytes in hand when the slot comes); upload: how long its last
-    uploads took (a booked slot, or an upload under way, counts in the windows from when
-    it should answer); lateness: how late booked records reached their slot besides the
-    fetch (the queue's pickup, the claim), learnt from each that came back."""
+    its slot, to have its bytes in hand when the slot comes: it fetches first; a relayed
+    copy's download counts as a fetch, the upload beside it does not slow it); upload: how
+    long its last uploads took from their slot to Lsky's answer (a booked slot, or an
+    upload under way, counts in the windows from when it should answer; a relayed copy's
+    upload runs beside its download, and counts from its start); lateness: how late
+    booked records reached their slot besides the fetch (the queue's pickup, the claim),
+    learnt from each that came back."""
 
     fetch: float = 0.0
     upload: float = 0.0

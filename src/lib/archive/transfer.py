@@ -14,6 +14,7 @@ from lib.archive import retry as policy
 from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
 from lib.archive.outcome import Message, Outcome, Verdict, archived
+from lib.archive.relaying import relay_gate
 from lib.archive.staging import (
     StagedCopyMismatch,
     Staging,
@@ -48,6 +49,7 @@ class _Attempt:
     looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
     fetch_seconds: float = 0.0  # how long getting the bytes in hand took
     slot_wait_seconds: float = 0.0  # slept for the upload slot
+    upload_started: float | None = None  # time.monotonic(), when relayed (lib.archive.relaying)
     duplicate_possible: bool = False  # ...but the look-up could not be answered
 
     def db_now(self) -> datetime:
@@ -77,7 +79,7 @@ class Transfer:
         if lane.paused:
             # Only a staging claim takes a row while the lane is paused: capture it now.
             return self._capture_and_wait(at)
-        if self._paced() and task.booked_at is None and _queued(lane) and not task.may_be_hosted:
+        if self._paced() and task.booked_at is None and lane.queued and not task.may_be_hosted:
             # Others wait for slots already: queue behind them before fetching anything, once
             # the source has the image (a gone one fails now), unless it may be hosted already.
             waiting = self._source_gone(at) or self._slot_or_wait(at, None)
@@ -111,7 +113,7 @@ class Transfer:
             if staged is not None:
                 return staged
         try:
-            return self.copier.fetch(task, at.deadline)
+            return self.copier.fetch(task, at.deadline, gate=relay_gate(at, self))
         except ArchiveFailure as error:
             story.source_failed(at.events, error.failure)
             return self._source_failed(at, error.failure)
@@ -190,7 +192,7 @@ class Transfer:
             fetch_seconds=round(at.fetch_seconds, 3),
             slot_wait_seconds=round(at.slot_wait_seconds, 3),
         )
-        uploading = time.monotonic()
+        uploading = at.upload_started or time.monotonic()  # from its slot to its answer
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
@@ -384,10 +386,6 @@ def _window_frees(lanes: LaneStore, named: HostCondition, zone: str, task: Task)
         return None
     name, seconds, limit = named.window, named.window_seconds, named.limit
     return lanes.window_frees_at(seconds, limit, window=name, zone=zone, record_id=task.record_id)
-
-
-def _queued(lane: LaneState) -> bool:
-    return lane.queue_end is not None and lane.queue_end > lane.now
 
 
 def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:

@@ -39,6 +39,11 @@ class LaneState:
     def paused(self) -> bool:
         return self.paused_for_seconds > 0
 
+    @property
+    def queued(self) -> bool:
+        """Slots are booked ahead of now: records wait for slots already."""
+        return self.queue_end is not None and self.queue_end > self.now
+
 
 @dataclass(frozen=True)
 class LedgerEntry:

@@ -8,20 +8,29 @@ from __future__ import annotations
 import hashlib
 import struct
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
 
-from lib.transfer.imagetype import GIF, JPEG, PNG, WEBP, DownloadedImage, ImageType, ReadableFile
+from lib.transfer.imagetype import (
+    GIF,
+    JPEG,
+    PNG,
+    READ_CHUNK_BYTES,
+    WEBP,
+    DownloadedImage,
+    ImageType,
+    ReadableFile,
+)
 
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
-READ_CHUNK_BYTES = 256 * 1024
 
 
 class Sha1Reader:
     """The spool, read through: bytes read in order from the start pass SHA-1 once, so the
     read that uploads the image also takes its digest (no pass of its own on the happy
-    path); `sha1()` reads what no one has read yet."""
+    path); `sha1()` reads what no one has read yet. A reader of the same spool that reads
+    it another way (a relayed upload, lib.transfer.relay) hands its bytes to `absorb`."""
 
     def __init__(self, spool: IO[bytes], size: int) -> None:
         self._spool = spool
@@ -33,13 +42,17 @@ class Sha1Reader:
     def read(self, size: int = -1, /) -> bytes:
         at = self._spool.tell()
         data = self._spool.read(size)
+        self.absorb(at, data)
+        return data
+
+    def absorb(self, at: int, data: bytes) -> None:
+        """`data`, read from offset `at`, passes the digest where it is next in order."""
         end = at + len(data)
         if self._sha1 is None and at <= self._hashed < end:
             self._digests.update(memoryview(data)[self._hashed - at :])
             self._hashed = end
             if end >= self._size:
                 self._sha1 = self._digests.sha1.hexdigest()
-        return data
 
     def seek(self, offset: int, whence: int = 0, /) -> int:
         return self._spool.seek(offset, whence)
@@ -75,12 +88,6 @@ class HeldImage(DownloadedImage):
     def sha1(self) -> str:
         return self.file.sha1()
 
-    def chunks(self) -> Iterator[bytes]:
-        """The bytes from the start, a chunk at a time (may be read any number of times)."""
-        self.file.seek(0)
-        while chunk := self.file.read(READ_CHUNK_BYTES):
-            yield chunk
-
     def dimensions(self) -> tuple[int, int] | None:
         """(width, height) from the header, as PHP's getimagesize() (Lsky's width and
         height) reads them; None for a type or header it cannot read."""
@@ -111,10 +118,19 @@ class Digests:
         self.size += len(chunk)
 
 
+def new_spool(size: int | None = None) -> IO[bytes]:
+    """An empty spool: in memory up to SPOOL_IN_MEMORY_BYTES, then a file in /tmp; a file
+    from the start when `size` (announced) says it will not fit in memory (no copy of the
+    first MiB when it rolls over)."""
+    if size is not None and size > SPOOL_IN_MEMORY_BYTES:
+        return tempfile.TemporaryFile()
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)
+
+
 def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False) -> HeldImage:
     """Spool `chunks` (the whole body: the caller's iterator enforces size and deadline),
     taking their sha256 on the way when asked. The spool is closed if the chunks fail."""
-    file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)  # noqa: SIM115
+    file = new_spool()
     digests = Digests(sha1=False, sha256=sha256)
     try:
         for chunk in chunks:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 SNIFF_BYTES = 32  # enough for every signature below
+READ_CHUNK_BYTES = 256 * 1024  # an image's bytes are read (and sent) this much at a time
 
 
 class ImageType(NamedTuple):
@@ -52,6 +54,12 @@ class DownloadedImage:
     file: ReadableFile
     size: int
     image_type: ImageType
+
+    def chunks(self) -> Iterator[bytes]:
+        """The bytes from the start, a chunk at a time (may be read any number of times)."""
+        self.file.seek(0)
+        while chunk := self.file.read(READ_CHUNK_BYTES):
+            yield chunk
 
     def close(self) -> None:
         self.file.close()

@@ -1,9 +1,8 @@
 """Lsky Pro v1 client (upload, image list, profile; read from lsky-org/lsky-pro 2.x).
 
-`upload` sends the bytes in hand (a spooled file, lib.transfer.held). Every
-exchange ends by its deadline (the download's watchdog holds a trickling answer too), and
-nothing of a response is kept beyond Lsky's short, redacted `message` (docs/transfer.md).
-"""
+`upload` sends an image's bytes (in hand, or landing in the spool: lib.transfer.relay).
+Every exchange ends by its deadline (the download's watchdog holds a trickling answer
+too); nothing of a response is kept beyond Lsky's short, redacted `message`."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import urllib3
@@ -21,7 +20,7 @@ from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError
 from lib.platform.redact import outside_text, token_parts
 from lib.platform.watchdog import watched, watched_pool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.transfer.imagetype import DownloadedImage
+from lib.transfer.imagetype import ImageType
 from lib.transfer.lsky_listing import ListingPage, listed_image, parse_listing
 from lib.transfer.lsky_upload import HostedImage, parse_upload_response
 from lib.transfer.multipart import BodyLengthError, MultipartBody
@@ -39,6 +38,20 @@ FAILURE_MESSAGE_LIMIT = 300
 
 TokenProvider = Callable[[bool], str]  # force_refresh -> "<id>|<token>"
 Body = MultipartBody
+
+
+class Sendable(Protocol):
+    """An image as the upload reads it: its type, its length (announced up front), and its
+    bytes from the start (each call anew, for a resend)."""
+
+    @property
+    def image_type(self) -> ImageType: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def chunks(self) -> Iterator[bytes]: ...
+
 
 # Pools whose connections tell the exchange's watchdog which socket to shut.
 _POOLS = {"http": watched_pool(HTTPConnectionPool), "https": watched_pool(HTTPSConnectionPool)}
@@ -120,8 +133,8 @@ class LskyClient:
             fields["album_id"] = str(self.album_id)
         return fields
 
-    def upload(self, image: DownloadedImage, *, filename: str, deadline: float) -> HostedImage:
-        """Upload a spooled image, finishing by `deadline` (time.monotonic()); raises
+    def upload(self, image: Sendable, *, filename: str, deadline: float) -> HostedImage:
+        """Upload an image, finishing by `deadline` (time.monotonic()); raises
         ArchiveFailure (stage upload) for every failure."""
 
         def body() -> Body:
@@ -130,7 +143,7 @@ class LskyClient:
                 file_field="file",
                 filename=filename,
                 file_content_type=image.image_type.mime_type,
-                file=image.file,
+                content=image.chunks,
                 file_size=image.size,
             )
 
@@ -275,12 +288,13 @@ class LskyClient:
                 )
             except BodyLengthError as error:
                 # The request was abandoned before its last byte (urllib3 closed the
-                # connection): the spool held more or less than announced. Nothing of a
+                # connection): the image's bytes did not match the length announced (the
+                # spool, or a download broken off under a relayed upload). Nothing of a
                 # request cut off mid-body is stored.
                 raise fail(
                     Stage.UPLOAD,
                     Kind.CONNECTION,
-                    f"the image in hand did not match its length: {error}",
+                    f"the image's bytes did not match their length: {error}",
                 ) from None
             except NewConnectionError:  # a ConnectTimeoutError subclass, so caught first
                 raise fail(stage, Kind.CONNECTION, "could not connect to Lsky") from None

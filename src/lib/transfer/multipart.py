@@ -7,11 +7,7 @@ length raises BodyLengthError before the request completes (docs/transfer.md).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
-
-from lib.transfer.imagetype import ReadableFile
-
-CHUNK_BYTES = 256 * 1024
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 
 class BodyLengthError(ValueError):
@@ -27,8 +23,9 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
 
 
-class _Framing:
-    """Boundary, the bytes before and after the file's content, and the exact total."""
+class MultipartBody:
+    """The fields and one file part around `content()` (the file's bytes from the start,
+    each call anew: a resend starts over), `file_size` bytes announced up front."""
 
     def __init__(
         self,
@@ -37,12 +34,14 @@ class _Framing:
         file_field: str,
         filename: str,
         file_content_type: str,
+        content: Callable[[], Iterable[bytes]],
         file_size: int,
     ) -> None:
         if file_size < 0:
             raise ValueError("file_size must not be negative")
         self.boundary = f"----image-archive-{secrets.token_hex(16)}"
         self.file_size = file_size
+        self._content = content
         parts = [
             f'--{self.boundary}\r\nContent-Disposition: form-data; name="{_quote(name)}"'
             f"\r\n\r\n{value}\r\n"
@@ -64,11 +63,12 @@ class _Framing:
     def content_length(self) -> int:
         return len(self._head) + self.file_size + len(self._tail)
 
-    def frame(self, content: Iterable[bytes]) -> Iterator[bytes]:
-        """The whole body around `content`, checking its length as it streams."""
+    def __iter__(self) -> Iterator[bytes]:
+        """The whole body, checking the file's length as it streams: the closing boundary
+        (the last bytes) goes only after exactly `file_size` bytes and the content's end."""
         yield self._head
         sent = 0
-        for chunk in content:
+        for chunk in self._content():
             sent += len(chunk)
             if sent > self.file_size:
                 raise BodyLengthError(f"file is longer than the announced {self.file_size} bytes")
@@ -79,40 +79,3 @@ class _Framing:
                 f"file ended after {sent} of the announced {self.file_size} bytes"
             )
         yield self._tail
-
-
-class MultipartBody(_Framing):
-    """The file part read from a seekable file of known size; iterable more than once."""
-
-    def __init__(
-        self,
-        *,
-        fields: Mapping[str, str],
-        file_field: str,
-        filename: str,
-        file_content_type: str,
-        file: ReadableFile,
-        file_size: int,
-    ) -> None:
-        super().__init__(
-            fields=fields,
-            file_field=file_field,
-            filename=filename,
-            file_content_type=file_content_type,
-            file_size=file_size,
-        )
-        self._file = file
-
-    def _read(self) -> Iterator[bytes]:
-        remaining = self.file_size
-        while remaining > 0:
-            chunk = self._file.read(min(CHUNK_BYTES, remaining))
-            if not chunk:
-                return  # frame() reports the shortfall
-            remaining -= len(chunk)
-            yield chunk
-
-    def __iter__(self) -> Iterator[bytes]:
-        # Restartable: a retried request (e.g. after a token refresh) resends from the start.
-        self._file.seek(0)
-        return self.frame(self._read())

@@ -1,0 +1,146 @@
+"""A download poured into the spool while an upload, on a thread of its own, reads it as
+it lands (docs/transfer.md, "The relayed copy"). `relay(...)` gives the whole image in
+hand once the download has ended, its upload maybe still under way (`RelayedImage`): the
+upload never reads a byte the spool lacks, never holds the download back, and a download
+that fails cuts it before its last byte (BodyLengthError in its body)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
+from lib.transfer.held import HeldImage, Sha1Reader, new_spool
+from lib.transfer.imagetype import READ_CHUNK_BYTES, ImageType
+from lib.transfer.lsky_upload import HostedImage
+from lib.transfer.multipart import BodyLengthError
+
+Sent = HostedImage | Failure  # what an upload came to
+Send = Callable[["Relay"], Sent]  # the upload, reading the relay's chunks()
+
+
+class Relay:
+    """The spool a download is poured into (`pour`, by the downloading thread, taking the
+    sha1 on the way: `reader`, the Sha1Reader the image in hand is read through later)
+    and read back from as it lands (`chunks`, by another thread)."""
+
+    def __init__(self, *, size: int, image_type: ImageType) -> None:
+        self.size = size  # announced (the source's Content-Length)
+        self.image_type = image_type
+        self.spool = new_spool(size)
+        self.reader = Sha1Reader(self.spool, size)
+        self._landed = 0  # bytes [0, _landed) are in the spool
+        self._ended = False
+        self._failed = False
+        self._changed = threading.Condition()
+
+    def pour(self, chunks: Iterable[bytes]) -> None:
+        """Every chunk into the spool as it comes, never waiting for a reader; exactly
+        `size` bytes, or ArchiveFailure (stage download). Readers learn the end either way."""
+        try:
+            self._pour(chunks)
+        except BaseException:
+            self._end(failed=True)
+            raise
+        self._end(failed=False)
+
+    def _pour(self, chunks: Iterable[bytes]) -> None:
+        for chunk in chunks:
+            if self._landed + len(chunk) > self.size:
+                raise _length_failure(f"the source sent more than its {self.size} bytes")
+            # Outside the lock (hashlib lets go of the GIL), on the download's side: it has
+            # time to spare, where the upload, held to the host's pace, has none.
+            self.reader.absorb(self._landed, chunk)
+            with self._changed:
+                self.spool.seek(0, os.SEEK_END)
+                self.spool.write(chunk)
+                self._landed += len(chunk)
+                self._changed.notify_all()
+        if self._landed != self.size:
+            raise _length_failure(f"body was {self._landed} bytes, announced {self.size}")
+
+    def _end(self, *, failed: bool) -> None:
+        with self._changed:
+            self._ended, self._failed = True, failed
+            self._changed.notify_all()
+
+    def _next(self, at: int) -> bytes:
+        """The bytes landed from `at` on (a chunk at most), once there are any; b"" once
+        the download has ended whole there; BodyLengthError once it failed there."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._landed > at or self._ended)
+            if self._landed > at:
+                self.spool.seek(at)
+                return self.spool.read(min(READ_CHUNK_BYTES, self._landed - at))
+            if self._failed:
+                raise BodyLengthError(f"the download broke off after {at} of {self.size} bytes")
+            return b""
+
+    def chunks(self) -> Iterator[bytes]:
+        """The bytes from the start as they land (a resend reads them again from the
+        start); raises BodyLengthError, before the last byte, when the download fails."""
+        at = 0
+        while chunk := self._next(at):
+            at += len(chunk)
+            yield chunk
+
+
+@dataclass
+class RelayedImage(HeldImage):
+    """The whole image in hand, and the upload that read it as it landed (`sending`: its
+    answer, once it has one). Every use of the spool waits for that upload to end first:
+    it reads the spool, and its reads take the sha1."""
+
+    sending: Future[Sent] = field(default_factory=Future)
+
+    @property
+    def sha1(self) -> str:
+        _settled(self.sending)
+        return super().sha1
+
+    def chunks(self) -> Iterator[bytes]:
+        _settled(self.sending)
+        return super().chunks()
+
+    def dimensions(self) -> tuple[int, int] | None:
+        _settled(self.sending)
+        return super().dimensions()
+
+    def close(self) -> None:
+        _settled(self.sending)
+        super().close()
+
+
+def relay(chunks: Iterable[bytes], *, size: int, image_type: ImageType, send: Send) -> RelayedImage:
+    """`send(relay)` started on a thread of its own, then `chunks` (the download) poured
+    into the spool on this one. Returns once the download has ended whole; raises its
+    ArchiveFailure (stage download) once the upload, cut short by it, has ended too."""
+    spool = Relay(size=size, image_type=image_type)
+    sending: Future[Sent] = Future()
+    threading.Thread(target=_run, args=(sending, send, spool), name="upload", daemon=True).start()
+    try:
+        spool.pour(chunks)
+    except BaseException:
+        _settled(sending)  # the upload ends before its last byte: nothing is stored
+        spool.spool.close()
+        raise
+    return RelayedImage(file=spool.reader, size=size, image_type=image_type, sending=sending)
+
+
+def _run(sending: Future[Sent], send: Send, spool: Relay) -> None:
+    try:
+        sending.set_result(send(spool))
+    except BaseException as error:  # noqa: BLE001 - handed to the thread that asks
+        sending.set_exception(error)
+
+
+def _settled(sending: Future[Sent]) -> None:
+    """Wait for the upload to end, whatever it came to (its own deadline ends it)."""
+    sending.exception()
+
+
+def _length_failure(message: str) -> ArchiveFailure:
+    return fail(Stage.DOWNLOAD, Kind.CONNECTION, message)
