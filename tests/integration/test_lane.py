@@ -36,7 +36,11 @@ def scaled_windows(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def drain(world: World, ids: list[int], *, timeout: float) -> int:
     """Deliver messages as the event source mapping would, one per invocation, until every
-    row is concluded; returns the number of invocations."""
+    row is concluded; when the queue is empty, sweep as the schedule would (a message held
+    on its third receive parks its row, and the sweeper sends it once due). Returns the
+    number of archive invocations."""
+    from handlers.sweeper import lambda_handler as sweep
+
     invocations = 0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -44,6 +48,9 @@ def drain(world: World, ids: list[int], *, timeout: float) -> int:
             return invocations
         event = world.archive.receive(wait_seconds=1)
         if not event["Records"]:
+            runtime.reset()
+            sweep({}, FakeLambdaContext(function_name="SweeperFunction", timeout_seconds=60))
+            runtime.reset()
             continue
         invocations += 1
         response = world.archive.invoke(event, FakeLambdaContext(timeout_seconds=60))

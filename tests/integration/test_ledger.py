@@ -70,24 +70,23 @@ def paced(world: World) -> World:
 
 
 @pytest.mark.parametrize(
-    ("route", "requests"),
+    "route",
     [
-        # The provider fails at once (a 500: a retry): asked before the record queues, it
-        # takes no slot (one taken before the download stayed `taken`).
-        ({"status": 500}, 1),
-        # It has the image when asked, then fails the download: the slot taken goes.
-        ({"fail_after": 1, "fail_after_status": 500}, 2),
+        # The provider fails at once (a 500: a retry): the slot taken goes back.
+        {"status": 500},
+        # It sends the headers, then drops the body half way: the slot taken goes.
+        {"drop_after": len(PNG) // 2},
     ],
-    ids=["fails-when-asked", "fails-the-download"],
+    ids=["fails-at-once", "fails-the-body"],
 )
 def test_a_slot_taken_before_a_download_that_fails_is_given_back(
-    paced: World, route: dict[str, int], requests: int
+    paced: World, route: dict[str, int]
 ) -> None:
     record(paced, 1, route=route)
 
     paced.deliver(1)
 
-    assert paced.downloads(1) == requests
+    assert paced.downloads(1) == 1
     assert paced.state(1) == ("PENDING", 1)
     assert paced.row(1)["archive_wait_reason"] == "backoff"
     assert ledger(paced.db, 1) == []
@@ -308,14 +307,16 @@ def test_a_monthly_refusal_ends_when_lsky_s_month_has_left_the_upload(world: Wor
 
 
 def test_a_paced_burst_drains_the_records_that_upload_at_the_limiter_s_pace(
-    world: World,
+    world: World, staging_bucket: str
 ) -> None:
-    """Twelve records at once, pacing two uploads per 10 s; every third record's source
-    is gone (403: FAILED at once). One container takes the messages as the queue holds
-    them; the test moves the database's clock on to each held message's time instead of
-    waiting. The eight that upload drain in the time the limiter needs for eight (Lsky's
-    whole seconds included): the gone ones hold no slot (they held 4 of 12)."""
-    world.settings(LSKY_RATE_LIMITS="2/10 seconds")
+    """Twelve records at once, pacing two uploads per 10 s, staging on; every third
+    record's source is gone (403: FAILED at once). One container takes the messages as
+    the queue holds them; the test moves the database's clock on to each held message's
+    time instead of waiting. A record queued behind others captures its image before it
+    waits, so a gone one fails then: the eight that upload drain in the time the limiter
+    needs for eight (Lsky's whole seconds included), the gone ones holding no slot (they
+    held 4 of 12), and every source is asked once."""
+    world.settings(LSKY_RATE_LIMITS="2/10 seconds", ARCHIVE_STAGING_BUCKET=staging_bucket)
     ids = list(range(100, 112))
     for record_id in ids:
         gone = record_id % 3 == 2
@@ -334,6 +335,32 @@ def test_a_paced_burst_drains_the_records_that_upload_at_the_limiter_s_pace(
     # message held whole seconds from its receive (up to a second later than its slot).
     # Gone records holding slots would need five holds: more than 55 s.
     assert clock.elapsed <= 3 * (10 + 1 + 0.025 + 1) + 2.0, clock.uploaded
+    assert {world.downloads(i) for i in ids} == {1}
+
+
+@pytest.mark.parametrize("staging", [True, False], ids=["staging-on", "staging-off"])
+def test_a_source_that_serves_once_queued_behind_others_is_archived(
+    world: World, staging_bucket: str, staging: bool
+) -> None:
+    """A record that must queue behind a booking asks its source once: with staging on it
+    captures the image before it waits (the URL may expire while it does), with staging
+    off it leaves the source alone until its slot. Either way a URL that serves once is
+    archived, never lost to a question asked before the download."""
+    bucket = staging_bucket if staging else None
+    world.settings(LSKY_RATE_LIMITS="1/10 seconds", ARCHIVE_STAGING_BUCKET=bucket)
+    booked_ahead(world.db, 1)
+    record(world, 7, route={"fail_after": 1})
+
+    assert world.deliver(7)["batchItemFailures"]  # held for its slot
+    assert world.downloads(7) == (1 if staging else 0)
+    assert (world.row(7)["archive_staged_key"] is not None) is staging
+    time_passes(world.db, 25)  # its slot came, and the booking ahead left the window
+
+    world.deliver(7)
+
+    assert world.state(7) == ("SUCCEEDED", 1)
+    assert world.downloads(7) == 1
+    assert world.lsky.upload_count == 1
 
 
 class VirtualClock:

@@ -192,8 +192,9 @@ def test_paced_and_held_once(world: World, ctl: Ctl) -> None:
     assert (data["state"], data["attempts"], data["waiting"]["for"]) == ("PENDING", 0, "slot")
     assert "waiting for  its booked upload slot at" in text
     assert "its message held" in text
-    # A minute passes for the ledger: the first upload and the booking move back.
-    world.db.run("UPDATE image_archive_uploads SET at = at - interval '61 seconds'")
+    # A minute passes for the ledger: the first upload and the booking move back (62 s:
+    # Lsky's whole seconds at both ends of its window and the margin, whatever the date).
+    world.db.run("UPDATE image_archive_uploads SET at = at - interval '62 seconds'")
     make_due(world.db, 3)
     deliver_again(world, event)
 

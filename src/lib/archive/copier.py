@@ -79,13 +79,6 @@ class Copier:
             stream.set_deadline(deadline - upload_needs(size))
             return hold(stream, stream.image_type)
 
-    def check_source(self, task: Task, deadline: float) -> None:
-        """Ask the source for the image without fetching it (its status line and headers,
-        the connection then closed): a gone one (an expired URL) raises ArchiveFailure as
-        a download would."""
-        with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)):
-            return
-
     def _relay(self, task: Task, stream: ImageStream, size: int, deadline: float) -> HeldImage:
         def send(image: Sendable) -> HostedImage | Failure:
             return self._send(task, image, deadline)

@@ -32,6 +32,16 @@ def counts_until(at: float, seconds: float, margin: float) -> float:
     return math.floor(at + margin) + seconds + LSKY_SECOND + margin
 
 
+def counts_surely_until(at: float, seconds: float, margin: float) -> float:
+    """The earliest time after which an upload the ledger dates `at` may have left a window
+    of `seconds`: Lsky's clock `o` ahead of ours (|o| <= margin, the same offset when it
+    stored the upload and when it counts) lets it go at floor(at + o) + seconds + 1 - o,
+    whose least is just after a second turns within the margin, else at o = margin."""
+    turns = math.floor(at + margin) > at - margin  # a whole second of Lsky's within reach
+    base = at - LSKY_SECOND if turns else math.floor(at + margin) - margin
+    return base + seconds + LSKY_SECOND
+
+
 def counts_from(at: float, seconds: float, margin: float) -> float:
     """The earliest time at which an upload would still count in the window of a later one
     dated `at`: t counts there exactly when at < counts_until(t) (the inverse)."""
@@ -107,7 +117,8 @@ def window_frees(
     """When a window Lsky named (`window`: minute ... month; `seconds` long) frees its next
     slot by the ledger's uploads (`counted`: each upload's latest count time, epoch seconds):
     the limit-th newest upload still in it leaves it. When the ledger holds fewer (other
-    clients of the account count too), the whole window: an upload made now leaves it."""
+    clients of the account count too), or that one may have left already, the whole
+    window: an upload made now leaves it."""
     if window == MONTH:
         start = month_start(datetime.fromtimestamp(now, zone)).timestamp()
         inside = [t for t in counted if math.floor(t + margin) >= math.floor(start)]
@@ -115,6 +126,10 @@ def window_frees(
         inside = [t for t in counted if counts_until(t, seconds, margin) > now]
     inside.sort(reverse=True)
     newest = inside[limit - 1] if 0 < limit <= len(inside) else now
+    if window != MONTH and counts_surely_until(newest, seconds, margin) < now:
+        # It may have left already, by Lsky's clock: then others' uploads fill the window
+        # Lsky named, and one made now may be the one it waits for.
+        newest = now
     if window == MONTH:
         return month_frees(newest, now, zone, margin)
     return counts_until(newest, seconds, margin)

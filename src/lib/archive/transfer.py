@@ -78,13 +78,14 @@ class Transfer:
             return schedule.no_time_for_transfer()
         if lane.paused:
             # Only a staging claim takes a row while the lane is paused: capture it now.
-            return self._capture_and_wait(at)
+            waiting = schedule.wait_for_lane(lane.paused_for_seconds, message)
+            return self._keep_while_waiting(at, waiting, "lane paused")
         if self._paced() and task.booked_at is None and lane.queued and not task.may_be_hosted:
-            # Others wait for slots already: queue behind them before fetching anything, once
-            # the source has the image (a gone one fails now), unless it may be hosted already.
-            waiting = self._source_gone(at) or self._slot_or_wait(at, None)
-            if waiting is not None:
-                return waiting
+            # Others wait for slots already: queue behind them before fetching anything,
+            # unless it may be hosted already; a record that must wait keeps its image.
+            queued = self._slot_or_wait(at, None)
+            if queued is not None:
+                return self._keep_while_waiting(at, queued, "queued for a slot")
         if task.may_be_hosted and task.sent is not None:
             # What the lost upload sent is known: look it up before fetching anything.
             found = self._look_up(at, task.sent, None)
@@ -118,15 +119,19 @@ class Transfer:
             story.source_failed(at.events, error.failure)
             return self._source_failed(at, error.failure)
 
-    def _source_gone(self, at: _Attempt) -> Verdict | None:
-        """The record's own failure if its source no longer has the image (asked, not fetched)."""
-        if at.task.staged_key is None:
-            try:
-                self.copier.check_source(at.task, at.deadline)
-            except ArchiveFailure as error:
-                story.source_failed(at.events, error.failure)
-                return self._source_failed(at, error.failure)
-        return None
+    def _keep_while_waiting(self, at: _Attempt, waiting: Verdict, why: str) -> Verdict:
+        """A record that must wait (a paused lane, others queued for slots), nothing
+        fetched: with staging on, its image is captured now and kept (the URL may expire
+        or serve once); a gone one fails the record now, and gives back any booking."""
+        try:
+            staged = self.staging.capture(at.task, at.deadline, why)
+        except ArchiveFailure as error:
+            story.source_failed(at.events, error.failure)
+            return self._source_failed(at, error.failure)
+        if staged is None:
+            return waiting
+        story.staged(at.events, staged, why)
+        return replace(waiting, staged=staged)
 
     def _source_failed(self, at: _Attempt, failure: Failure) -> Verdict:
         """The download failed. An image an earlier attempt may have stored can still be
@@ -261,10 +266,8 @@ class Transfer:
             if not can_sleep:
                 booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
                 verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
-                if verdict.outcome is Outcome.PARKED:
-                    # Parked, it may outwait the source URL: stage what is held.
-                    verdict = replace(verdict, staged=self._stage(at, held, "paced"))
-                return verdict
+                # Waiting, it may outwait the source URL: stage what is held.
+                return replace(verdict, staged=self._stage(at, held, "paced"))
             time.sleep(wait)
             at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
@@ -337,18 +340,6 @@ class Transfer:
         )
 
     # -- staging ---------------------------------------------------------------------------
-
-    def _capture_and_wait(self, at: _Attempt) -> Verdict:
-        """Claimed while the lane is paused (staging on, row not staged): the upload must
-        wait, the download need not. Captured, then given back to wait for the lane."""
-        try:
-            staged = self.staging.capture(at.task, at.deadline, "lane paused")
-        except ArchiveFailure as error:
-            # The download itself failed: the record's own failure, paused lane or not.
-            story.source_failed(at.events, error.failure)
-            return self._attempt_failed(at, error.failure)
-        story.staged(at.events, staged, "lane paused")
-        return schedule.wait_for_lane(at.lane.paused_for_seconds, at.message, staged=staged)
 
     def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
         """Stage the bytes in hand, unless the row's own copy is where they came from."""
