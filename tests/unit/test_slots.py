@@ -120,6 +120,23 @@ def test_a_window_frees_when_its_limit_th_newest_upload_leaves_not_its_oldest() 
     assert frees == math.floor(NOW) + 86_401
 
 
+def test_an_upload_that_may_have_left_by_lsky_s_clock_does_not_name_the_reopening() -> None:
+    # An hour, one upload, Lsky's clock within 2 s of ours (the same offset when it stored
+    # the upload and when it counts). Stored at a whole second t0, the upload leaves Lsky's
+    # hour 3601 s after it whatever the offset; our bound for it keeps two margins more.
+    t0, hour = 1_700_000_000.0, 3_600
+    assert limiter.counts_surely_until(t0, hour, 2.0) == t0 + 3_600
+    assert limiter.counts_until(t0, hour, 2.0) == t0 + 3_605
+    # Still inside for every offset: the window frees when it leaves (our bound).
+    still = limiter.window_frees([t0], now=t0 + 3_600, seconds=hour, limit=1, margin=2.0)
+    assert still == t0 + 3_605
+    # It may have left: Lsky's refusal then counts others' uploads, one made now frees last.
+    gone = limiter.window_frees([t0], now=t0 + 3_601, seconds=hour, limit=1, margin=2.0)
+    assert gone == limiter.counts_until(t0 + 3_601, hour, 2.0)
+    # With no margin both bounds are Lsky's own second.
+    assert limiter.counts_surely_until(NOW, hour, 0.0) == limiter.counts_until(NOW, hour, 0.0)
+
+
 # -- slots: gaps, holds, bookings -------------------------------------------------------------
 
 
