@@ -363,6 +363,31 @@ def test_a_source_that_serves_once_queued_behind_others_is_archived(
     assert world.lsky.upload_count == 1
 
 
+def test_with_staging_a_held_record_comes_back_once_for_its_slot(
+    world: World, staging_bucket: str
+) -> None:
+    """A slow source (a second a download), pacing one upload per 10 s, staging on: the
+    records that wait keep their images, so each comes back when its slot does (its lead
+    the queue's pickup, not a download it will not make), and goes; none is held twice."""
+    world.settings(LSKY_RATE_LIMITS="1/10 seconds", ARCHIVE_STAGING_BUCKET=staging_bucket)
+    ids = [120, 121, 122]
+    for record_id in ids:
+        record(world, record_id, route={"delay": 1.0}, enqueued_at=0)
+        world.archive.send(encode(record_id))
+
+    VirtualClock(world).drain(ids)
+
+    assert {world.state(i) for i in ids} == {("SUCCEEDED", 1)}
+    received = dict(
+        world.db.run(
+            "SELECT record_id, count(*) FROM image_archive_events"
+            " WHERE kind = 'received' GROUP BY record_id"
+        )
+    )
+    assert received == {120: 1, 121: 2, 122: 2}
+    assert {world.downloads(i) for i in ids} == {1}
+
+
 class VirtualClock:
     """One container draining the queue as the event source mapping would; when no message
     is visible, the database's clock moves on (tests.integration.lane_model.time_passes,
