@@ -21,8 +21,10 @@ link's time: half the yardstick's when both run at one rate.
 
 On loopback, a third side, interleaved with the two, runs the handler with the sha1 of
 the fidelity check switched off (lib.transfer.held.Digests.update only counting), which
-prices the hashing in the same process; and every request the handler sends to Lsky is
-counted.
+prices the hashing in the same process; every request the handler sends to Lsky is
+counted; and the same pairing with a 200-byte image (TINY_PAIRS, after the big ones)
+prices the handler's own part, which no transfer hides: the claim, the success write,
+the logs, a fresh connection to the provider.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from urllib.parse import urlsplit
 
 from bench.child import child_main, run_child
 from bench.common import MB, Row, command_for, median, ms, ratio, write_results
-from bench.services import LINK_BYTES_PER_SEC, TINY, Services
+from bench.services import LINK_BYTES_PER_SEC, TINY, TINY_BYTES, Services
 
 IMAGE_PATH = "/img-10mb.png"
 IMAGE_BYTES = 10 * MB
@@ -50,6 +52,8 @@ LIMITED = (
     ("50 MB", "/img-50mb.png", 50 * MB, 5),
 )
 LIMITED_TARGET_RATIO = 0.65
+# Pairs of a 200-byte image's archive vs its plain GET + POST (loopback): the handler's own part.
+TINY_PAIRS = 21
 # What a first attempt sent to Lsky before issue 13: one POST /api/v1/upload.
 REQUESTS_BEFORE = 1
 
@@ -123,11 +127,11 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     requests, counting = _count_lsky_requests(args["lsky_url"])
     hashing = _hashing_switch()
 
-    def plain() -> float:
+    def plain(url: str = args["image_url"], size: int = args["image_bytes"]) -> float:
         started = time.perf_counter()
-        data = client.download(args["image_url"])
+        data = client.download(url)
         got = time.perf_counter() - started
-        if len(data) != args["image_bytes"]:
+        if len(data) != size:
             raise RuntimeError(f"plain download got {len(data)} bytes")
         body, content_type = client.body(data)
         started = time.perf_counter()
@@ -165,6 +169,16 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         for side in sides[shift:] + sides[:shift]:
             side()
         runs += 1
+    tiny_plain: list[float] = []
+    tiny_handler: list[float] = []
+    for index, record_id in enumerate(args["tiny_ids"]):  # counting is off
+        if index % 2:
+            tiny_plain.append(plain(args["tiny_url"], args["tiny_bytes"]))
+        started = time.perf_counter()
+        archive(record_id)
+        tiny_handler.append(time.perf_counter() - started)
+        if not index % 2:
+            tiny_plain.append(plain(args["tiny_url"], args["tiny_bytes"]))
     return {
         "plain": plain_s,
         "handler": handler_s,
@@ -172,6 +186,8 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         "lsky_requests": dict(requests),
         "first_attempts_counted": runs,
         "hashing_cpu_s": _hashing_cpu_seconds(),
+        "tiny_plain": tiny_plain,
+        "tiny_handler": tiny_handler,
     }
 
 
@@ -185,6 +201,7 @@ def _pairing(
     upstream: str | None = None,
     lsky: str | None = None,
     unhashed_side: bool = False,
+    tiny_pairs: int = 0,
 ) -> dict[str, Any]:
     """One pairing in a fresh child: its raw result, with the medians and ratios."""
     upstream = upstream or services.upstream_url
@@ -192,10 +209,13 @@ def _pairing(
     tiny_id = services.seed(TINY, upstream=upstream)[0]
     archives = 2 if unhashed_side else 1  # handler sides a round; one warm-up more
     record_ids = services.seed(path, archives * pairs + 1, upstream=upstream)
+    tiny_ids = services.seed(TINY, tiny_pairs, upstream=upstream) if tiny_pairs else []
     args = {
         "tiny_id": tiny_id,
         "record_ids": record_ids,
         "tiny_url": upstream + TINY,
+        "tiny_bytes": TINY_BYTES,
+        "tiny_ids": tiny_ids,
         "image_url": upstream + path,
         "image_bytes": size,
         "lsky_url": lsky,
@@ -204,8 +224,9 @@ def _pairing(
     }
     env = services.handler_env(LSKY_BASE_URL=lsky)
     result = run_child("bench.transfer", args, env, log_name=name)
-    statuses = services.statuses([tiny_id, *record_ids])
+    statuses = services.statuses([tiny_id, *record_ids, *tiny_ids])
     used = 1 + 1 + len(result["handler"]) + len(result["handler_without_hashing"])
+    used += len(result["tiny_handler"])
     if statuses.get("SUCCEEDED") != used:
         raise RuntimeError(f"{name}: not every archive succeeded: {statuses}")
     plain, handler = median(result["plain"]), median(result["handler"])
@@ -231,6 +252,24 @@ def _measured(result: dict[str, Any]) -> str:
     )
 
 
+def _own_part(result: dict[str, Any]) -> Row:
+    """The handler's own part: what a tiny image's archive takes beyond its plain GET +
+    POST; and the 10 MB ratio with that part taken off (what the transfer alone comes to)."""
+    tiny_handler, tiny_plain = median(result["tiny_handler"]), median(result["tiny_plain"])
+    own = tiny_handler - tiny_plain
+    transfer_only = ratio(result["median_handler_s"] - own, result["median_plain_s"])
+    return Row(
+        "2",
+        "the handler's own part: a 200-byte image's archive (whole handler) vs plain GET + "
+        "POST, loopback",
+        f"{ms(tiny_handler)} vs {ms(tiny_plain)}: {ms(own)} of its own; the 10 MB archive "
+        f"less that part {transfer_only:.2f} x the plain GET + POST",
+        "reported",
+        None,
+        command_for("transfer"),
+    )
+
+
 def run(services: Services, reps: int = 21) -> list[Row]:
     result = _pairing(
         services,
@@ -239,6 +278,7 @@ def run(services: Services, reps: int = 21) -> list[Row]:
         pairs=reps,
         name="transfer",
         unhashed_side=True,
+        tiny_pairs=TINY_PAIRS,
     )
     handler, value = result["median_handler_s"], result["ratio_of_medians"]
     rows = [
@@ -268,6 +308,7 @@ def run(services: Services, reps: int = 21) -> list[Row]:
                 command_for("transfer"),
             )
         )
+    rows.append(_own_part(result))
     counted = result["lsky_requests"]
     per_attempt = sum(counted.values()) / max(result["first_attempts_counted"], 1)
     detail = ", ".join(f"{name} {count}" for name, count in sorted(counted.items()))

@@ -1,13 +1,16 @@
 """A deadline that holds whatever a connection is blocked on (connect, TLS, headers, body).
 
 A socket timeout bounds each read, not their sum: an answer sent a byte a second never
-trips it. The watchdog's timer shuts the connection's socket when the deadline passes;
-the blocked call then fails, and the caller reports a timeout (`fired`).
+trips it. The watchdog shuts the connection's socket when the deadline passes (one keeper
+thread waits for every deadline); the blocked call fails, the caller reports a timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
+import os
 import socket
 import threading
 import time
@@ -32,14 +35,11 @@ class Watchdog:
         # the headers of a "Connection: close" response, while the body still flows on it.
         self.sock: socket.socket | None = None
         self.fired = False
-        self._timer: threading.Timer | None = None
+        self._token: int | None = None  # this watchdog's entry in the keeper, while armed
         self.rearm(deadline)
 
     def rearm(self, deadline: float) -> None:
-        self.cancel()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        _KEEPER.arm(self, deadline)
 
     def watch(self, conn: _Connection) -> None:
         """The connection the guarded call now uses (a pooled one is known only then)."""
@@ -60,9 +60,83 @@ class Watchdog:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        _KEEPER.cancel(self)
+
+
+class _Keeper:
+    """One thread for every watchdog of the process, started with the first: arming or
+    moving a deadline is a heap entry, not a thread's start (on the transfer's path, a
+    new thread waits for a CPU before the request can go on)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: list[tuple[float, int]] = []  # (deadline, token), stale ones included
+        self._armed: dict[int, Watchdog] = {}
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def after_fork(self) -> None:
+        """In a forked child the keeper's thread is gone: the next arming starts one."""
+        self._changed = threading.Condition()
+        self._thread = None
+
+    def arm(self, watchdog: Watchdog, deadline: float) -> None:
+        with self._changed:
+            self._forget(watchdog)
+            token = next(self._tokens)
+            watchdog._token = token
+            self._armed[token] = watchdog
+            heapq.heappush(self._due, (deadline, token))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+                self._thread.start()
+            elif self._due[0][1] == token:
+                self._changed.notify()  # sooner than what the thread waits for
+
+    def cancel(self, watchdog: Watchdog) -> None:
+        with self._changed:
+            self._forget(watchdog)
+
+    def _forget(self, watchdog: Watchdog) -> None:
+        if watchdog._token is not None:
+            self._armed.pop(watchdog._token, None)
+            watchdog._token = None
+            if len(self._due) > 2 * len(self._armed) + 64:  # keep cancelled entries few
+                self._due = [entry for entry in self._due if entry[1] in self._armed]
+                heapq.heapify(self._due)
+
+    def _run(self) -> None:
+        while True:
+            _fire_guarded(self._next_due())
+
+    def _next_due(self) -> Watchdog:
+        """The next watchdog whose deadline has passed, disarmed (waits for one)."""
+        with self._changed:
+            while True:
+                while self._due and self._due[0][1] not in self._armed:
+                    heapq.heappop(self._due)
+                if not self._due:
+                    self._changed.wait()
+                    continue
+                deadline, token = self._due[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                heapq.heappop(self._due)
+                watchdog = self._armed.pop(token)
+                watchdog._token = None
+                return watchdog
+
+
+def _fire_guarded(watchdog: Watchdog) -> None:
+    # Outside the keeper's lock: a shutdown must not hold up arming elsewhere.
+    with contextlib.suppress(Exception):
+        watchdog._fire()
+
+
+_KEEPER = _Keeper()
+os.register_at_fork(after_in_child=_KEEPER.after_fork)
 
 
 # -- pooled connections (urllib3's, and botocore's built on them) ------------------------
