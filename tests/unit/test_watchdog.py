@@ -78,3 +78,17 @@ def test_a_forked_child_keeps_its_deadlines() -> None:
         os._exit(0 if _wait_fired(Watchdog(None, time.monotonic() - 1)) else 1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_forked_child_never_fires_its_parent_s_deadlines() -> None:
+    # A deadline armed in the parent before the fork: the child's keeper must leave it (its
+    # socket, shared by both processes, is the parent's to shut), and the parent's fires.
+    parents = Watchdog(None, time.monotonic() + 0.3)
+    child = os.fork()
+    if child == 0:
+        _wait_fired(Watchdog(None, time.monotonic() - 1))  # the child's keeper runs
+        time.sleep(0.6)
+        os._exit(1 if parents.fired else 0)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _wait_fired(parents)

@@ -76,8 +76,11 @@ class _Keeper:
         self._thread: threading.Thread | None = None
 
     def after_fork(self) -> None:
-        """In a forked child the keeper's thread is gone: the next arming starts one."""
+        """In a forked child the keeper's thread is gone: the next arming starts one. The
+        parent's deadlines stay the parent's: firing one here would shut a socket the
+        two processes share."""
         self._changed = threading.Condition()
+        self._due, self._armed = [], {}
         self._thread = None
 
     def arm(self, watchdog: Watchdog, deadline: float) -> None:
