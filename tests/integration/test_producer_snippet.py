@@ -5,6 +5,7 @@ path), against the test database and moto's SQS. It imports nothing of this repo
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from devkit.sqs import QueuePair
+from lib.archive.message import parse_record_id
 from tests.integration.test_cli import drain, record_ids
 from tests.support import HANG_SECONDS, fetch_record, seed_record
 
@@ -101,3 +103,61 @@ def test_a_failed_send_leaves_the_row_pending_without_our_stamp(
     row = fetch_record(db, 123)
     assert row["archive_status"] == "PENDING"  # the sweeper sends it after its grace period
     assert row["archive_enqueued_at"] is None
+
+
+# -- the TypeScript producer: no Node here, so its statements and its message are checked
+# -- against the real schema and the worker's parser, as written in the doc ----------------
+
+TS_SECTION = "### TypeScript (Nuxt, `@aws-sdk/client-sqs`)"
+
+
+def ts_snippet() -> str:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text.split(TS_SECTION, 1)[1].split("\n### ", 1)[0]
+    [block] = re.findall(r"```ts\n(.*?)```", section, re.S)
+    return str(block)
+
+
+def ts_statements() -> tuple[str, str]:
+    """The snippet's two statements, its `$n` parameters as the test driver's `:pn`."""
+    enqueue, unstamp = re.findall(r"`(UPDATE .*?)`", ts_snippet(), re.S)
+    return re.sub(r"\$(\d+)", r":p\1", enqueue), re.sub(r"\$(\d+)", r":p\1", unstamp)
+
+
+def test_the_typescript_producer_s_statements_run_on_the_schema_as_written(db: Any) -> None:
+    enqueue, unstamp = ts_statements()
+    seed_record(db, 123, image_url=URL, archive_status=None)
+    seed_record(db, 124, image_url=URL, archive_status="FAILED")
+    seed_record(db, 125, image_url=URL, archive_status=None, status="FAILED")
+
+    # The id goes as text (String(recordId)), the stamp comes back as text.
+    [[stamp]] = db.run(enqueue, p1="123")
+    assert db.run(enqueue, p1="124") == []
+    assert db.run(enqueue, p1="125") == []
+    row = fetch_record(db, 123)
+    assert row["archive_status"] == "PENDING"
+    [[same]] = db.run(
+        "SELECT archive_enqueued_at = CAST(:s AS timestamptz)"
+        " FROM image_generation_records WHERE id = 123",
+        s=stamp,
+    )
+    assert same is True  # the text keeps the microseconds the unstamp compares
+    assert (fetch_record(db, 124)["archive_status"], fetch_record(db, 125)["archive_status"]) == (
+        "FAILED",
+        None,
+    )
+
+    # A failed send: the stamp it wrote is dropped; a newer stamp would be left alone.
+    db.run(unstamp, p1="123", p2="2000-01-01 00:00:00+00")
+    assert fetch_record(db, 123)["archive_enqueued_at"] is not None
+    db.run(unstamp, p1="123", p2=stamp)
+    assert fetch_record(db, 123)["archive_enqueued_at"] is None
+
+
+def test_the_typescript_producer_s_message_is_one_the_worker_reads() -> None:
+    source = ts_snippet()
+    assert "const id = String(recordId)" in source
+    assert "MessageBody: JSON.stringify({ recordId: id })" in source
+    # JSON.stringify of that object, for a BIGINT id beyond JavaScript's safe integers.
+    body = json.dumps({"recordId": "9007199254740993"}, separators=(",", ":"))
+    assert parse_record_id(body) == 9_007_199_254_740_993
