@@ -19,7 +19,11 @@ from tests.support import seed_record
 
 SHIFTS = (
     "UPDATE image_archive_uploads SET at = at - make_interval(secs => :s)",
-    "UPDATE image_archive_upload_hours SET hour = hour - make_interval(secs => :s)",
+    # The hours are a primary key, checked row by row: a shift in place could meet an hour
+    # not moved yet. Far away first (no row there), then back.
+    "UPDATE image_archive_upload_hours"
+    " SET hour = hour - make_interval(secs => :s) - interval '1000 years'",
+    "UPDATE image_archive_upload_hours SET hour = hour + interval '1000 years'",
     "UPDATE image_generation_records SET"
     " archive_next_run_at = archive_next_run_at - make_interval(secs => :s),"
     " archive_enqueued_at = archive_enqueued_at - make_interval(secs => :s),"

@@ -242,6 +242,19 @@ class LedgerMachine(RuleBasedStateMachine):
         self.held.discard(record_id)
         self.idle.append(record_id)
 
+    @rule(count=st.integers(1, 3))
+    def unpaced(self, count: int) -> None:
+        """Uploads logged without a slot (pacing was off, or set for other windows): the
+        ledger, like Lsky (its deleted images, other clients), may hold more than a
+        window's limit, and a window frees when its limit-th newest leaves."""
+        now = self._now()
+        for _ in range(count):
+            self.db.run(
+                "INSERT INTO image_archive_uploads (lane, at, state) VALUES ('lsky', now(), 'done')"
+            )
+            self.images.append(now)
+            self.counted.append((now, None))
+
     @rule()
     def roll_up(self) -> None:
         """roll_up_ledger: rows older than two hours into hourly counts, hours older than
