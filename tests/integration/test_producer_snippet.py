@@ -25,11 +25,16 @@ THIRD_PARTY = {"boto3", "botocore", "pg8000", "psycopg"}
 URL = "https://upstream.invalid/gen.png"
 
 
-def snippet() -> str:
+def doc_block(heading: str, language: str) -> str:
+    """The one `language` code block under `heading` in docs/operations.md."""
     text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    section = text.split(SECTION, 1)[1].split("\n### ", 1)[0]
-    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    section = text.split(heading, 1)[1].split("\n### ", 1)[0]
+    [block] = re.findall(rf"```{language}\n(.*?)```", section, re.S)
     return str(block)
+
+
+def snippet() -> str:
+    return doc_block(SECTION, "python")
 
 
 def imported(source: str) -> set[str]:
@@ -112,10 +117,7 @@ TS_SECTION = "### TypeScript (Nuxt, `@aws-sdk/client-sqs`)"
 
 
 def ts_snippet() -> str:
-    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
-    section = text.split(TS_SECTION, 1)[1].split("\n### ", 1)[0]
-    [block] = re.findall(r"```ts\n(.*?)```", section, re.S)
-    return str(block)
+    return doc_block(TS_SECTION, "ts")
 
 
 def ts_statements() -> tuple[str, str]:
