@@ -126,12 +126,12 @@ def window_frees(
         inside = [t for t in counted if counts_until(t, seconds, margin) > now]
     inside.sort(reverse=True)
     newest = inside[limit - 1] if 0 < limit <= len(inside) else now
-    if window != MONTH and counts_surely_until(newest, seconds, margin) < now:
+    if window == MONTH:
+        return month_frees(newest, now, zone, margin)
+    if counts_surely_until(newest, seconds, margin) < now:
         # It may have left already, by Lsky's clock: then others' uploads fill the window
         # Lsky named, and one made now may be the one it waits for.
         newest = now
-    if window == MONTH:
-        return month_frees(newest, now, zone, margin)
     return counts_until(newest, seconds, margin)
 
 

@@ -99,7 +99,8 @@ class Timings:
     """What this container has seen of its own transfers, to date its bookings by.
 
     fetch: how long its last fetches took (a booked record comes back that much before
-    its slot, to have its bytes in hand when the slot comes: it fetches first; a relayed
+    its slot, to have its bytes in hand when the slot comes: it fetches first, unless its
+    image is kept in the staging bucket, read back in moments; a relayed
     copy's download counts as a fetch, the upload beside it does not slow it); upload: how
     long its last uploads took from their slot to Lsky's answer (a booked slot, or an
     upload under way, counts in the windows from when it should answer; a relayed copy's
@@ -111,10 +112,10 @@ class Timings:
     upload: float = 0.0
     lateness: float = 0.0
 
-    @property
-    def lead(self) -> float:
-        """How long after its message comes back a held record's upload starts."""
-        return self.fetch + self.lateness
+    def lead(self, *, image_kept: bool = False) -> float:
+        """How long after its message comes back a held record's upload starts: the
+        queue's pickup and the claim, and the fetch unless its image is kept (staged)."""
+        return self.lateness + (0.0 if image_kept else self.fetch)
 
     def fetched(self, seconds: float) -> None:
         self.fetch = (self.fetch + seconds) / 2

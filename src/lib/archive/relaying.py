@@ -70,7 +70,7 @@ class RelayGate:
                 tolerance=pacing.slot_tolerance(limits),
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=0.0,  # the record holds no booking (relay_gate): none is made
-                lead=timings.lead,
+                lead=timings.lead(),
                 upload=timings.upload + pacing.ANSWER_SLACK_SECONDS,
             )
             if slot.answer is not SlotAnswer.GO:

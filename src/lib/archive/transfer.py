@@ -224,9 +224,8 @@ class Transfer:
             fetched_seconds=None if held is None else at.fetch_seconds,
             fetch_estimate=self.timings.fetch,
         )
-        # With staging on a record that waits keeps its image and reads it back in moments
-        # when it returns: only the queue's pickup leads its slot, not a fetch.
-        lead = self.timings.lateness if self.staging.enabled else self.timings.lead
+        # With staging on a record that waits keeps its image (it is staged before it does).
+        lead = self.timings.lead(image_kept=self.staging.enabled)
         tolerance = pacing.slot_tolerance(limits)
         for attempt in range(pacing.SLEEP_TRIES):
             slot = self.lanes.take_slot(
