@@ -455,6 +455,25 @@ def test_the_happy_path_makes_no_s3_request_and_no_extra_round_trip(
     assert staged_keys(s3, staging_bucket) == []
 
 
+def test_a_paused_capture_whose_source_failed_asks_lsky_nothing_and_keeps_may_be_hosted(
+    staged: ArchiveHarness, records: Records, db: Any, upstream: Any, lsky: Any
+) -> None:
+    # An earlier attempt's answer was lost (the image may be on Lsky); the lane pauses; the
+    # capture's download fails. Lsky is not asked while the lane is paused, and the row
+    # still says its image may be hosted, so the next attempt looks before it uploads.
+    url = upstream.add("/gen/2.png", b"", status=500)
+    seed_record(db, 2, image_url=url, archive_may_be_hosted=True, archive_attempts=1)
+    pause_for_an_hour(records)
+
+    staged.deliver(encode(2))
+
+    row = fetch_record(db, 2)
+    assert (row["archive_status"], row["archive_wait_reason"]) == ("PENDING", "backoff")
+    assert row["archive_may_be_hosted"] is True
+    assert lsky.listings == []
+    assert lsky.upload_count == 0
+
+
 def test_without_a_bucket_a_paused_lane_is_not_claimed(
     archive: ArchiveHarness, records: Records, db: Any, upstream: Any, lsky: Any
 ) -> None:

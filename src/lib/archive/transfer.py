@@ -127,7 +127,10 @@ class Transfer:
             staged = self.staging.capture(at.task, at.deadline, why)
         except ArchiveFailure as error:
             story.source_failed(at.events, error.failure)
-            return self._source_failed(at, error.failure)
+            # No look-up while it must wait (a paused lane asks Lsky nothing): the row keeps
+            # what the claim found, and its next attempt looks when it may upload.
+            failure = replace(error.failure, may_be_hosted=at.task.may_be_hosted)
+            return self._attempt_failed(at, failure)
         if staged is None:
             return waiting
         story.staged(at.events, staged, why)
