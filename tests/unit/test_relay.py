@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 from collections.abc import Iterator
 
@@ -197,3 +198,40 @@ def test_closing_waits_for_the_upload_then_closes_the_spool() -> None:
     go.set()
     closing.join(HANG_SECONDS)
     assert held.sending.done()
+
+
+def _relay_whole(data: bytes) -> tuple[RelayedImage, list[int]]:
+    """`data` relayed at once; the upload notes the thread it ran on."""
+    threads: list[int] = []
+
+    def send(image: Relay) -> HostedImage:
+        threads.append(threading.get_ident())
+        b"".join(image.chunks())
+        return HOSTED
+
+    return relay(iter([data]), size=len(data), image_type=PNG, send=send), threads
+
+
+def test_relayed_uploads_run_on_a_thread_kept_for_the_next_one() -> None:
+    seen: list[int] = []
+    for _ in range(3):
+        image, threads = _relay_whole(DATA)
+        assert image.sending.result(HANG_SECONDS) is HOSTED
+        image.close()
+        seen += threads
+    assert len(set(seen)) == 1  # no thread started per upload: the first one, kept
+
+
+def test_a_forked_child_relays_on_threads_of_its_own() -> None:
+    image, _ = _relay_whole(DATA)  # the parent's upload thread exists, idle, at the fork
+    assert image.sending.result(HANG_SECONDS) is HOSTED
+    image.close()
+    pid = os.fork()
+    if pid == 0:  # the parent's thread is not in the child: a relay must still be sent
+        code = 1
+        with contextlib.suppress(BaseException):
+            child, _ = _relay_whole(DATA)
+            code = 0 if child.sending.result(HANG_SECONDS) is HOSTED else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

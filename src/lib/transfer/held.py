@@ -6,8 +6,12 @@ upload reads them (Sha1Reader), where it overlaps with the host's own work."""
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import struct
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
@@ -38,10 +42,14 @@ class Sha1Reader:
         self._digests = Digests()
         self._hashed = 0  # bytes [0, _hashed) have passed the digest
         self._sha1: str | None = None
+        self._released = False
 
     def read(self, size: int = -1, /) -> bytes:
-        at = self._spool.tell()
-        data = self._spool.read(size)
+        """At most `size` bytes, never past the image's end (a kept spool file may hold
+        an earlier image's bytes beyond it)."""
+        at = self.tell()
+        left = max(0, self._size - at)
+        data = self._spool.read(left if size < 0 else min(size, left)) if left else b""
         self.absorb(at, data)
         return data
 
@@ -55,21 +63,30 @@ class Sha1Reader:
                 self._sha1 = self._digests.sha1.hexdigest()
 
     def seek(self, offset: int, whence: int = 0, /) -> int:
+        self._check_open()
         return self._spool.seek(offset, whence)
 
     def tell(self) -> int:
+        self._check_open()
         return self._spool.tell()
 
     def close(self) -> None:
-        self._spool.close()
+        """Ends this image's use of the spool (once): a kept file goes to the next image."""
+        if not self._released:
+            self._released = True
+            release_spool(self._spool)
+
+    def _check_open(self) -> None:
+        if self._released:  # the file may hold another image's bytes by now
+            raise ValueError("the image's spool was released")
 
     def sha1(self) -> str:
         if self._sha1 is None:
-            at = self._spool.tell()
-            self._spool.seek(self._hashed)
+            at = self.tell()
+            self.seek(self._hashed)
             while self._sha1 is None and self.read(READ_CHUNK_BYTES):
                 pass
-            self._spool.seek(at)
+            self.seek(at)
             if self._sha1 is None:  # shorter than announced: what there is
                 self._sha1 = self._digests.sha1.hexdigest()
         return self._sha1
@@ -119,33 +136,109 @@ class Digests:
 
 
 def new_spool(size: int | None = None) -> IO[bytes]:
-    """An empty spool: in memory up to SPOOL_IN_MEMORY_BYTES, then a file in /tmp; a file
-    from the start when `size` (announced) says it will not fit in memory (no copy of the
-    first MiB when it rolls over)."""
+    """An empty spool for an image of `size` bytes (announced): in memory up to
+    SPOOL_IN_MEMORY_BYTES, else the container's kept file (_KeptFiles: it may hold an
+    earlier image's bytes past what is written now, so it is written at offsets and read
+    within the image's length only). `release_spool` ends its use."""
     if size is not None and size > SPOOL_IN_MEMORY_BYTES:
-        return tempfile.TemporaryFile()
-    return tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY_BYTES)
+        return _KEPT.take()
+    return io.BytesIO()
+
+
+def release_spool(spool: IO[bytes]) -> None:
+    """The spool's use is over: kept for the container's next image, or closed."""
+    _KEPT.give_back(spool)
+
+
+def write_at(spool: IO[bytes], offset: int, data: bytes | memoryview) -> None:
+    """`data` into the spool at `offset`, whole (a raw file may write less at a time)."""
+    spool.seek(offset)
+    view = memoryview(data)
+    while view:
+        written = spool.write(view)
+        if not written:
+            raise OSError("the spool took no bytes")
+        view = view[written:]
+
+
+class _KeptFiles:
+    """Spool files kept from one image to the container's next: writing over pages the
+    page cache already holds costs about a third of filling new ones, and nothing is
+    freed (a 10 MB file's close) at the end of an attempt. Unbuffered, so no read-ahead
+    of an earlier image survives in a buffer; forgotten by a forked child, which would
+    otherwise share them with its parent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[IO[bytes]] = []
+        self._ours: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()  # handed out, ours to keep
+        os.register_at_fork(after_in_child=self._forget)
+
+    def take(self) -> IO[bytes]:
+        with self._lock:
+            while self._idle:
+                kept = self._idle.pop()
+                if not kept.closed:
+                    return kept
+        file = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 - lives past this call
+        with self._lock:
+            self._ours.add(file)
+        return file
+
+    def give_back(self, file: IO[bytes]) -> None:
+        with self._lock:
+            if any(kept is file for kept in self._idle):
+                return  # given back already
+            if file in self._ours and not file.closed and len(self._idle) < KEPT_SPOOL_FILES:
+                self._idle.append(file)
+                return
+            self._ours.discard(file)
+        file.close()
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        for file in self._idle:
+            file.close()
+        self._idle, self._ours = [], weakref.WeakSet()
+
+
+# One attempt at a time holds one large spool (a container takes one message at a time).
+KEPT_SPOOL_FILES = 1
+_KEPT = _KeptFiles()
 
 
 def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False) -> HeldImage:
     """Spool `chunks` (the whole body: the caller's iterator enforces size and deadline),
-    taking their sha256 on the way when asked. The spool is closed if the chunks fail."""
-    file = new_spool()
+    taking their sha256 on the way when asked: in memory while it is at most
+    SPOOL_IN_MEMORY_BYTES, in the container's kept file from the first byte past that.
+    The spool is released if the chunks fail."""
+    spool = new_spool()
     digests = Digests(sha1=False, sha256=sha256)
     try:
         for chunk in chunks:
+            if digests.size + len(chunk) > SPOOL_IN_MEMORY_BYTES and isinstance(spool, io.BytesIO):
+                spool = _rolled_over(spool)
+            write_at(spool, digests.size, chunk)
             digests.update(chunk)
-            file.write(chunk)
     except BaseException:
-        file.close()
+        release_spool(spool)
         raise
-    file.seek(0)
+    spool.seek(0)
     return HeldImage(
-        file=Sha1Reader(file, digests.size),
+        file=Sha1Reader(spool, digests.size),
         size=digests.size,
         image_type=image_type,
         sha256=digests.sha256.hexdigest() if digests.sha256 is not None else "",
     )
+
+
+def _rolled_over(memory: io.BytesIO) -> IO[bytes]:
+    """The kept file, holding what `memory` held."""
+    spool = new_spool(SPOOL_IN_MEMORY_BYTES + 1)
+    with memory.getbuffer() as held_so_far:
+        write_at(spool, 0, held_so_far)
+    memory.close()
+    return spool
 
 
 def _dimensions(kind: ImageType, head: bytes, handle: ReadableFile) -> tuple[int, int] | None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
-from lib.transfer.held import HeldImage, Sha1Reader, new_spool
+from lib.transfer.held import HeldImage, Sha1Reader, new_spool, release_spool, write_at
 from lib.transfer.imagetype import READ_CHUNK_BYTES, ImageType
 from lib.transfer.lsky_upload import HostedImage
 from lib.transfer.multipart import BodyLengthError
@@ -55,8 +55,7 @@ class Relay:
             # time to spare, where the upload, held to the host's pace, has none.
             self.reader.absorb(self._landed, chunk)
             with self._changed:
-                self.spool.seek(0, os.SEEK_END)
-                self.spool.write(chunk)
+                write_at(self.spool, self._landed, chunk)
                 self._landed += len(chunk)
                 self._changed.notify_all()
         if self._landed != self.size:
@@ -119,22 +118,39 @@ def relay(chunks: Iterable[bytes], *, size: int, image_type: ImageType, send: Se
     into the spool on this one. Returns once the download has ended whole; raises its
     ArchiveFailure (stage download) once the upload, cut short by it, has ended too."""
     spool = Relay(size=size, image_type=image_type)
-    sending: Future[Sent] = Future()
-    threading.Thread(target=_run, args=(sending, send, spool), name="upload", daemon=True).start()
+    sending = _UPLOADS.submit(send, spool)
     try:
         spool.pour(chunks)
     except BaseException:
         _settled(sending)  # the upload ends before its last byte: nothing is stored
-        spool.spool.close()
+        release_spool(spool.spool)
         raise
     return RelayedImage(file=spool.reader, size=size, image_type=image_type, sending=sending)
 
 
-def _run(sending: Future[Sent], send: Send, spool: Relay) -> None:
-    try:
-        sending.set_result(send(spool))
-    except BaseException as error:  # noqa: BLE001 - handed to the thread that asks
-        sending.set_exception(error)
+class _Uploads:
+    """The threads relayed uploads run on, kept for the container's next image: starting
+    a thread waits for a CPU to run it on before the download may go on, and the CPUs are
+    busy with the transfer. A forked child starts its own (its parent's are not in it)."""
+
+    def __init__(self) -> None:
+        self._executor = self._new()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def submit(self, send: Send, spool: Relay) -> Future[Sent]:
+        return self._executor.submit(send, spool)
+
+    def _reset(self) -> None:
+        self._executor = self._new()
+
+    @staticmethod
+    def _new() -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="upload")
+
+
+# One relayed upload runs at a time in a container; more only while one is cut short.
+UPLOAD_THREADS = 4
+_UPLOADS = _Uploads()
 
 
 def _settled(sending: Future[Sent]) -> None:
