@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import gzip
+import io
 import ipaddress
 import socket
 import ssl
@@ -324,9 +325,10 @@ def test_spool_keeps_small_images_in_memory_and_large_ones_on_disk(
     with downloader.open(upstream.url("/l.png"), deadline=soon()) as stream:
         large = hold(stream, stream.image_type)
     assert small.image_type is PNG
-    assert not small.file._spool._rolled  # type: ignore[attr-defined] # the reader's spool
-    assert large.file._spool._rolled  # type: ignore[attr-defined]
+    assert isinstance(small.file._spool, io.BytesIO)  # the reader's spool: in memory
+    assert isinstance(large.file._spool, io.FileIO)  # a /tmp file, not memory
     assert large.size == 3_000_000
+    assert b"".join(large.chunks()) == b"".join(images.png_stream(size=3_000_000))
 
 
 # -- HTTPS: SNI and certificate checks use the URL's host name, not the pinned address ----
