@@ -69,6 +69,8 @@ class Route:
     chunked: bool = False
     gate: threading.Event | None = None
     gate_after: int | None = None
+    close_after: bool = False
+    drop_reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class RequestRecord:
     method: str
     path: str  # including any query string
     headers: dict[str, str]
+    client: str = ""  # "ip:port": one per TCP connection
 
 
 class UpstreamServer(BackgroundServer):
@@ -117,6 +120,8 @@ class UpstreamServer(BackgroundServer):
         chunked: bool = False,
         gate: threading.Event | None = None,
         gate_after: int | None = None,
+        close_after: bool = False,
+        drop_reused: bool = False,
     ) -> str:
         """Register (or replace) a route; returns its absolute URL.
 
@@ -137,6 +142,11 @@ class UpstreamServer(BackgroundServer):
         - gate_after: hold at this many body bytes instead (the status line, the headers
           and that much of the body went out): a download still arriving for as long as
           the test needs. With drop_after at the same count, the gate comes first.
+        - close_after: close the connection once the answer is out, without saying so
+          (no "Connection: close"): a server that drops idle keep-alive connections.
+        - drop_reused: a request on a connection that already served one is read, then
+          the connection closed without an answer (a server closing an idle connection
+          as the client's next request arrives).
         """
         route = Route(
             body=body,
@@ -155,6 +165,8 @@ class UpstreamServer(BackgroundServer):
             chunked=chunked,
             gate=gate,
             gate_after=gate_after,
+            close_after=close_after,
+            drop_reused=drop_reused,
         )
         with self._lock:
             self._routes[_route_key(path)] = route
@@ -180,11 +192,13 @@ class UpstreamServer(BackgroundServer):
 
     # -- used by the handler ----------------------------------------------------
 
-    def _dispatch(self, method: str, raw_path: str, headers: dict[str, str]) -> tuple[Route, int]:
+    def _dispatch(
+        self, method: str, raw_path: str, headers: dict[str, str], client: str = ""
+    ) -> tuple[Route, int]:
         key = _route_key(raw_path)
         with self._lock:
             self._hits[key] += 1
-            self.requests.append(RequestRecord(method, raw_path, headers))
+            self.requests.append(RequestRecord(method, raw_path, headers, client))
             route = self._routes.get(key)
             hit = self._hits[key]
         if route is None:
@@ -209,11 +223,18 @@ class _Handler(QuietHandler):
 
     def _respond(self, *, head: bool) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
+        client = f"{self.client_address[0]}:{self.client_address[1]}"
+        served, self._served = getattr(self, "_served", 0), getattr(self, "_served", 0) + 1
         try:
-            route, hit = self.server.owner._dispatch(self.command, self.path, headers)
+            route, hit = self.server.owner._dispatch(self.command, self.path, headers, client)
         except KeyError:
             self._simple(404, b"not found\n")
             return
+        if route.drop_reused and served:
+            self.drop_connection()
+            return
+        if route.close_after:
+            self.close_connection = True  # after this answer, and without a word
         if route.delay:
             time.sleep(route.delay)
         if route.gate is not None and route.gate_after is None:

@@ -292,6 +292,15 @@ def test_one_connection_per_container_and_reconnect_after_a_drop(world: World) -
     assert database.connections_opened == 2
 
 
+def test_a_container_s_archives_from_one_provider_share_one_connection(world: World) -> None:
+    for record_id in (24, 25, 26):
+        world.record(record_id)
+        assert world.deliver(record_id) == {"batchItemFailures": []}
+    connections = [request.client for request in world.upstream.requests]
+    assert len(connections) == 3
+    assert len(set(connections)) == 1  # no TCP (or TLS) handshake after the first
+
+
 def test_database_down_redelivers_without_spending_an_attempt(world: World) -> None:
     archive = world.archive
     world.record(30)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.client import RemoteDisconnected
 from types import TracebackType
 from typing import Self
 from urllib.parse import urljoin
@@ -27,6 +29,7 @@ from urllib3.util import parse_url
 from lib.platform.watchdog import Watchdog
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
 from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
+from lib.transfer.kept import KeptConnections, Key
 from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
 from lib.transfer.pinned import pinned_connection
 
@@ -72,7 +75,9 @@ class ImageStream:
         deadline: float,
         max_bytes: int,
         declared_length: int | None,
+        keep: Callable[[HTTPConnection], None] | None = None,
     ) -> None:
+        """keep: takes the connection once the body was read to its end (kept.py)."""
         self.url = url  # safe form, for messages
         self._conn = conn
         self._response = response
@@ -83,6 +88,8 @@ class ImageStream:
         self.bytes_read = 0
         self._head = b""
         self._started = False
+        self._whole = False  # the body was read to its end, exactly as framed
+        self._keep = keep
         self.image_type = self._sniff()
 
     def set_deadline(self, deadline: float) -> None:
@@ -120,6 +127,7 @@ class ImageStream:
                 Kind.CONNECTION,
                 f"body was {self.bytes_read} bytes, Content-Length said {self.declared_length}",
             )
+        self._whole = True
 
     def _read(self) -> bytes:
         remaining = self._deadline - time.monotonic()
@@ -153,8 +161,14 @@ class ImageStream:
 
     def close(self) -> None:
         self._watchdog.cancel()
+        # Open still (no "Connection: close"), its answer read whole: the next request
+        # may go on it. Anything less (a body cut short, a deadline) closes it.
+        reusable = self._whole and not self._watchdog.fired and self._conn.sock is not None
         self._response.close()
-        self._conn.close()
+        if reusable and self._keep is not None:
+            self._keep(self._conn)
+        else:
+            self._conn.close()
 
     def __enter__(self) -> Self:
         return self
@@ -181,6 +195,7 @@ class Downloader:
         self.max_bytes = max_bytes
         self.guard = UrlGuard(allow_private_networks, resolver)
         self._tls = {"ca_certs": ca_certs} if ca_certs else {}
+        self.kept = KeptConnections()
 
     def open(self, url: str, *, deadline: float) -> ImageStream:
         """Connect, follow redirects and check the answer; raises ArchiveFailure."""
@@ -190,7 +205,7 @@ class Downloader:
             try:
                 location = _redirect_location(response, url)
                 if location is None:
-                    return self._stream(url, conn, response, watchdog, deadline)
+                    return self._stream(url, conn, response, watchdog, deadline, key=_key(target))
             except BaseException:
                 watchdog.cancel()
                 conn.close()
@@ -204,6 +219,12 @@ class Downloader:
     def _request(
         self, target: Target, url: str, deadline: float
     ) -> tuple[HTTPConnection, HTTPResponse, Watchdog]:
+        kept = self.kept.take(_key(target), target.addresses)
+        if kept is not None:
+            try:
+                return self._exchange(kept, target, url, deadline)
+            except _Unanswered:
+                pass  # the server closed it as the request went out: once more, anew
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, "no time left to download")
@@ -216,6 +237,25 @@ class Downloader:
             timeout=min(CONNECT_TIMEOUT_SECONDS, remaining),
             **self._tls,
         )
+        return self._exchange(conn, target, url, deadline, fresh=True)
+
+    def _exchange(
+        self,
+        conn: HTTPConnection,
+        target: Target,
+        url: str,
+        deadline: float,
+        *,
+        fresh: bool = False,
+    ) -> tuple[HTTPConnection, HTTPResponse, Watchdog]:
+        """The request on `conn` and the answer's headers. On a kept connection (not
+        `fresh`), a server that hung up without a word raises _Unanswered."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            conn.close()
+            raise fail(Stage.DOWNLOAD, Kind.TIMEOUT, "no time left to download")
+        if conn.sock is not None:  # kept: its last read's timeout is not this request's
+            conn.sock.settimeout(min(CONNECT_TIMEOUT_SECONDS, remaining))
         watchdog = Watchdog(conn, deadline)
         try:
             conn.request(
@@ -233,6 +273,8 @@ class Downloader:
         except (HTTPError, OSError) as error:
             watchdog.cancel()
             conn.close()
+            if not fresh and not watchdog.fired and isinstance(error, _HUNG_UP):
+                raise _Unanswered from None
             timed_out = isinstance(error, TimeoutError | socket.timeout) and not isinstance(
                 error,
                 NewConnectionError,  # a ConnectTimeoutError subclass, but a refusal
@@ -255,6 +297,8 @@ class Downloader:
         response: HTTPResponse,
         watchdog: Watchdog,
         deadline: float,
+        *,
+        key: Key,
     ) -> ImageStream:
         where = safe_url(url)
         if response.status != 200:
@@ -281,7 +325,21 @@ class Downloader:
             deadline=deadline,
             max_bytes=self.max_bytes,
             declared_length=declared,
+            keep=partial(self.kept.keep, key),
         )
+
+
+class _Unanswered(Exception):
+    """A kept connection the server closed before it answered (it may have closed it as
+    the request went out): the request is sent again on a new connection."""
+
+
+# What a server that closed a kept connection looks like to the next request on it.
+_HUNG_UP = (RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+def _key(target: Target) -> Key:
+    return (target.scheme, target.host.lower(), target.port)
 
 
 def _redirect_location(response: HTTPResponse, url: str) -> str | None:
