@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from lib.transfer import relay as relay_module
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import PNG
 from lib.transfer.lsky_upload import HostedImage
@@ -235,3 +236,32 @@ def test_a_forked_child_relays_on_threads_of_its_own() -> None:
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_download_waits_for_the_upload_s_thread_briefly_never_for_the_upload() -> None:
+    # Every upload thread busy: this relay's upload cannot start, and its download is poured
+    # all the same, after UPLOAD_START_WAIT_SECONDS at most.
+    go = threading.Event()
+
+    def stuck(image: Relay) -> HostedImage:
+        assert go.wait(HANG_SECONDS)
+        return HOSTED
+
+    busy = [relay(iter([DATA]), size=len(DATA), image_type=PNG, send=stuck)]
+    busy += [
+        relay(iter([DATA]), size=len(DATA), image_type=PNG, send=stuck)
+        for _ in range(relay_module.UPLOAD_THREADS - 1)
+    ]
+    relayed: list[tuple[RelayedImage, list[int]]] = []
+    pouring = threading.Thread(target=lambda: relayed.append(_relay_whole(DATA)))
+    try:
+        pouring.start()
+        pouring.join(HANG_SECONDS)
+        assert relayed, "the download waited for an upload that could not start"
+        image, threads = relayed[0]
+        assert not threads  # poured whole, its upload not started yet
+    finally:
+        go.set()
+    assert image.sending.result(HANG_SECONDS) is HOSTED  # it runs once a thread is free
+    for held in [*busy, image]:
+        held.close()
