@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import Row, command_for, median, ms, write_results
@@ -227,8 +228,9 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
         claim = {
             "record_id": RECORDS + 1, "owner": "bench", "lock_ttl": 180, "max_attempts": 3,
             "early_slack": 5, "capture_while_paused": False, "message_id": "m", "receive_count": 1,
+            "queue_mark": None,
         }  # fmt: skip
-        lost = {"limit": 100, "grace": 300, "interval": 900, "after": "-infinity"}
+        lost = {"limit": 100, "grace": 300, "lost_before": datetime.now(UTC), "after": "-infinity"}
         plans = {
             name: [t for t in scans(conn, QUERIES[name], **params) if t == EVENTS]
             for name, params in (

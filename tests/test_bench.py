@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from bench.common import Row, peak_rss, reset_peak_rss, rss
 from bench.lane import greedy_schedule
@@ -48,3 +50,15 @@ def test_the_lane_s_minimum_counts_lsky_s_whole_seconds() -> None:
         11.0,
         22.0,
     ]
+
+
+def test_the_history_bench_s_plans_run_the_statements_as_they_are_now(db: Any, pg_dsn: str) -> None:
+    # The bench EXPLAINs the archive path's statements with parameters of its own: a
+    # statement that gains one must not break `make bench` at its last bench.
+    from bench.history import archive_path_plans
+
+    db.run("INSERT INTO users (id, username) VALUES (1, 'bench')")
+    plans = archive_path_plans(pg_dsn)
+    # Each statement ran (an empty table may well be read whole: the bench asks with
+    # 10,000,000 events, where the plan matters).
+    assert set(plans) == {"claim", "take_lost", "date_undated"}
