@@ -382,3 +382,40 @@ MODEL_EXAMPLES_SCALE = {"ci": 1, "deep": 20}
 def model_examples(n: int) -> int:
     """A model-based test's max_examples: `n` under `make test`, 20 n under `make test-deep`."""
     return n * MODEL_EXAMPLES_SCALE.get(os.environ.get("HYPOTHESIS_PROFILE", "ci"), 1)
+
+
+def certificate(tmp: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for `name` (a CA too, so it can be its own bundle) and
+    its key, as PEM files in `tmp`."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / f"{name}.crt", tmp / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

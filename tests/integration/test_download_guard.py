@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 import gzip
 import io
 import ipaddress
@@ -26,7 +25,7 @@ from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.held import hold
 from lib.transfer.imagetype import JPEG, PNG
 from lib.transfer.netguard import NO_SUCH_NAME_ERRORS, resolve
-from tests.support import HANG_SECONDS, fetch_image
+from tests.support import HANG_SECONDS, certificate, fetch_image
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)
@@ -334,39 +333,6 @@ def test_spool_keeps_small_images_in_memory_and_large_ones_on_disk(
 # -- HTTPS: SNI and certificate checks use the URL's host name, not the pinned address ----
 
 
-def _certificate(tmp: Path, name: str) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / f"{name}.crt", tmp / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 @contextlib.contextmanager
 def https_server(cert: Path, key: Path, sni_seen: list[str | None]) -> Iterator[int]:
     class Handler(BaseHTTPRequestHandler):
@@ -398,7 +364,7 @@ def https_server(cert: Path, key: Path, sni_seen: list[str | None]) -> Iterator[
 
 def test_https_to_a_pinned_address_verifies_the_url_host(tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
-    cert, key = _certificate(tmp_path, "images.test")
+    cert, key = certificate(tmp_path, "images.test")
     sni: list[str | None] = []
     resolver = CountingResolver({"images.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
     downloader = Downloader(
