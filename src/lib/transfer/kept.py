@@ -86,12 +86,6 @@ class KeptConnections:
             return False
         return peer is not None and peer in allowed
 
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for entry in idle:
-            entry.conn.close()
-
     def _forget(self) -> None:
         """In a forked child: the sockets are the parent's too; close only our copies."""
         self._lock = threading.Lock()
