@@ -8,13 +8,14 @@ rows consistent with the SQL the handlers run (`now() - interval ...`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -419,3 +420,38 @@ def certificate(tmp: Path, name: str) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+@contextlib.contextmanager
+def https_server(cert: Path, key: Path, body: bytes, sni_seen: list[str | None]) -> Iterator[int]:
+    """An HTTPS image server on 127.0.0.1 (HTTP/1.1: it keeps connections open) that
+    answers every GET with `body` as image/png, noting each handshake's SNI name in
+    `sni_seen`; yields its port."""
+    import ssl
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from devkit._http import QuietHandler
+
+    class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: sni_seen.append(name)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

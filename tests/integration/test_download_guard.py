@@ -7,11 +7,9 @@ import gzip
 import io
 import ipaddress
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.held import hold
 from lib.transfer.imagetype import JPEG, PNG
 from lib.transfer.netguard import NO_SUCH_NAME_ERRORS, resolve
-from tests.support import HANG_SECONDS, certificate, fetch_image
+from tests.support import HANG_SECONDS, certificate, fetch_image, https_server
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)
@@ -333,35 +331,6 @@ def test_spool_keeps_small_images_in_memory_and_large_ones_on_disk(
 # -- HTTPS: SNI and certificate checks use the URL's host name, not the pinned address ----
 
 
-@contextlib.contextmanager
-def https_server(cert: Path, key: Path, sni_seen: list[str | None]) -> Iterator[int]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(IMAGE)))
-            self.end_headers()
-            self.wfile.write(IMAGE)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    context.sni_callback = lambda sock, name, ctx: sni_seen.append(name)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_https_to_a_pinned_address_verifies_the_url_host(tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
     cert, key = certificate(tmp_path, "images.test")
@@ -373,7 +342,7 @@ def test_https_to_a_pinned_address_verifies_the_url_host(tmp_path: Path) -> None
         resolver=resolver,
         ca_certs=str(cert),
     )
-    with https_server(cert, key, sni) as port:
+    with https_server(cert, key, IMAGE, sni) as port:
         image = fetch_image(downloader, f"https://images.test:{port}/a.png", deadline=soon())
         assert image.file.read() == IMAGE
         assert sni == ["images.test"]

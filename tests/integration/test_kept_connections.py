@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import ssl
 import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from devkit import images
-from devkit._http import QuietHandler
 from devkit.upstream import StreamBody, UpstreamServer
 from lib.transfer import kept
 from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure, Kind
 from lib.transfer.kept import KeptConnections
-from tests.support import HANG_SECONDS, certificate, fetch_image
+from tests.support import HANG_SECONDS, certificate, fetch_image, https_server
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 IMAGE = images.png(8, 8)
@@ -187,29 +184,8 @@ def test_images_over_https_need_one_tls_handshake(tmp_path: Path) -> None:
     cert, key = certificate(tmp_path, "images.test")
     handshakes: list[str | None] = []
 
-    class Handler(QuietHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "image/png")
-            self.send_header("Content-Length", str(len(IMAGE)))
-            self.end_headers()
-            self.wfile.write(IMAGE)
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    context.sni_callback = lambda sock, name, ctx: handshakes.append(name)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    try:
+    with https_server(cert, key, IMAGE, handshakes) as port:
         downloader = _downloader(resolver=lambda host, port: ["127.0.0.1"], ca_certs=str(cert))
-        port = server.server_address[1]
         urls = [f"https://images.test:{port}/{n}.png" for n in range(3)]
         assert [_fetch(downloader, url) for url in urls] == [IMAGE] * 3
         assert handshakes == ["images.test"]
-    finally:
-        server.shutdown()
-        server.server_close()
