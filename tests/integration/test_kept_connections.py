@@ -189,3 +189,22 @@ def test_images_over_https_need_one_tls_handshake(tmp_path: Path) -> None:
         urls = [f"https://images.test:{port}/{n}.png" for n in range(3)]
         assert [_fetch(downloader, url) for url in urls] == [IMAGE] * 3
         assert handshakes == ["images.test"]
+
+
+def test_a_wall_clock_set_back_neither_ages_nor_rejuvenates_a_connection(
+    upstream: UpstreamServer,
+) -> None:
+    # NTP may step the wall clock back an hour: the monotonic clock still tells the age.
+    clocks = Clocks()
+    url = upstream.add("/a.png", IMAGE)
+    downloader = _downloader()
+    downloader.kept = KeptConnections(clock=lambda: clocks.monotonic, wall=lambda: clocks.wall)
+    assert _fetch(downloader, url) == IMAGE
+    clocks.wall -= 3600
+    assert _fetch(downloader, url) == IMAGE  # young by the monotonic clock: used
+    clocks.wall -= 3600
+    clocks.monotonic += kept.KEPT_IDLE_SECONDS
+    assert _fetch(downloader, url) == IMAGE  # old by the monotonic clock: not used
+    first, again, fresh = _connections(upstream)
+    assert again == first
+    assert fresh != first
