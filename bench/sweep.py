@@ -192,7 +192,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     return runs
 
 
-def run(services: Services, reps: int = 5) -> list[Row]:
+def run(services: Services, reps: int = 3) -> list[Row]:
     services.start_moto()
     dsns, fill_seconds = {}, {}
     for name, total in SIZES.items():
