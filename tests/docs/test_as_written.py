@@ -41,6 +41,8 @@ BUILD_FILES = (
     "constraints.txt",
     "pyproject.toml",
     "template.yaml",
+    "tests/producer_ts/package.json",
+    "tests/producer_ts/package-lock.json",
 )
 
 
@@ -49,6 +51,7 @@ def fresh_clone(tmp_path: Path) -> Path:
     assert shutil.which("make"), "make is not installed"
     for name in BUILD_FILES:
         source = ROOT / name
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, tmp_path / name)
         else:

@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -110,14 +111,86 @@ def test_a_failed_send_leaves_the_row_pending_without_our_stamp(
     assert row["archive_enqueued_at"] is None
 
 
-# -- the TypeScript producer: no Node here, so its statements and its message are checked
-# -- against the real schema and the worker's parser, as written in the doc ----------------
+# -- the TypeScript producer, as an application would hold it: the doc's block saved as
+# -- imageArchive.ts beside a driver (tests/producer_ts), type-checked, then run by Node ----
 
 TS_SECTION = "### TypeScript (Nuxt, `@aws-sdk/client-sqs`)"
 
 
+TS_PROJECT = ROOT / "tests" / "producer_ts"
+
+
 def ts_snippet() -> str:
     return doc_block(TS_SECTION, "ts")
+
+
+def ts_project(tmp_path: Path) -> Path:
+    """A copy of tests/producer_ts holding the doc's block as imageArchive.ts."""
+    installed = TS_PROJECT / "node_modules" / ".installed"
+    assert installed.exists(), "the TypeScript producer's packages: run `make node-deps`"
+    project = tmp_path / "producer_ts"
+    project.mkdir()
+    for name in ("package.json", "tsconfig.json", "enqueue.ts"):
+        shutil.copy(TS_PROJECT / name, project / name)
+    (project / "node_modules").symlink_to(TS_PROJECT / "node_modules")
+    (project / "imageArchive.ts").write_text(ts_snippet(), encoding="utf-8")
+    return project
+
+
+def run_node(project: Path, tool: str, *args: str, env: dict[str, str]) -> str:
+    result = subprocess.run(
+        [str(project / "node_modules" / ".bin" / tool), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_SECONDS,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stderr
+
+
+def test_the_typescript_producer_type_checks_as_written(tmp_path: Path) -> None:
+    project = ts_project(tmp_path)
+    run_node(project, "tsc", "-p", ".", env={"PATH": os.environ["PATH"]})
+
+
+def test_the_typescript_producer_writes_the_row_then_sends_and_leaves_the_others_alone(
+    tmp_path: Path, pg_dsn: str, db: Any, sqs: Any, queues: QueuePair
+) -> None:
+    seed_record(db, 123, image_url=URL, archive_status=None)
+    seed_record(db, 124, image_url=URL, archive_status="FAILED")
+    seed_record(db, 125, image_url=URL, archive_status=None, status="FAILED")
+    project = ts_project(tmp_path)
+
+    run_node(
+        project, "tsx", "enqueue.ts", "123", "124", "125", env=producer_env(pg_dsn, queues.url)
+    )
+
+    [message] = drain(sqs, queues.url)
+    assert message["Body"] == '{"recordId":"123"}'  # a string: safe for any BIGINT
+    assert parse_record_id(message["Body"]) == 123
+    row = fetch_record(db, 123)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_enqueued_at"] is not None
+    assert fetch_record(db, 124)["archive_status"] == "FAILED"
+    assert fetch_record(db, 125)["archive_status"] is None
+
+
+def test_the_typescript_producer_s_failed_send_leaves_the_row_pending_without_its_stamp(
+    tmp_path: Path, pg_dsn: str, db: Any, queues: QueuePair
+) -> None:
+    seed_record(db, 123, image_url=URL, archive_status=None)
+    project = ts_project(tmp_path)
+    env = producer_env(pg_dsn, queues.url + "-does-not-exist")
+
+    stderr = run_node(project, "tsx", "enqueue.ts", "123", env=env)
+
+    assert "SendMessage failed; the sweeper will send it" in stderr
+    row = fetch_record(db, 123)
+    assert row["archive_status"] == "PENDING"  # the sweeper sends it after its grace period
+    assert row["archive_enqueued_at"] is None
 
 
 def ts_statements() -> tuple[str, str]:
