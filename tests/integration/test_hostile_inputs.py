@@ -176,6 +176,37 @@ CORPUS: dict[str, Case] = {
     # Lsky's default groups do not accept .avif: a permanent answer from Lsky, not from us.
     "avif": Case(route("/a.avif", images.avif()), "FAILED", "不支持的文件类型"),
     "three-redirects": Case(redirects("{base}/final.png", hops=3), "SUCCEEDED", "png"),
+    # -- Content-Length in every spelling: digits, or one value repeated ----------------
+    "length-repeated": Case(
+        route("/l1.png", PNG, headers={"Content-Length": str(len(PNG))}), "SUCCEEDED", "png"
+    ),
+    "length-spaced": Case(
+        route("/l2.png", PNG, content_length=f"  {len(PNG)} "), "SUCCEEDED", "png"
+    ),
+    "length-conflicting": Case(
+        route("/l3.png", PNG, headers={"Content-Length": str(len(PNG) + 7)}),
+        "FAILED",
+        "Content-Length contained multiple unmatching values",
+    ),
+    "length-plus-sign": Case(
+        route("/l4.png", PNG, content_length=f"+{len(PNG)}"), "FAILED", "not a length"
+    ),
+    "length-underscore": Case(
+        route("/l5.png", PNG, content_length=f"{len(PNG) // 10}_{len(PNG) % 10}"),
+        "FAILED",
+        "not a length",
+    ),
+    "length-negative": Case(route("/l6.png", PNG, content_length="-1"), "FAILED", "'-1'"),
+    "length-hex": Case(
+        route("/l7.png", PNG, content_length=hex(len(PNG))), "FAILED", "not a length"
+    ),
+    "length-empty": Case(route("/l8.png", PNG, content_length=""), "FAILED", "not a length"),
+    "length-past-2-63": Case(
+        route("/l9.png", PNG, content_length="9" * 20), "FAILED", "not a length"
+    ),
+    "length-huge": Case(
+        route("/l10.png", PNG, content_length="9" * 19), "FAILED", "over the 1000000-byte limit"
+    ),
     # -- upstream statuses and broken transfers ------------------------------------------
     "gone-404": Case(route("/x404", status=404), "FAILED", "HTTP 404"),
     "gone-410": Case(route("/x410", status=410), "FAILED", "HTTP 410"),

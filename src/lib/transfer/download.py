@@ -7,6 +7,7 @@ total deadline (a watchdog). docs/transfer.md has the rationale.
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from urllib.parse import urljoin
 from urllib3.connection import HTTPConnection
 from urllib3.exceptions import (
     HTTPError,
+    InvalidHeader,
     LocationParseError,
     NewConnectionError,
     TimeoutError,
@@ -26,6 +28,7 @@ from urllib3.exceptions import (
 from urllib3.response import HTTPResponse
 from urllib3.util import parse_url
 
+from lib.platform.redact import outside_text
 from lib.platform.watchdog import Watchdog
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
 from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
@@ -42,6 +45,11 @@ READ_CHUNK_BYTES = 256 * 1024
 USER_AGENT = "image-archive/1.0 (+https://github.com/lsky-org/lsky-pro uploader)"
 # Sent on every request; compressed bodies are refused, never inflated (see _check_framing).
 REQUEST_HEADERS = {"User-Agent": USER_AGENT, "Accept": "image/*", "Accept-Encoding": "identity"}
+# Content-Length as RFC 9110 writes it: digits (at most 19: past 2**63 is no length), or
+# a list of one value repeated (urllib3 refuses differing ones). Python's int() also reads
+# "+12", "1_2" and " 12", and takes "-1" or "0x0c" for no length: lengths that another
+# parser reads otherwise, so refused.
+CONTENT_LENGTH = re.compile(r"[0-9]{1,19}(?:[ \t]*,[ \t]*[0-9]{1,19})*")
 
 
 def safe_url(url: str) -> str:
@@ -275,6 +283,13 @@ class Downloader:
             conn.close()
             if not fresh and not watchdog.fired and isinstance(error, _HUNG_UP):
                 raise _Unanswered from None
+            if isinstance(error, InvalidHeader):  # Content-Lengths that disagree
+                detail = outside_text(error, 160)
+                raise fail(
+                    Stage.DOWNLOAD,
+                    Kind.NOT_IMAGE,
+                    f"upstream's answer for {safe_url(url)} is malformed: {detail}",
+                ) from None
             timed_out = isinstance(error, TimeoutError | socket.timeout) and not isinstance(
                 error,
                 NewConnectionError,  # a ConnectTimeoutError subclass, but a refusal
@@ -373,4 +388,16 @@ def _check_framing(response: HTTPResponse, where: str) -> None:
             Stage.DOWNLOAD,
             Kind.NOT_IMAGE,
             f"upstream used transfer encoding {transfer!r} for {where}; only chunked is accepted",
+        )
+    length = response.headers.get("Content-Length")
+    if (
+        transfer != "chunked"
+        and length is not None
+        and not CONTENT_LENGTH.fullmatch(length.strip())
+    ):
+        raise fail(
+            Stage.DOWNLOAD,
+            Kind.NOT_IMAGE,
+            f"upstream sent Content-Length {outside_text(length, 40)!r} for {where}: "
+            "not a length (digits only)",
         )
