@@ -9,7 +9,7 @@ import pytest
 
 from lib.archive import retry as policy
 from lib.transfer.failures import ArchiveFailure, Kind, Stage
-from lib.transfer.lsky_listing import hosted_url, parse_listing
+from lib.transfer.lsky_listing import listed_image, parse_listing
 from tests.support import lsky_file
 
 ITEM = lsky_file(
@@ -42,7 +42,7 @@ def test_a_page_keeps_each_item_but_its_relative_date() -> None:
     [item] = listed.images
     assert "human_date" not in item
     assert item == {k: v for k, v in ITEM.items() if k != "human_date"}
-    assert hosted_url(item) == ITEM["links"]["url"]  # type: ignore[index]
+    assert listed_image(item).url == ITEM["links"]["url"]  # type: ignore[index]
 
 
 def test_items_without_a_name_are_skipped_and_a_bad_last_page_is_one() -> None:
@@ -52,8 +52,11 @@ def test_items_without_a_name_are_skipped_and_a_bad_last_page_is_one() -> None:
 
 
 @pytest.mark.parametrize("links", [None, {}, {"url": "javascript:x"}, {"url": 5}])
-def test_an_item_without_an_http_url_has_none(links: Any) -> None:
-    assert hosted_url({**ITEM, "links": links}) is None
+def test_an_item_without_an_http_url_is_a_lookup_failure(links: Any) -> None:
+    with pytest.raises(ArchiveFailure) as caught:
+        listed_image({**ITEM, "links": links})
+    assert caught.value.failure.stage is Stage.LOOKUP
+    assert "links.url fit to store" in caught.value.failure.message
 
 
 @pytest.mark.parametrize(

@@ -114,3 +114,65 @@ def test_long_or_hostile_messages_are_trimmed() -> None:
         parse_upload_response(200, envelope("x" * 5000 + "\n\x1b[31m"))
     assert len(caught.value.failure.message) < 250
     assert "\n" not in caught.value.failure.message
+
+
+LONG_PATH = "/i/" + "a" * 2100 + ".png"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://img.example.com" + LONG_PATH,  # past what a browser takes
+        "https://img.example.com/i/x.png\r\nSet-Cookie: a=b",
+        "https://img.example.com/i/x y.png",
+        "https://img.example.com/i/x\u200b.png",  # invisible
+        "https://img.example.com/i/x\u3000.png",  # ideographic space
+        "https://user:secret@img.example.com/i/x.png",
+        "https:///i/x.png",
+        "https://img.example.com:99999/i/x.png",
+        "https://[::1/i/x.png",
+        "ftp://img.example.com/i/x.png",
+        "//img.example.com/i/x.png",
+        "",
+    ],
+)
+def test_a_hosted_url_unfit_to_store_is_a_bad_response(url: str) -> None:
+    body = {**SUCCESS, "data": {**SUCCESS["data"], "links": {"url": url}}}  # type: ignore[dict-item]
+    with pytest.raises(ArchiveFailure) as caught:
+        parse_upload_response(200, json.dumps(body).encode())
+    assert caught.value.failure.kind is Kind.BAD_RESPONSE
+    assert "fit to store" in caught.value.failure.message
+    assert "secret" not in caught.value.failure.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://img.example.com/i/2026/12/02/x.png",
+        "http://10.0.0.5:8080/i/x.png?v=1#top",
+        "https://图床.example.com/i/图片.png",
+        "https://img.example.com" + LONG_PATH[:2000],
+    ],
+)
+def test_a_hosted_url_fit_to_store_is_kept_as_it_is(url: str) -> None:
+    body = {**SUCCESS, "data": {**SUCCESS["data"], "links": {"url": url}}}  # type: ignore[dict-item]
+    assert parse_upload_response(200, json.dumps(body).encode()).url == url
+
+
+@pytest.mark.parametrize(
+    ("mimetype", "kept"),
+    [
+        ("image/png", "image/png"),
+        ("image/svg+xml", "image/svg+xml"),
+        (None, ""),
+        (5, ""),
+        ({"type": "image/png"}, ""),
+        ("png", ""),
+        ("image/png; charset=x", ""),
+        ("image/png\r\nX: 1", ""),
+        ("image/" + "p" * 300, ""),
+    ],
+)
+def test_a_mimetype_that_is_not_a_media_type_is_left_out(mimetype: object, kept: str) -> None:
+    body = {**SUCCESS, "data": {**SUCCESS["data"], "mimetype": mimetype}}  # type: ignore[dict-item]
+    assert parse_upload_response(200, json.dumps(body).encode()).mime_type == kept

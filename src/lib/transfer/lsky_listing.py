@@ -12,7 +12,7 @@ from typing import Any
 
 from lib.transfer.failures import Kind, Stage, fail
 from lib.transfer.lsky_envelope import read_envelope
-from lib.transfer.lsky_upload import HostedImage
+from lib.transfer.lsky_upload import HostedImage, hosted_image
 
 # Relative to when it was listed ("3分钟前"): meaningless once stored.
 _VOLATILE_KEYS = frozenset({"human_date"})
@@ -69,16 +69,10 @@ def parse_listing(
     )
 
 
-def hosted_url(item: dict[str, Any]) -> str | None:
-    """An item's `links.url`, if it is an http(s) URL."""
-    links = item.get("links")
-    url = links.get("url") if isinstance(links, dict) else None
-    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
-
-
 def listed_image(item: dict[str, Any]) -> HostedImage:
-    url = hosted_url(item)
-    if url is None:
-        raise fail(Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky lists the image without links.url")
-    mime_type = item.get("mimetype")
-    return HostedImage(url=url, mime_type=str(mime_type) if mime_type else "", data=item)
+    hosted = hosted_image(item)
+    if hosted is None:
+        raise fail(
+            Stage.LOOKUP, Kind.BAD_RESPONSE, "Lsky lists the image without a links.url fit to store"
+        )
+    return hosted
