@@ -91,3 +91,30 @@ def test_a_plain_redrive_says_how_many_malformed_it_moved(
     assert result.returncode == EXIT_OK, result.stderr
     assert "moved 3 messages" in result.stdout
     assert "2 of them malformed (they come back to the DLQ: fix the producer)" in result.stdout
+
+
+def test_a_dead_letter_s_reason_is_shown_on_one_bounded_redacted_line(
+    archive_ctl: ArchiveCtl, sqs: Any, queues: QueuePair
+) -> None:
+    """Whoever may send to the DLQ sets the `archive-error` attribute too: a terminal escape,
+    a newline, a token or 200 KB of it reach neither the operator's screen nor the JSON."""
+    hostile = "\x1b[2J\x1b]0;owned\x07line one\nline two token=SECRETVALUE " + "x" * 200_000
+    sqs.send_message(
+        QueueUrl=queues.dlq_url,
+        MessageBody="not json",
+        MessageAttributes={"archive-error": {"DataType": "String", "StringValue": hostile}},
+    )
+
+    looked = archive_ctl("redrive-dlq", "--dry-run")
+    answer = archive_ctl.json("redrive-dlq", "--dry-run")
+
+    assert looked.returncode == EXIT_OK, looked.stderr
+    [line] = [line for line in looked.stdout.splitlines() if "MALFORMED" in line]
+    assert "line one line two" in line
+    assert "\x1b" not in looked.stdout
+    assert "\x07" not in looked.stdout
+    assert "SECRETVALUE" not in looked.stdout
+    assert len(line) < 400
+    [message] = answer["messages"]
+    assert len(message["reason"]) <= 200
+    assert "SECRETVALUE" not in message["reason"]

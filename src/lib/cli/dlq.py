@@ -39,6 +39,7 @@ RECEIVE_WAIT_SECONDS = 2
 # How long received messages stay hidden while they are sent and deleted.
 MOVE_VISIBILITY_SECONDS = 60
 PREVIEW_CHARS = 120
+REASON_CHARS = 200  # the archive function's own reasons are one short line
 
 
 def not_implemented(error: ClientError) -> bool:
@@ -305,8 +306,10 @@ def peek(client: SQSClient, dlq_url: str, limit: int) -> list[DeadLetter]:
     for m in received:
         attributes = m.get("Attributes", {})
         sent_ms = attributes.get("SentTimestamp")
+        # Anyone who may send to the DLQ may set it: shown redacted, on one bounded line.
         error_attribute = m.get("MessageAttributes", {}).get("archive-error")
         reason = error_attribute.get("StringValue") if error_attribute else None
+        reason = outside_text(reason, REASON_CHARS) if isinstance(reason, str) else None
         letters.append(
             DeadLetter(
                 message_id=m["MessageId"],
