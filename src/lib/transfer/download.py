@@ -7,7 +7,6 @@ total deadline (a watchdog). docs/transfer.md has the rationale.
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from urllib3.util import parse_url
 from lib.platform.redact import outside_text
 from lib.platform.watchdog import Watchdog
 from lib.transfer.failures import ArchiveFailure, Kind, Stage, fail, retry_after_seconds
+from lib.transfer.framing import check_framing
 from lib.transfer.imagetype import SNIFF_BYTES, ImageType, sniff
 from lib.transfer.kept import KeptConnections, Key
 from lib.transfer.netguard import IPNetwork, Resolver, Target, UrlGuard, resolve
@@ -43,13 +43,8 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 SPOOL_IN_MEMORY_BYTES = 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
 USER_AGENT = "image-archive/1.0 (+https://github.com/lsky-org/lsky-pro uploader)"
-# Sent on every request; compressed bodies are refused, never inflated (see _check_framing).
+# Sent on every request; compressed bodies are refused, never inflated (lib.transfer.framing).
 REQUEST_HEADERS = {"User-Agent": USER_AGENT, "Accept": "image/*", "Accept-Encoding": "identity"}
-# Content-Length as RFC 9110 writes it: digits (at most 19: past 2**63 is no length), or
-# a list of one value repeated (urllib3 refuses differing ones). Python's int() also reads
-# "+12", "1_2" and " 12", and takes "-1" or "0x0c" for no length: lengths that another
-# parser reads otherwise, so refused.
-CONTENT_LENGTH = re.compile(r"[0-9]{1,19}(?:[ \t]*,[ \t]*[0-9]{1,19})*")
 
 
 def safe_url(url: str) -> str:
@@ -324,7 +319,7 @@ class Downloader:
                 status=response.status,
                 retry_after=retry_after_seconds(response.headers.get("Retry-After")),
             )
-        _check_framing(response, where)
+        check_framing(response.headers, where)
         declared = response.length_remaining
         if declared is not None and declared > self.max_bytes:
             raise fail(
@@ -370,34 +365,3 @@ def _redirect_location(response: HTTPResponse, url: str) -> str | None:
             status=response.status,
         )
     return str(location)
-
-
-def _check_framing(response: HTTPResponse, where: str) -> None:
-    """Refuse compressed bodies: inflating them would let a small body grow past the cap,
-    and we asked for identity. Bytes are counted and stored exactly as received."""
-    encoding = response.headers.get("Content-Encoding", "").strip().lower()
-    if encoding not in ("", "identity"):
-        raise fail(
-            Stage.DOWNLOAD,
-            Kind.NOT_IMAGE,
-            f"upstream sent a {encoding}-encoded body for {where}; compressed bodies are refused",
-        )
-    transfer = response.headers.get("Transfer-Encoding", "").strip().lower()
-    if transfer not in ("", "identity", "chunked"):
-        raise fail(
-            Stage.DOWNLOAD,
-            Kind.NOT_IMAGE,
-            f"upstream used transfer encoding {transfer!r} for {where}; only chunked is accepted",
-        )
-    length = response.headers.get("Content-Length")
-    if (
-        transfer != "chunked"
-        and length is not None
-        and not CONTENT_LENGTH.fullmatch(length.strip())
-    ):
-        raise fail(
-            Stage.DOWNLOAD,
-            Kind.NOT_IMAGE,
-            f"upstream sent Content-Length {outside_text(length, 40)!r} for {where}: "
-            "not a length (digits only)",
-        )
