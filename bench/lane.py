@@ -238,6 +238,7 @@ def measure_take(args: dict[str, Any]) -> dict[str, Any]:
     from lib.platform.config import DatabaseConfig  # noqa: PLC0415
     from lib.platform.db import Database  # noqa: PLC0415
     from lib.platform.env_values import rate_limits  # noqa: PLC0415
+    from lib.ratelimit import margins  # noqa: PLC0415
     from lib.state.lane_store import LaneStore  # noqa: PLC0415
 
     db = connect(args["dsn"])
@@ -253,8 +254,8 @@ def measure_take(args: dict[str, Any]) -> dict[str, Any]:
         slot = store.take_slot(
             record_id,
             limits=limits,
-            margin=pacing.slot_margin(limits),
-            tolerance=pacing.slot_tolerance(limits),
+            margin=margins.slot_margin(limits),
+            tolerance=margins.slot_tolerance(limits),
             stale=pacing.BOOKING_STALE_SECONDS,
             book_within=pacing.BOOK_WITHIN_SECONDS,
             sleep_within=pacing.SLEEP_LIMIT_SECONDS,

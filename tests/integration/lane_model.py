@@ -13,6 +13,7 @@ from typing import Any
 from devkit.sqs import QueuePair
 from lib.archive import pacing
 from lib.archive.message import encode
+from lib.ratelimit import margins
 from lib.state.lane_store import LaneStore, SlotAnswer
 from tests.integration.test_cli import URL, record_ids
 from tests.support import seed_record
@@ -141,8 +142,8 @@ class LaneModel:
         slot = self.store.take_slot(
             record_id,
             limits=self.limits,
-            margin=pacing.slot_margin(self.limits),
-            tolerance=pacing.slot_tolerance(self.limits),
+            margin=margins.slot_margin(self.limits),
+            tolerance=margins.slot_tolerance(self.limits),
             stale=pacing.BOOKING_STALE_SECONDS,
             book_within=pacing.BOOK_WITHIN_SECONDS,
         )

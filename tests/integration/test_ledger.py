@@ -18,10 +18,10 @@ import pytest
 
 from devkit import images
 from devkit.lsky import Behaviour
-from lib.archive import pacing
 from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
+from lib.ratelimit import margins
 from lib.state.sweeps import SweepRecords
 from tests.integration.lane_model import time_passes
 from tests.integration.world import World
@@ -274,7 +274,7 @@ def test_a_monthly_refusal_ends_when_lsky_s_month_has_left_the_upload(world: Wor
     # that follows one of 28, 29 or 31 days.
     [[now]] = world.db.run("SELECT CAST(EXTRACT(EPOCH FROM now()) AS double precision)")
     month = Window("month", LONGEST_MONTH, 1)
-    margin = pacing.slot_margin([(LONGEST_MONTH, 1)])
+    margin = margins.slot_margin([(LONGEST_MONTH, 1)])
     stored = next(
         at
         for hours in range(1, 30 * 24)

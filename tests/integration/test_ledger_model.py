@@ -26,9 +26,10 @@ from hypothesis.stateful import (
 )
 
 from devkit.postgres import connect
-from lib.archive import limiter, pacing
+from lib.archive import pacing
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
+from lib.ratelimit import limiter, margins
 from lib.state.lane_store import LaneStore, SlotAnswer
 from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
@@ -87,7 +88,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def setup(self, windows: tuple[Window, ...], history: list[bool]) -> None:
         self.windows = windows
         self.spans = limiter.pacing_windows([(w.seconds, w.limit) for w in windows], ZONE)
-        self.margin = pacing.slot_margin(self.spans)
+        self.margin = margins.slot_margin(self.spans)
         for backfilled in history:
             self.arrive(backfilled)
 
@@ -122,7 +123,7 @@ class LedgerMachine(RuleBasedStateMachine):
             record_id,
             limits=self.spans,
             margin=self.margin,
-            tolerance=pacing.slot_tolerance(self.spans),
+            tolerance=margins.slot_tolerance(self.spans),
             stale=pacing.BOOKING_STALE_SECONDS,
             book_within=pacing.BOOK_WITHIN_SECONDS,
             lead=lead,

@@ -18,10 +18,10 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour, LskyStandIn
 from lib.archive import conclusion, retry, schedule
-from lib.archive.limiter import counts_until
 from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
+from lib.ratelimit.limiter import counts_until
 from lib.state.lane_store import LaneStore, SlotAnswer
 from tests.integration.conftest import ArchiveHarness
 from tests.support import emf_metrics, fetch_record, lane_row, seed_record, set_uploads

@@ -17,6 +17,7 @@ from lib.archive.lane import (
 from lib.archive.outcome import Message
 from lib.platform.env_values import rate_limits
 from lib.platform.errors import ConfigError
+from lib.ratelimit import margins
 from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
@@ -201,9 +202,9 @@ def test_a_record_booked_before_fetching_fetches_now_when_the_fetch_covers_the_w
 def test_a_slot_is_never_taken_so_early_that_it_spends_its_margin(
     limits: list[tuple[int, int]], margin: float, tolerance: float
 ) -> None:
-    assert pacing.slot_margin(limits) == pytest.approx(margin)
-    assert pacing.slot_tolerance(limits) == pytest.approx(tolerance)
-    assert pacing.slot_tolerance(limits) < pacing.slot_margin(limits)
+    assert margins.slot_margin(limits) == pytest.approx(margin)
+    assert margins.slot_tolerance(limits) == pytest.approx(tolerance)
+    assert margins.slot_tolerance(limits) < margins.slot_margin(limits)
 
 
 @pytest.mark.parametrize(

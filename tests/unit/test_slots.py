@@ -1,4 +1,4 @@
-"""The slot arithmetic alone (lib.archive.slots, lib.archive.limiter): Lsky's whole
+"""The slot arithmetic alone (lib.ratelimit.slots, lib.ratelimit.limiter): Lsky's whole
 seconds and month, gaps, holds, bookings, live records before history."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lib.archive import limiter, slots
-from lib.archive.slots import Ask, Entry, State
+from lib.ratelimit import limiter, slots
+from lib.ratelimit.slots import Ask, Entry, State
 
 NOW = 1_000_000.25  # epoch seconds, a quarter past a whole second
 PRC = ZoneInfo("Asia/Shanghai")

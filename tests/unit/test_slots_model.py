@@ -1,4 +1,4 @@
-"""The slot arithmetic (lib.archive.slots, lib.archive.limiter) against a reference of
+"""The slot arithmetic (lib.ratelimit.slots, lib.ratelimit.limiter) against a reference of
 Lsky's limiter (tests.limiter_model, from lsky-pro's rateLimiter): random records take,
 book, upload (stored, answer lost, refused), give their slot back or vanish, the clock
 moves and old hours roll up, under random windows from seconds to a month in two zones.
@@ -23,8 +23,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from lib.archive import limiter, pacing, slots
-from lib.archive.slots import Entry, State
+from lib.archive import pacing
+from lib.ratelimit import limiter, margins, slots
+from lib.ratelimit.slots import Entry, State
 from tests.limiter_model import Window, free_range, latest_free, refuses
 from tests.support import model_examples
 
@@ -99,8 +100,8 @@ class PacedLane(RuleBasedStateMachine):
         if clocks == "same":
             self.margin = self.tolerance = 0.0
         else:
-            self.margin = pacing.slot_margin(self.spans)
-            self.tolerance = pacing.slot_tolerance(self.spans)
+            self.margin = margins.slot_margin(self.spans)
+            self.tolerance = margins.slot_tolerance(self.spans)
         # Lsky's clock: ours plus this, within what the margin leaves after the tolerance.
         self.skew = skew * (self.margin - self.tolerance)
         self.now = start
@@ -278,7 +279,7 @@ class PacedLane(RuleBasedStateMachine):
 
     @invariant()
     def a_named_window_frees_as_lsky_counts(self) -> None:
-        """lib.archive.limiter.window_frees (a pause's end once Lsky named the window) frees
+        """lib.ratelimit.limiter.window_frees (a pause's end once Lsky named the window) frees
         no earlier than Lsky's own count of the ledger's uploads would, and no later than
         two margins after; a window the ledger holds fewer than its limit of (Lsky counts
         other clients too), when an upload made now has left it."""

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lib.archive.limiter import LONGEST_MONTH_SECONDS
+from lib.ratelimit.limiter import LONGEST_MONTH_SECONDS
 from lib.state.lane import PauseReason
 from lib.transfer.failures import Failure, Kind, Stage
 
@@ -95,7 +95,7 @@ def pause_until(
 
     A Retry-After (or a 429's default) is capped at max_retry_after_seconds. A window Lsky
     named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
-    (`window_frees_at`: lib.archive.limiter.window_frees, through lib.state.lane_store;
+    (`window_frees_at`: lib.ratelimit.limiter.window_frees, through lib.state.lane_store;
     the whole window when the ledger holds fewer, since other clients count too); a
     window the ledger could not date (or dates past now, or beyond two windows: Lsky's
     second and summer time lengthen one by an hour at most) is waited out whole.

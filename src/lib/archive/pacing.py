@@ -1,24 +1,15 @@
-"""Pacing (LSKY_RATE_LIMITS), the pure part: the margins a slot keeps, and how long an
-attempt may sleep for one. The slots themselves are given by lib.state.lane_store's
-take_slot; docs/archive.md ("When a record runs") says why it never sleeps long.
+"""Pacing (LSKY_RATE_LIMITS), the pure part an attempt decides: how long it may sleep for a
+slot, and whether to fetch first. The slots and their margins are lib.ratelimit's, given
+by lib.state.lane_store's take_slot; docs/archive.md ("When a record runs") says why an
+attempt never sleeps long.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lib.archive.budget import stage_needs, time_left, upload_needs
 
-# The ledger dates an upload when Lsky answered, after Lsky counted it (one under way, as
-# late as it can answer), so the time a transfer takes needs no margin; a slot keeps this
-# much more than the window for the two clocks (our database's and Lsky's ticking apart,
-# a step): at most this, and a four-hundredth of the window (2,500 ppm; scaled-down
-# windows in tests and benchmarks), so the margin costs at most 0.25 % of the rate.
-SLOT_MARGIN_SECONDS = 2.0
-# A slot due within this is taken now (the two clocks' noise), and within a quarter of the
-# margin at most: taken any earlier, it would spend the margin it was given.
-SLOT_TOLERANCE_SECONDS = 0.05
 # An upload under way or booked counts in the windows from when it should answer (this
 # container's recent uploads) and this much later: its pickup, fetch and transfer vary,
 # and Lsky's whole seconds turn a later answer across a second into a whole second more
@@ -41,18 +32,6 @@ SLEEP_TRIES = 3
 # from lateness up to this, and booked for up to this; anything later is not the pickup
 # (a redelivery, a retry) and teaches nothing.
 LATENESS_LIMIT_SECONDS = 1.0
-
-
-def slot_margin(limits: Sequence[tuple[float, int]]) -> float:
-    """The margin every window of `limits` keeps (the shortest window sets it)."""
-    shortest = min(seconds for seconds, _ in limits)
-    return min(SLOT_MARGIN_SECONDS, shortest / 400)
-
-
-def slot_tolerance(limits: Sequence[tuple[float, int]]) -> float:
-    """How early a slot may be taken: the clocks' noise, never more than a quarter of the
-    margin (a one-second window keeps 2.5 ms, and a slot taken 50 ms early was refused)."""
-    return min(SLOT_TOLERANCE_SECONDS, slot_margin(limits) / 4)
 
 
 def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> float:

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from lib.archive import limiter, pacing, story
+from lib.archive import pacing, story
 from lib.platform.config import Settings
+from lib.ratelimit import limiter, margins
 from lib.state.claim import Task
 from lib.state.events import EventLog
 from lib.state.lane import LaneState
@@ -66,8 +67,8 @@ class RelayGate:
             slot = self.step.lanes.take_slot(
                 at.task.record_id,
                 limits=limits,
-                margin=pacing.slot_margin(limits),
-                tolerance=pacing.slot_tolerance(limits),
+                margin=margins.slot_margin(limits),
+                tolerance=margins.slot_tolerance(limits),
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=0.0,  # the record holds no booking (relay_gate): none is made
                 lead=timings.lead(),

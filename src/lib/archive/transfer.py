@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lib.archive import limiter, pacing, schedule, story
+from lib.archive import pacing, schedule, story
 from lib.archive import retry as policy
 from lib.archive.copier import Copier, can_start, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
@@ -25,6 +25,7 @@ from lib.archive.staging import (
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
 from lib.platform.s3 import StagedCopyMissing
+from lib.ratelimit import limiter, margins
 from lib.state.claim import SentImage, StagedCopy, Task
 from lib.state.events import EventLog
 from lib.state.lane import LaneState
@@ -229,12 +230,12 @@ class Transfer:
         )
         # With staging on a record that waits keeps its image (it is staged before it does).
         lead = self.timings.lead(image_kept=self.staging.enabled)
-        tolerance = pacing.slot_tolerance(limits)
+        tolerance = margins.slot_tolerance(limits)
         for attempt in range(pacing.SLEEP_TRIES):
             slot = self.lanes.take_slot(
                 at.task.record_id,
                 limits=limits,
-                margin=pacing.slot_margin(limits),
+                margin=margins.slot_margin(limits),
                 tolerance=tolerance,
                 stale=pacing.BOOKING_STALE_SECONDS,
                 book_within=pacing.BOOK_WITHIN_SECONDS,

@@ -12,9 +12,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lib.archive.pacing import slot_margin
-from lib.archive.slots import history_share, live_demand, live_margin, lsky_span
 from lib.cli.progress import duration
+from lib.ratelimit.margins import slot_margin
+from lib.ratelimit.slots import history_share, live_demand, live_margin, lsky_span
 from lib.state.lane import LedgerEntry
 
 Limits = tuple[tuple[int, int], ...]  # (window seconds, uploads), as config.rate_limits
@@ -78,18 +78,18 @@ class WindowUse:
     limit: int
     used: int  # uploads done or under way in the window, and booked slots
     backfill: int  # of them, backfilled records'
-    live: int  # live records' measured demand (lib.archive.slots.live_demand, as pacing)
+    live: int  # live records' measured demand (lib.ratelimit.slots.live_demand, as pacing)
 
     @property
     def margin(self) -> int:
         """Slots a backfill leaves free for live records beyond their measured demand
-        (lib.archive.slots.live_margin: pacing keeps it too)."""
+        (lib.ratelimit.slots.live_margin: pacing keeps it too)."""
         return live_margin(self.live)
 
     @property
     def backfill_share(self) -> int:
         """Uploads of backfilled records the window may hold: what live demand and the
-        margin leave of its limit (lib.archive.slots.history_share)."""
+        margin leave of its limit (lib.ratelimit.slots.history_share)."""
         return history_share(self.limit, self.live)
 
     @property

@@ -153,7 +153,7 @@ RATE_WINDOWS = {
     "day": 86_400,
     "week": 604_800,
     # Lsky's month is PHP's "-1 month": as long as the month before, 28 to 31 days; pacing
-    # keeps the longest (lib.archive.limiter), so no month Lsky counts holds more.
+    # keeps the longest (lib.ratelimit.limiter), so no month Lsky counts holds more.
     "month": 31 * 86_400,
 }
 # Lsky's longest window is a month: pacing over a longer one is a typo.

@@ -884,7 +884,7 @@ SELECT hour + interval '1 hour', uploads, 'done' FROM image_archive_upload_hours
  WHERE lane = 'lsky'
 
 -- name: slot_ledger
--- Pacing's read (lib.archive.slots decides on it): the lane's pause and version (the write
+-- Pacing's read (lib.ratelimit.slots decides on it): the lane's pause and version (the write
 -- is made only if no slot or pause came since), the database's clock, :record_id's booking
 -- and whether the record is a backfill's, and every entry a window of :seconds can meet
 -- but the record's own slot (booked, or taken by an upload Lsky just refused): uploads done
@@ -927,7 +927,7 @@ WHERE l.lane = 'lsky'
 GROUP BY l.paused_until, l.version;
 
 -- name: take_slot
--- Pacing's write: the slot lib.archive.slots decided on slot_ledger's read, only if the
+-- Pacing's write: the slot lib.ratelimit.slots decided on slot_ledger's read, only if the
 -- lane's version is still :version (no other slot and no pause came since: every slot and
 -- every pause bumps it; otherwise nothing is written and the caller reads again). The
 -- record's booking is replaced by :state at :at (taken: the upload starts; booked; NULL:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from lib.archive import limiter, pacing, slots
 from lib.platform.errors import ServiceError
 from lib.platform.redact import outside_text
+from lib.ratelimit import limiter, margins, slots
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, LedgerEntry, lane_state
 from lib.state.queries import Statements
 
@@ -123,7 +123,7 @@ class LaneStore(Statements):
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((span seconds, uploads) pairs, as
         long as Lsky may count each: limiter.pacing_windows): the ledger is read, the slot
-        decided (lib.archive.slots), and written only if no other slot or pause came
+        decided (lib.ratelimit.slots), and written only if no other slot or pause came
         meanwhile; else read again (briefly, at random, so two do not collide in step)."""
         # Two of the longest window back: a backfill's share looks at the window before.
         reach = 2 * max(seconds for seconds, _ in limits)
@@ -179,12 +179,12 @@ class LaneStore(Statements):
     ) -> datetime:
         """When the ledger says a window Lsky named (`window`, `seconds` long; a day's or a
         week's as long as Lsky's zone makes it) frees a slot, by Lsky's arithmetic
-        (lib.archive.limiter.window_frees; the whole window when it holds fewer than the
+        (lib.ratelimit.limiter.window_frees; the whole window when it holds fewer than the
         limit), Lsky's clock within `margin` (default: pacing's). `record_id`: the record
         Lsky just refused, whose own slot is no upload."""
         [(seconds, limit)] = limiter.pacing_windows([(int(seconds), limit)], zone)
         if margin is None:
-            margin = pacing.slot_margin([(seconds, limit)])
+            margin = margins.slot_margin([(seconds, limit)])
         ledger = self._ledger(record_id, seconds)
         counted = [
             slots.count_time(entry, ledger.epoch, 0.0)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from lib.archive.limiter import LSKY_SECOND, counts_from, counts_until
+from lib.ratelimit.limiter import LSKY_SECOND, counts_from, counts_until
 
 # An upload under way counts from now until it answers, never past an invocation's 15 min.
 UNDER_WAY_SECONDS = 900.0
