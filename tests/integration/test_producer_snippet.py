@@ -80,22 +80,39 @@ def producer_env(pg_dsn: str, queue_url: str) -> dict[str, str]:
     }
 
 
-def test_it_writes_the_row_then_sends_and_leaves_the_others_alone(
-    tmp_path: Path, pg_dsn: str, db: Any, sqs: Any, queues: QueuePair
-) -> None:
+def seed_three(db: Any) -> None:
+    """Record 123 to queue; 124 (FAILED) and 125 (a generation that failed) to leave alone."""
     seed_record(db, 123, image_url=URL, archive_status=None)
     seed_record(db, 124, image_url=URL, archive_status="FAILED")
     seed_record(db, 125, image_url=URL, archive_status=None, status="FAILED")
 
-    out = run_snippet(tmp_path, producer_env(pg_dsn, queues.url), 123, 124, 125)
 
-    assert out.splitlines() == ["123 sent", "124 not sent", "125 not sent"]
-    assert record_ids(drain(sqs, queues.url)) == [123]
+def assert_only_the_first_queued(db: Any) -> None:
     row = fetch_record(db, 123)
     assert row["archive_status"] == "PENDING"
     assert row["archive_enqueued_at"] is not None
     assert fetch_record(db, 124)["archive_status"] == "FAILED"
     assert fetch_record(db, 125)["archive_status"] is None
+
+
+def assert_pending_without_a_stamp(db: Any) -> None:
+    """A failed send: PENDING, and the producer's stamp dropped, so the sweeper sends it
+    after its grace period rather than a whole requeue interval later."""
+    row = fetch_record(db, 123)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_enqueued_at"] is None
+
+
+def test_it_writes_the_row_then_sends_and_leaves_the_others_alone(
+    tmp_path: Path, pg_dsn: str, db: Any, sqs: Any, queues: QueuePair
+) -> None:
+    seed_three(db)
+
+    out = run_snippet(tmp_path, producer_env(pg_dsn, queues.url), 123, 124, 125)
+
+    assert out.splitlines() == ["123 sent", "124 not sent", "125 not sent"]
+    assert record_ids(drain(sqs, queues.url)) == [123]
+    assert_only_the_first_queued(db)
 
 
 def test_a_failed_send_leaves_the_row_pending_without_our_stamp(
@@ -106,9 +123,7 @@ def test_a_failed_send_leaves_the_row_pending_without_our_stamp(
     out = run_snippet(tmp_path, producer_env(pg_dsn, queues.url + "-does-not-exist"), 123)
 
     assert out.splitlines() == ["123 not sent"]
-    row = fetch_record(db, 123)
-    assert row["archive_status"] == "PENDING"  # the sweeper sends it after its grace period
-    assert row["archive_enqueued_at"] is None
+    assert_pending_without_a_stamp(db)
 
 
 # -- the TypeScript producer, as an application would hold it: the doc's block saved as
@@ -159,9 +174,7 @@ def test_the_typescript_producer_type_checks_as_written(tmp_path: Path) -> None:
 def test_the_typescript_producer_writes_the_row_then_sends_and_leaves_the_others_alone(
     tmp_path: Path, pg_dsn: str, db: Any, sqs: Any, queues: QueuePair
 ) -> None:
-    seed_record(db, 123, image_url=URL, archive_status=None)
-    seed_record(db, 124, image_url=URL, archive_status="FAILED")
-    seed_record(db, 125, image_url=URL, archive_status=None, status="FAILED")
+    seed_three(db)
     project = ts_project(tmp_path)
 
     run_node(
@@ -171,11 +184,7 @@ def test_the_typescript_producer_writes_the_row_then_sends_and_leaves_the_others
     [message] = drain(sqs, queues.url)
     assert message["Body"] == '{"recordId":"123"}'  # a string: safe for any BIGINT
     assert parse_record_id(message["Body"]) == 123
-    row = fetch_record(db, 123)
-    assert row["archive_status"] == "PENDING"
-    assert row["archive_enqueued_at"] is not None
-    assert fetch_record(db, 124)["archive_status"] == "FAILED"
-    assert fetch_record(db, 125)["archive_status"] is None
+    assert_only_the_first_queued(db)
 
 
 def test_the_typescript_producer_s_failed_send_leaves_the_row_pending_without_its_stamp(
@@ -188,9 +197,7 @@ def test_the_typescript_producer_s_failed_send_leaves_the_row_pending_without_it
     stderr = run_node(project, "tsx", "enqueue.ts", "123", env=env)
 
     assert "SendMessage failed; the sweeper will send it" in stderr
-    row = fetch_record(db, 123)
-    assert row["archive_status"] == "PENDING"  # the sweeper sends it after its grace period
-    assert row["archive_enqueued_at"] is None
+    assert_pending_without_a_stamp(db)
 
 
 def ts_statements() -> tuple[str, str]:
@@ -201,9 +208,7 @@ def ts_statements() -> tuple[str, str]:
 
 def test_the_typescript_producer_s_statements_run_on_the_schema_as_written(db: Any) -> None:
     enqueue, unstamp = ts_statements()
-    seed_record(db, 123, image_url=URL, archive_status=None)
-    seed_record(db, 124, image_url=URL, archive_status="FAILED")
-    seed_record(db, 125, image_url=URL, archive_status=None, status="FAILED")
+    seed_three(db)
 
     # The id goes as text (String(recordId)), the stamp comes back as text.
     [[stamp]] = db.run(enqueue, p1="123")
