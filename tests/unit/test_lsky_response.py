@@ -169,6 +169,7 @@ def test_a_hosted_url_fit_to_store_is_kept_as_it_is(url: str) -> None:
         ({"type": "image/png"}, ""),
         ("png", ""),
         ("image/png; charset=x", ""),
+        ("image/p图", ""),  # \w is ASCII here
         ("image/png\r\nX: 1", ""),
         ("image/" + "p" * 300, ""),
     ],

@@ -17,7 +17,7 @@ from lib.transfer.lsky_envelope import read_envelope
 # browser takes. Lsky's own are its domain and a dated path, well under it.
 MAX_HOSTED_URL = 2048
 # A media type as RFC 6838 names one (`type/subtype`, restricted names), else none.
-_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}")
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]{0,126}/[A-Za-z0-9][\w!#$&^.+-]{0,126}", re.ASCII)
 
 
 @dataclass(frozen=True)
