@@ -465,6 +465,31 @@ def test_show_infers_the_producer_s_enqueue_before_any_event(ctl: Ctl, db: Any) 
     assert "by the producer, inferred from the row" in text
 
 
+def test_a_hosted_url_an_older_release_stored_is_shown_on_one_redacted_line(
+    ctl: Ctl, db: Any
+) -> None:
+    """Before hosted URLs were checked, any text starting with http:// could be stored:
+    shown as it is, a terminal escape or a password in it would reach the screen."""
+    stored = "https://user:hunter22@img.example.com/i/a.png\x1b]0;owned\x07\nSet-Cookie: x"
+    seed_record(
+        db,
+        13,
+        image_url="https://upstream.invalid/a.png",
+        archive_status="SUCCEEDED",
+        hosted_image_url=stored,
+    )
+
+    text, data = shown(ctl, 13)
+
+    [line] = [line for line in text.splitlines() if line.lstrip().startswith("hosted")]
+    assert "img.example.com/i/a.png" in line
+    assert "hunter22" not in text
+    assert "\x1b" not in text
+    assert "\x07" not in text
+    assert "Set-Cookie" in line  # the rest of the value, on the same line
+    assert data["hosted_url"] == stored  # --json: the column as it is (JSON escapes it)
+
+
 def test_a_message_that_looks_lost_is_said_to_wait_for_nothing(ctl: Ctl, db: Any) -> None:
     seed_record(
         db, 12, image_url="https://upstream.invalid/a.png", next_run_at=3_600, enqueued_at=3_600

@@ -21,6 +21,7 @@ from lib.platform.redact import outside_text
 from lib.state.lane import LaneState
 from lib.state.status import GENERATION_SUCCEEDED
 from lib.state.stories import Story, StoryRecords
+from lib.transfer.lsky_upload import MAX_HOSTED_URL
 
 # Events shown by default: with the header, one screen.
 DEFAULT_EVENTS = 30
@@ -105,7 +106,10 @@ def render(shown: Shown) -> str:
         if row.hosted_url:
             altered = ", stored altered" if row.altered else ""
             lines.append(
-                f"  hosted       {row.hosted_url}, archived {when(row.archived_at, now)}{altered}"
+                # As stored: a row an older release or a hand wrote may hold what no
+                # answer passes now (lsky_upload.hosted_url); shown on one redacted line.
+                f"  hosted       {outside_text(row.hosted_url, MAX_HOSTED_URL)}, "
+                f"archived {when(row.archived_at, now)}{altered}"
             )
         if row.staged_key:
             size = f", {row.staged_bytes:,} bytes" if row.staged_bytes is not None else ""
