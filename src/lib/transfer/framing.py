@@ -10,9 +10,9 @@ from lib.platform.redact import outside_text
 from lib.transfer.failures import Kind, Stage, fail
 
 # Content-Length as RFC 9110 writes it: digits (at most 19: past 2**63 is no length), or
-# a list of one value repeated (urllib3 refuses differing ones). Python's int() also reads
-# "+12", "1_2" and " 12", and takes "-1" or "0x0c" for no length: lengths that another
-# parser reads otherwise, so refused.
+# a list of one value repeated (urllib3 refuses differing ones), blanks around it allowed.
+# Python's int() also reads "+12" and "1_2", and takes "-1" or "0x0c" for no length:
+# lengths that another parser reads otherwise, so refused.
 CONTENT_LENGTH = re.compile(r"[0-9]{1,19}(?:[ \t]*,[ \t]*[0-9]{1,19})*")
 
 
