@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from devkit import images
+from devkit._http import BackgroundServer, QuietHandler
 from devkit.lsky import Behaviour
+from lib.transfer.lsky import LskyClient
 from tests.integration.conftest import quick_invoke
-from tests.support import fetch_record, lane_row, reset_lane, seed_record
+from tests.support import HANG_SECONDS, fetch_record, lane_row, reset_lane, seed_record
 
 PNG = images.png(8, 8)
 RECORD = 950
@@ -138,3 +140,28 @@ def test_a_revoked_token_is_refetched_once_then_pauses_the_lane(
     row = fetch_record(db, RECORD)
     assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
     assert lane_row(db)["reason"] == "account"
+
+
+class _NestedAnswers(QuietHandler):
+    """Every GET answered 200 with a JSON array nested 200,000 deep (200 KB, within the
+    answer's bound): json.loads raises RecursionError for it, not ValueError."""
+
+    def do_GET(self) -> None:
+        body = b"[" * 200_000
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class NestedAnswers(BackgroundServer):
+    handler_class = _NestedAnswers
+
+
+def test_a_profile_nested_past_the_parser_s_depth_is_an_unhealthy_account() -> None:
+    """The sweeper's probe of a paused lane: such an answer keeps the pause, it does not
+    end the sweep with an error no rule expects."""
+    with NestedAnswers() as lsky:
+        client = LskyClient(base_url=lsky.base_url, token=lambda force: "1|abcdef")
+        assert client.account_healthy(time.monotonic() + HANG_SECONDS) is False

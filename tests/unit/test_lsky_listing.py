@@ -89,3 +89,7 @@ def test_429_keeps_its_retry_after() -> None:
 def test_a_redirect_to_login_is_a_refused_token() -> None:
     error = failure(302, b"", location="https://img.example.com/login")
     assert error.failure.status == 401
+
+
+def test_a_list_nested_past_the_parser_s_depth_is_a_lookup_failure() -> None:
+    assert "non-JSON body" in failure(200, b"[" * 200_000).failure.message

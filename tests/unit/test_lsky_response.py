@@ -177,3 +177,13 @@ def test_a_hosted_url_fit_to_store_is_kept_as_it_is(url: str) -> None:
 def test_a_mimetype_that_is_not_a_media_type_is_left_out(mimetype: object, kept: str) -> None:
     body = {**SUCCESS, "data": {**SUCCESS["data"], "mimetype": mimetype}}  # type: ignore[dict-item]
     assert parse_upload_response(200, json.dumps(body).encode()).mime_type == kept
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_an_answer_nested_past_the_parser_s_depth_is_not_json(status: int) -> None:
+    """Brackets by the hundred thousand raise RecursionError in json.loads, not ValueError."""
+    with pytest.raises(ArchiveFailure) as caught:
+        parse_upload_response(status, b"[" * 200_000)
+    failure = caught.value.failure
+    assert failure.kind is (Kind.BAD_RESPONSE if status == 200 else Kind.HTTP_STATUS)
+    assert policy.classify(failure) == "transient"

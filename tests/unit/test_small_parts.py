@@ -189,3 +189,25 @@ def test_tokens_that_cannot_be_a_header_are_refused_without_quoting_them(token: 
         lsky_token(token, None)
     assert token not in str(caught.value)
     assert lsky_token(" 1|abc-DEF_123 ", None) == "1|abc-DEF_123"
+
+
+@pytest.mark.parametrize(
+    ("stored", "error"),
+    [
+        ('{"token": "1|abc-DEF_123"}', None),
+        ('{"token": ' + "[" * 100_000, "JSON without a token key"),  # past the parser's depth
+        ('{"tok": "1|abc"}', "JSON without a token key"),
+        ("{not json", "JSON without a token key"),
+    ],
+)
+def test_a_token_secret_is_read_plain_or_as_json_and_a_broken_one_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, stored: str, error: str | None
+) -> None:
+    from lib.platform import secrets
+
+    monkeypatch.setattr(secrets, "_secret", lambda arn, *, force: stored)  # Secrets Manager
+    if error is None:
+        assert secrets.lsky_token(None, "arn:aws:secretsmanager:x") == "1|abc-DEF_123"
+        return
+    with pytest.raises(ConfigError, match=error):
+        secrets.lsky_token(None, "arn:aws:secretsmanager:x")

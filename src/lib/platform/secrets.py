@@ -116,7 +116,7 @@ def lsky_token(token: str | None, secret_arn: str | None, *, force: bool = False
     if text.startswith("{"):
         try:
             text = str(json.loads(text)["token"]).strip()
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise ConfigError("LSKY_TOKEN_SECRET_ARN secret is JSON without a token key") from None
     if not text:
         raise ConfigError("LSKY_TOKEN_SECRET_ARN secret is empty")

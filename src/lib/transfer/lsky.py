@@ -111,7 +111,7 @@ class LskyClient:
         )
         try:
             payload: Any = json.loads(answer.raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
             return False
         if answer.status != 200 or not isinstance(payload, dict):
             return False

@@ -50,7 +50,7 @@ def read_envelope(
         raise fail(stage, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status)
     try:
         payload: Any = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
         payload = None
     message = (
         short_message(payload.get("message", ""), secrets=secrets)
