@@ -73,9 +73,7 @@ class KeptConnections:
                 entry.conn.close()
         return found
 
-    def _usable(
-        self, entry: _Idle, allowed: set[ipaddress.IPv4Address | ipaddress.IPv6Address | None]
-    ) -> bool:
+    def _usable(self, entry: _Idle, allowed: set[Address | None]) -> bool:
         idle = max(self._clock() - entry.since, self._wall() - entry.since_wall)
         if not 0 <= idle < KEPT_IDLE_SECONDS or not entry.conn.is_connected:
             return False  # is_connected: no FIN, no stray bytes waiting on the socket

@@ -6,11 +6,10 @@ too); nothing of a response is kept beyond Lsky's short, redacted `message`."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlencode
 
 import urllib3
@@ -21,6 +20,7 @@ from lib.platform.redact import outside_text, token_parts
 from lib.platform.watchdog import watched, watched_pool
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.imagetype import ImageType
+from lib.transfer.lsky_envelope import parsed
 from lib.transfer.lsky_listing import ListingPage, listed_image, parse_listing
 from lib.transfer.lsky_upload import HostedImage, parse_upload_response
 from lib.transfer.multipart import BodyLengthError, MultipartBody
@@ -109,10 +109,7 @@ class LskyClient:
             deadline=deadline,
             wording=_PROFILE,
         )
-        try:
-            payload: Any = json.loads(answer.raw)
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
-            return False
+        payload = parsed(answer.raw)
         if answer.status != 200 or not isinstance(payload, dict):
             return False
         data = payload.get("data")

@@ -22,6 +22,15 @@ def short_message(value: Any, *, secrets: Iterable[str] = ()) -> str:
     return outside_text(value, MESSAGE_LIMIT, secrets=secrets)
 
 
+def parsed(raw: bytes) -> Any:
+    """A body read as JSON; None when it is not JSON (or nests past the parser's depth:
+    json.loads raises RecursionError, not ValueError, for a body of brackets)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 @dataclass(frozen=True)
 class Envelope:
     payload: dict[str, Any]  # the JSON object of an HTTP 200
@@ -48,10 +57,7 @@ def read_envelope(
                 stage, Kind.HTTP_STATUS, "Lsky redirected to /login: token refused", status=401
             )
         raise fail(stage, Kind.HTTP_STATUS, f"Lsky redirected (HTTP {status})", status=status)
-    try:
-        payload: Any = json.loads(raw)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
-        payload = None
+    payload = parsed(raw)
     message = (
         short_message(payload.get("message", ""), secrets=secrets)
         if isinstance(payload, dict)
