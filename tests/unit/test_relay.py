@@ -18,7 +18,7 @@ from lib.transfer.imagetype import PNG
 from lib.transfer.lsky_upload import HostedImage
 from lib.transfer.multipart import BodyLengthError
 from lib.transfer.relay import Relay, RelayedImage, relay
-from tests.support import HANG_SECONDS
+from tests.support import HANG_SECONDS, wait_until
 
 CHUNKS = [bytes([n]) * 100_000 for n in range(1, 6)]  # 500 kB
 DATA = b"".join(CHUNKS)
@@ -265,3 +265,66 @@ def test_the_download_waits_for_the_upload_s_thread_briefly_never_for_the_upload
     assert image.sending.result(HANG_SECONDS) is HOSTED  # it runs once a thread is free
     for held in [*busy, image]:
         held.close()
+
+
+def test_the_download_starts_once_the_upload_asks_for_the_first_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its request's head is sent by then: the CPU the download waits with is the one the
+    # upload's thread sends on (bounded: the test above).
+    monkeypatch.setattr(relay_module, "UPLOAD_START_WAIT_SECONDS", HANG_SECONDS)
+    asked = threading.Event()
+    asked_first: list[bool] = []
+
+    def download() -> Iterator[bytes]:
+        asked_first.append(asked.is_set())
+        yield DATA
+
+    def send(image: Relay) -> HostedImage | Failure:
+        asked.set()  # as the Lsky client, having sent the request's head
+        return HOSTED if b"".join(image.chunks()) == DATA else REFUSED
+
+    held = relay(download(), size=len(DATA), image_type=PNG, send=send)
+    try:
+        assert held.sending.result(HANG_SECONDS) is HOSTED
+        assert asked_first == [True]
+    finally:
+        held.close()
+
+
+def test_bytes_the_upload_waits_for_are_handed_over_before_the_next_are_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With no bound the hand-over is seen whole: bytes landed where the upload's thread
+    # waits are taken (it waits there no more) before the download reads on.
+    monkeypatch.setattr(relay_module, "HAND_OVER_WAIT_SECONDS", HANG_SECONDS)
+    spool = Relay(size=len(DATA), image_type=PNG)
+    still_waiting: list[bool] = []
+
+    def download() -> Iterator[bytes]:
+        landed = 0
+        for chunk in CHUNKS:
+            wait_until(lambda: spool._waiting_at == landed, "the upload waits")  # noqa: B023
+            yield chunk
+            still_waiting.append(spool._waiting_at == landed)
+            landed += len(chunk)
+
+    taken: list[bytes] = []
+    reader = threading.Thread(target=lambda: taken.extend(spool.chunks()))
+    reader.start()
+    spool.pour(download())
+    reader.join(HANG_SECONDS)
+    assert b"".join(taken) == DATA
+    assert still_waiting == [False] * len(CHUNKS)
+    spool.spool.close()
+
+
+def test_the_hand_over_is_bounded_when_the_upload_s_thread_does_not_come() -> None:
+    # A reader recorded as waiting that never wakes (a thread starved of a CPU): each
+    # hand-over gives up after HAND_OVER_WAIT_SECONDS and the download lands whole.
+    spool = Relay(size=len(DATA), image_type=PNG)
+    spool._waiting_at = 0  # the state a starved reader leaves
+    spool.pour(iter(CHUNKS))
+    assert b"".join(spool.chunks()) == DATA
+    assert spool.reader.sha1() == SHA1
+    spool.spool.close()

@@ -1,8 +1,8 @@
 """A download poured into the spool while an upload, on a thread of its own, reads it as
 it lands (docs/transfer.md, "The relayed copy"). `relay(...)` gives the whole image in
 hand once the download has ended, its upload maybe still under way (`RelayedImage`): the
-upload never reads a byte the spool lacks, never holds the download back, and a download
-that fails cuts it before its last byte (BodyLengthError in its body)."""
+upload never reads a byte the spool lacks, never holds the download back but to take a
+CPU, briefly, and a download that fails cuts it before its last byte (BodyLengthError)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,12 @@ from lib.transfer.multipart import BodyLengthError
 
 # One relayed upload runs at a time in a container; more only while one is cut short.
 UPLOAD_THREADS = 4
-# The longest the download waits for the upload's thread to start (never for Lsky).
+# The longest the download waits for the upload's request to be under way (its head sent,
+# asking for the image's first bytes): never for Lsky's answer.
 UPLOAD_START_WAIT_SECONDS = 0.01
+# The longest the download waits, having landed what the upload's thread waits for, for
+# that thread to take it: the CPU this thread leaves is the one the other wakes up on.
+HAND_OVER_WAIT_SECONDS = 0.002
 
 Sent = HostedImage | Failure  # what an upload came to
 Send = Callable[["Relay"], Sent]  # the upload, reading the relay's chunks()
@@ -40,6 +44,7 @@ class Relay:
         self._landed = 0  # bytes [0, _landed) are in the spool
         self._ended = False
         self._failed = False
+        self._waiting_at: int | None = None  # the offset the upload's thread waits at
         self._changed = threading.Condition()
 
     def pour(self, chunks: Iterable[bytes]) -> None:
@@ -63,6 +68,7 @@ class Relay:
                 write_at(self.spool, self._landed, chunk)
                 self._landed += len(chunk)
                 self._changed.notify_all()
+                self._hand_over()
         if self._landed != self.size:
             raise _length_failure(f"body was {self._landed} bytes, announced {self.size}")
 
@@ -71,11 +77,35 @@ class Relay:
             self._ended, self._failed = True, failed
             self._changed.notify_all()
 
+    def wait_started(self, timeout: float) -> None:
+        """Until the upload's thread asks for the image's first bytes (its request's head
+        is sent), `timeout` at most."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._waiting_at == 0, timeout)
+
+    def _hand_over(self) -> None:
+        """Called holding the lock, having landed bytes: when they are what the upload's
+        thread waits for, wait (briefly) for it to take them. Both CPUs busy with the
+        download and the provider, a woken thread would wait a scheduler slice or more
+        for one, and the host with it; waiting here gives it this one."""
+        at = self._waiting_at
+        if at is not None and self._enough(at):
+            self._changed.wait_for(lambda: self._waiting_at != at, HAND_OVER_WAIT_SECONDS)
+
+    def _enough(self, at: int) -> bool:
+        """Bytes landed from `at` on, or the end."""
+        return self._ended or self._landed > at
+
     def _next(self, at: int) -> bytes:
         """The bytes landed from `at` on (a chunk at most), once there are any; b"" once
         the download has ended whole there; BodyLengthError once it failed there."""
         with self._changed:
-            self._changed.wait_for(lambda: self._landed > at or self._ended)
+            if not self._enough(at):
+                self._waiting_at = at
+                self._changed.notify_all()  # wait_started, for the first bytes
+                self._changed.wait_for(lambda: self._enough(at))
+                self._waiting_at = None
+                self._changed.notify_all()  # _hand_over
             if self._landed > at:
                 self.spool.seek(at)
                 return self.spool.read(min(READ_CHUNK_BYTES, self._landed - at))
@@ -123,17 +153,11 @@ def relay(chunks: Iterable[bytes], *, size: int, image_type: ImageType, send: Se
     into the spool on this one. Returns once the download has ended whole; raises its
     ArchiveFailure (stage download) once the upload, cut short by it, has ended too."""
     spool = Relay(size=size, image_type=image_type)
-    running = threading.Event()
-
-    def start(relay: Relay) -> Sent:
-        running.set()
-        return send(relay)
-
-    sending = _UPLOADS.submit(start, spool)
-    # This thread's CPU, until the upload's thread runs: woken while the download and the
-    # provider keep both CPUs busy, it would wait out a scheduler slice (2.4 ms before
-    # its request here, 0.3 ms with this), and Lsky's work with it.
-    running.wait(UPLOAD_START_WAIT_SECONDS)
+    sending = _UPLOADS.submit(send, spool)
+    # This thread's CPU, until the upload's request is under way: with the download and
+    # the provider keeping both CPUs busy, its thread would wait a scheduler slice or more
+    # for one, and Lsky's work with it.
+    spool.wait_started(UPLOAD_START_WAIT_SECONDS)
     try:
         spool.pour(chunks)
     except BaseException:
