@@ -273,7 +273,7 @@ def _own_part(result: dict[str, Any]) -> Row:
     )
 
 
-def run(services: Services, reps: int = 21) -> list[Row]:
+def run(services: Services, reps: int = 41) -> list[Row]:
     result = _pairing(
         services,
         path=IMAGE_PATH,
