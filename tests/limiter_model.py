@@ -7,9 +7,9 @@ Lsky's whole seconds by brute force: it shares no arithmetic with lib.archive's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from devkit.lsky_model import window_count
 
@@ -41,34 +41,74 @@ def refuses(
 def frees(
     images: Sequence[float], *, now: float, window: Window, zone: tzinfo, offset: float
 ) -> float:
-    """The earliest time from `now` (our clock) at which `window` holds fewer than its limit
-    of `images` (all stored by now; no upload added), Lsky's clock `offset` ahead of ours.
+    """The earliest time from `now` (our clock) from which `window` holds fewer than its
+    limit of `images` (all stored by now; no upload added) and keeps holding fewer, Lsky's
+    clock `offset` ahead of ours.
 
-    The count only changes on Lsky's whole seconds, and only falls within a calendar month
-    (Carbon's month start jumps back at a month's turn): a binary search over the whole
-    seconds of each month, from now."""
+    The count only changes on Lsky's whole seconds, and only falls while the wall clock
+    runs on: Carbon's month start jumps back at a month's turn, and with the clock where
+    it is set back (the repeated hour). So each month is cut where the clock jumps, and
+    each piece, from the month's last, searched for its first second that is not full."""
     dated = [c + offset for c in images]
 
     def full(at: float) -> bool:
         return window.count(dated, at, zone) >= window.limit
 
-    if not full(now + offset):
-        return now
-    second = math.floor(now + offset) + 1
+    start = math.floor(now + offset) + 1
+    if window.unit != "month":
+        if not full(now + offset):
+            return now
+        return _first_free(full, start, start + 10**9) - offset
+    month = math.floor(now + offset)
     for _ in range(4):
-        end = _month_end(second, zone) if window.unit == "month" else second + 10**9
+        end = _month_end(month, zone)
         if full(end - 1):
-            second = end
+            month = end
             continue
-        low, high = second, end - 1  # full(low - 1), not full(high)
-        while low < high:
-            middle = (low + high) // 2
-            if full(middle):
-                low = middle + 1
-            else:
-                high = middle
-        return low - offset
+        free_from = end - 1
+        for low in reversed(_clock_runs(month, end, zone)):
+            free_from = _first_free(full, low, free_from)
+            if free_from > low:
+                break  # full just before, in this run of the clock
+        if free_from <= now + offset:
+            return now
+        return free_from - offset
     raise AssertionError("no window stays full for four months")
+
+
+def _first_free(full: Callable[[float], bool], low: int, high: int) -> int:
+    """The first second in [low, high] from which `full` is false up to `high` (not
+    full(high); `full` falls at most once there)."""
+    while low < high:
+        middle = (low + high) // 2
+        if full(middle):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _clock_runs(low: int, end: int, zone: tzinfo) -> list[int]:
+    """[low, end) cut into runs of seconds over which the zone's offset stays one (the
+    wall clock runs on): each run's first second."""
+    cuts = []
+    step = 900  # offsets change on a quarter hour at the finest
+    for at in range(low, end, step):
+        after = min(at + step, end - 1)
+        if _offset(at, zone) != _offset(after, zone):
+            first, last = at, after  # the offset changes in (first, last]
+            while last - first > 1:
+                middle = (first + last) // 2
+                if _offset(middle, zone) == _offset(first, zone):
+                    first = middle
+                else:
+                    last = middle
+            cuts.append(last)
+    return [low, *cuts]
+
+
+def _offset(second: int, zone: tzinfo) -> timedelta | None:
+    return datetime.fromtimestamp(second, zone).utcoffset()
 
 
 def free_range(

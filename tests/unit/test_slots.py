@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from lib.ratelimit import limiter, slots
 from lib.ratelimit.slots import Ask, Entry, State
+from tests.limiter_model import Window
+from tests.limiter_model import frees as frees_by_lsky
 
 NOW = 1_000_000.25  # epoch seconds, a quarter past a whole second
 PRC = ZoneInfo("Asia/Shanghai")
@@ -88,6 +90,27 @@ def test_an_upload_leaves_lsky_s_month_when_the_month_s_start_passes_its_second(
     stored = datetime(2026, 1, 31, 8, tzinfo=PRC).timestamp()
     frees = limiter.month_frees(stored, stored, PRC, 0.0)
     assert datetime.fromtimestamp(frees, PRC) == datetime(2026, 3, 1, 0, 0, tzinfo=PRC)
+
+
+def test_an_upload_lsky_s_month_takes_back_in_the_repeated_hour_leaves_at_its_last_pass() -> None:
+    # Berlin sets its clocks back on 2029-10-28, 03:00 to 02:00. An upload stored on
+    # September 28 at 02:25:11 leaves the month at 02:25:12 summer time, comes back in when
+    # the clock shows 02:00 again (the window's start goes back an hour with it) and leaves
+    # for good at 02:25:12 winter time. (Found by `make test-deep`: the model-based test's
+    # reference, tests/limiter_model.py, counts every second of it.)
+    berlin = ZoneInfo("Europe/Berlin")
+    stored = datetime(2029, 9, 28, 2, 25, 11, tzinfo=berlin).timestamp()
+    now = datetime(2029, 10, 1, tzinfo=berlin).timestamp()
+    frees = limiter.month_frees(stored, now, berlin, 0.0)
+    assert frees == datetime(2029, 10, 28, 2, 25, 12, fold=1, tzinfo=berlin).timestamp()
+    once = Window("month", limiter.LONGEST_MONTH_SECONDS, 1)
+    assert frees == frees_by_lsky([stored], now=now, window=once, zone=berlin, offset=0.0)
+    # From inside the repeated hour's first pass, out then, the answer is the same.
+    first_pass = datetime(2029, 10, 28, 2, 40, tzinfo=berlin).timestamp()
+    assert limiter.month_frees(stored, first_pass, berlin, 0.0) == frees
+    # And past it, now.
+    later = frees + 60
+    assert limiter.month_frees(stored, later, berlin, 0.0) == later
 
 
 def test_pacing_keeps_the_longest_window_lsky_may_count() -> None:

@@ -96,11 +96,13 @@ def month_frees(at: float, now: float, zone: tzinfo, margin: float) -> float:
     for _ in range(4):
         first = datetime(year, month, 1)
         year, month = (year, month + 1) if month < 12 else (year + 1, 1)
-        following = datetime(year, month, 1)
+        following = _zoned(datetime(year, month, 1), zone).timestamp()
         reach = wall_target + timedelta(days=_days_before(first.year, first.month))
-        candidate = max(reach, first, wall)
+        # The upload is out while the wall clock is past `reach`; where the clock is set
+        # back over it, the repeated hour brings it back in, out for good at its last pass.
+        candidate = max(_last_pass(reach, zone), _zoned(first, zone).timestamp(), earliest)
         if candidate < following:
-            return _zoned(candidate, zone).timestamp() + margin
+            return candidate + margin
     raise AssertionError("a month always frees within four")  # pragma: no cover
 
 
@@ -143,3 +145,9 @@ def _days_before(year: int, month: int) -> int:
 def _zoned(wall: datetime, zone: tzinfo | None) -> datetime:
     """A wall-clock time in `zone` (an hour the clock repeats: its first occurrence)."""
     return wall.replace(tzinfo=zone, fold=0)
+
+
+def _last_pass(wall: datetime, zone: tzinfo) -> float:
+    """The last instant the wall clock in `zone` shows `wall`: in an hour it repeats (set
+    back from summer time), the second pass; in one it skips, the reading after the gap."""
+    return max(wall.replace(tzinfo=zone, fold=fold).timestamp() for fold in (0, 1))
