@@ -120,10 +120,12 @@ def carbon_ago(unit: str, now: datetime) -> datetime:
     the wall clock, and a month keeps the day of the month, running on into the next
     month when the month before is shorter ("-1 month" on March 31 is February 31, which
     PHP reads as March 3, or March 2 in a leap year)."""
-    if unit == "minute":
-        return now - timedelta(minutes=1)
-    if unit == "hour":
-        return now - timedelta(hours=1)
+    if unit in ("minute", "hour"):
+        # Elapsed: through UTC, since Python's arithmetic on an aware datetime moves its
+        # wall clock (an hour back from 02:30 in the hour the clock repeats would be 01:30
+        # summer time, two hours earlier).
+        elapsed = timedelta(minutes=1) if unit == "minute" else timedelta(hours=1)
+        return (now.astimezone(UTC) - elapsed).astimezone(now.tzinfo)
     wall = now.replace(tzinfo=None)
     if unit in ("day", "week"):
         wall -= timedelta(days=1 if unit == "day" else 7)

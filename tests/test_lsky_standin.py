@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from http.client import HTTPConnection
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import urllib3
@@ -184,6 +185,16 @@ def test_lsky_s_month_is_carbon_s_minus_one_month(
     assert lsky_model.carbon_ago("month", datetime(*now, tzinfo=zone)) == datetime(
         *start, tzinfo=zone
     )
+
+
+@pytest.mark.parametrize("unit", ["minute", "hour"])
+def test_lsky_s_minute_and_hour_are_elapsed_time_where_the_clock_is_set_back(unit: str) -> None:
+    # Berlin, 2026-10-25: at 02:30 winter time (the hour's second pass) an hour back is
+    # 02:30 summer time, one hour earlier, not 01:30 summer time.
+    berlin = ZoneInfo("Europe/Berlin")
+    now = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=berlin)
+    back = lsky_model.carbon_ago(unit, now)
+    assert now.timestamp() - back.timestamp() == (60 if unit == "minute" else 3_600)
 
 
 def test_a_window_counts_whole_seconds_and_both_ends() -> None:
