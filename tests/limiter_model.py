@@ -54,10 +54,10 @@ def frees(
     def full(at: float) -> bool:
         return window.count(dated, at, zone) >= window.limit
 
-    start = math.floor(now + offset) + 1
     if window.unit != "month":
         if not full(now + offset):
             return now
+        start = math.floor(now + offset) + 1
         return _first_free(full, start, start + 10**9) - offset
     month = math.floor(now + offset)
     for _ in range(4):
@@ -78,7 +78,7 @@ def frees(
 
 def _first_free(full: Callable[[float], bool], low: int, high: int) -> int:
     """The first second in [low, high] from which `full` is false up to `high` (not
-    full(high); `full` falls at most once there)."""
+    full(high); `full` falls at most once there): a binary search."""
     while low < high:
         middle = (low + high) // 2
         if full(middle):
@@ -95,15 +95,9 @@ def _clock_runs(low: int, end: int, zone: tzinfo) -> list[int]:
     step = 86_400  # no zone changes its offset twice in a day
     for at in range(low, end, step):
         after = min(at + step, end - 1)
-        if _offset(at, zone) != _offset(after, zone):
-            first, last = at, after  # the offset changes in (first, last]
-            while last - first > 1:
-                middle = (first + last) // 2
-                if _offset(middle, zone) == _offset(first, zone):
-                    first = middle
-                else:
-                    last = middle
-            cuts.append(last)
+        before = _offset(at, zone)
+        if before != _offset(after, zone):  # the first second with the new offset
+            cuts.append(_first_free(lambda s, b=before: _offset(s, zone) == b, at, after))
     return [low, *cuts]
 
 

@@ -83,16 +83,17 @@ def month_start(at: datetime) -> datetime:
 
 
 def month_frees(at: float, now: float, zone: tzinfo, margin: float) -> float:
-    """The first time from `now` at which an upload the ledger dates `at` has left Lsky's
-    month window (the month's start has passed its whole second), Lsky's clock within
-    `margin` of ours. Within a calendar month the start only moves on, so the answer is
-    the first month whose start reaches past it, at the latest of that month's first
-    instant, `now`, and the upload's second plus the month before's length."""
+    """The first time from `now` from which an upload the ledger dates `at` has left Lsky's
+    month window for good (the month's start has passed its whole second), Lsky's clock
+    within `margin` of ours. Within a calendar month the start only moves on, but for an
+    hour the clock repeats, so the answer is the first month whose start reaches past it,
+    at the latest of that month's first instant, `now`, and the last pass of the upload's
+    second plus the month before's length on the wall clock."""
     target = math.floor(at + margin) + LSKY_SECOND
     earliest = max(now - margin, target)
-    wall = datetime.fromtimestamp(earliest, zone).replace(tzinfo=None)
     wall_target = datetime.fromtimestamp(target, zone).replace(tzinfo=None)
-    year, month = wall.year, wall.month
+    start = datetime.fromtimestamp(earliest, zone)
+    year, month = start.year, start.month
     for _ in range(4):
         first = datetime(year, month, 1)
         year, month = (year, month + 1) if month < 12 else (year + 1, 1)
