@@ -6,7 +6,9 @@ holds only the archive function, as on Lambda where the provider and Lsky are re
 machines. moto (SQS, and S3 for the staging bucket) is started with the first child's
 environment: every archive bench runs with staging on, as a deployed stack does.
 `limited()` starts a second provider and Lsky, each behind a link of LINK_BYTES_PER_SEC
-(the transfer bench's limited pairs), the first time it is asked for.
+(the transfer bench's limited pairs), and `apart()` a provider that writes each answer's
+header and body apart with Nagle on (the overhead bench's second case), the first time each
+is asked for.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class Services:
         self._processes: list[subprocess.Popen[str]] = []
         self._lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
         self._limited: Limited | None = None
+        self._apart = ""
         self._ids = itertools.count(1)
 
     def start(self) -> Self:
@@ -118,6 +121,17 @@ class Services:
         if self._limited is None:
             self._limited = Limited(*self._start_pair(LINK_BYTES_PER_SEC))
         return self._limited
+
+    def apart(self) -> str:
+        """The URL of a provider of TINY that leaves Nagle's algorithm on (`bench.upstream
+        --nagle`, as Python's http.server): each answer's header and body in two writes,
+        the body sent once the client has acknowledged the header. Started once."""
+        if not self._apart:
+            process = self._spawn(
+                [sys.executable, "-m", "bench.upstream", f"{TINY}={TINY_BYTES}", "--nagle"]
+            )
+            self._apart = _read_announcement(process, "UPSTREAM_URL=")
+        return self._apart
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[str]:
         process = subprocess.Popen(

@@ -4,13 +4,14 @@ A separate process so the server's threads do not share a GIL (or an RSS figure)
 with the process being measured; on Lambda the provider is on another machine.
 
     python -m bench.upstream /tiny.png=200 /big.png=50000000 /nolen.png=50000000:chunked \
-        /slow.png=200:delay=1.5 /gone.png=0:status=403 [--link-rate=40000000]
+        /slow.png=200:delay=1.5 /gone.png=0:status=403 [--link-rate=40000000] [--nagle]
 
 prints `UPSTREAM_URL=http://127.0.0.1:PORT` once listening, then serves until stdin
 closes (so it never outlives the bench that started it). Bodies are valid PNGs of
 exactly the given size (devkit.images.png_stream), generated as they are sent.
 `--link-rate` sends every body at that many bytes a second (a provider behind a
-limited link).
+limited link). `--nagle` leaves Nagle's algorithm on: each answer's header and body go
+out in two writes, the body only once the client has acknowledged the header.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def _body(size: int) -> StreamBody:
 
 def main(argv: list[str]) -> int:
     rates = [float(a.removeprefix("--link-rate=")) for a in argv if a.startswith("--link-rate=")]
-    server = UpstreamServer(link_bytes_per_sec=rates[-1] if rates else None)
+    server = UpstreamServer(
+        link_bytes_per_sec=rates[-1] if rates else None, nagle="--nagle" in argv
+    )
     for spec in (a for a in argv if not a.startswith("--")):
         path, _, rest = spec.partition("=")
         size_text, _, mode = rest.partition(":")

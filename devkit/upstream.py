@@ -8,6 +8,9 @@ Routes match on the path without the query string. Every option is
 per-route; `hits(path)` counts requests, including failed ones, and `bodies_sent(path)`
 says when each whole body's last byte went out. `link_bytes_per_sec` makes the server a
 provider behind a link of that rate (every body crosses it; a bench's limited pair).
+`nagle=True` leaves Nagle's algorithm on (no TCP_NODELAY), as Python's http.server and
+many small services do: each answer's header and body go out in two writes, so the body
+waits for the client's ACK of the header.
 """
 
 from __future__ import annotations
@@ -85,9 +88,15 @@ class UpstreamServer(BackgroundServer):
     """Scriptable image server on 127.0.0.1 (context manager; `start()`/`stop()`)."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, link_bytes_per_sec: float | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        link_bytes_per_sec: float | None = None,
+        nagle: bool = False,
     ) -> None:
         self.handler_class = _Handler
+        self.nagle = nagle
         self._lock = threading.Lock()
         self._routes: dict[str, Route] = {}
         self._hits: defaultdict[str, int] = defaultdict(int)
@@ -215,6 +224,11 @@ def _route_key(path: str) -> str:
 
 
 class _Handler(QuietHandler):
+    def setup(self) -> None:
+        # Before StreamRequestHandler.setup reads it: per server, not per class.
+        self.disable_nagle_algorithm = not self.server.owner.nagle
+        super().setup()
+
     def do_GET(self) -> None:
         self._respond(head=False)
 

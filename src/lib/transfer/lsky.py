@@ -24,6 +24,7 @@ from lib.transfer.lsky_envelope import parsed
 from lib.transfer.lsky_listing import ListingPage, listed_image, parse_listing
 from lib.transfer.lsky_upload import HostedImage, parse_upload_response
 from lib.transfer.multipart import BodyLengthError, MultipartBody
+from lib.transfer.quickack import PromptAckConnection, PromptAckHTTPSConnection
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 60.0  # Lsky may re-encode or write to remote storage before answering
@@ -53,8 +54,16 @@ class Sendable(Protocol):
     def chunks(self) -> Iterator[bytes]: ...
 
 
+class _Pool(HTTPConnectionPool):
+    ConnectionCls = PromptAckConnection  # kept: no delayed-ACK wait on the next answer
+
+
+class _TLSPool(HTTPSConnectionPool):
+    ConnectionCls = PromptAckHTTPSConnection
+
+
 # Pools whose connections tell the exchange's watchdog which socket to shut.
-_POOLS = {"http": watched_pool(HTTPConnectionPool), "https": watched_pool(HTTPSConnectionPool)}
+_POOLS = {"http": watched_pool(_Pool), "https": watched_pool(_TLSPool)}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """urllib3 connections that go to addresses the guard already checked, never to a new lookup.
 
 Only the TCP connect is redirected; Host, SNI and certificate checks use the URL's host.
+They are kept (lib.transfer.kept), so they read answers without a delayed-ACK wait.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import create_connection
 
+from lib.transfer.quickack import PromptAckConnection
 
-class _Pinned(HTTPConnection):
+
+class _Pinned(PromptAckConnection):
     _addresses: tuple[str, ...]
     _deadline: float
 
