@@ -1379,27 +1379,28 @@ WHERE archive_staged_key IS NOT NULL;
 -- and the migration's own row updates. docs/database.md says why each is shaped so.
 
 -- name: schema_catalog
--- Which of the declared objects exist, as (kind, name, table, flag): flag says whether an
--- index is valid (an interrupted CONCURRENTLY build leaves it INVALID) and whether a
--- constraint is validated. Catalog reads only: no lock on the tables themselves.
-SELECT 'table', c.relname, c.relname, true
+-- Which of the declared objects exist, as (kind, name, table, flag, definition): flag says
+-- whether an index is valid (an interrupted CONCURRENTLY build leaves it INVALID) and
+-- whether a constraint is validated; a constraint's definition is compared with the
+-- declared one. Catalog reads only: no lock on the tables themselves.
+SELECT 'table', c.relname, c.relname, true, NULL
 FROM pg_class AS c
 WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
   AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'column', a.attname, c.relname, true
+SELECT 'column', a.attname, c.relname, true, NULL
 FROM pg_attribute AS a
 JOIN pg_class AS c ON c.oid = a.attrelid
 WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
   AND pg_table_is_visible(c.oid) AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'index', c.relname, t.relname, i.indisvalid
+SELECT 'index', c.relname, t.relname, i.indisvalid, NULL
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_class AS t ON t.oid = i.indrelid
 WHERE c.relname = ANY(CAST(:indexes AS text[])) AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'constraint', k.conname, t.relname, k.convalidated
+SELECT 'constraint', k.conname, t.relname, k.convalidated, pg_get_constraintdef(k.oid)
 FROM pg_constraint AS k
 JOIN pg_class AS t ON t.oid = k.conrelid
 WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oid);
