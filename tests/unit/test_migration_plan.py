@@ -3,7 +3,6 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import pytest
@@ -401,8 +400,15 @@ def test_a_constraint_whose_allowed_values_differ_is_replaced() -> None:
 
 def test_the_catalog_reads_a_constraint_s_values_from_its_definition() -> None:
     catalog = mp.Catalog.from_rows(
-        [("constraint", KINDS, "image_archive_events", True,
-          "CHECK ((kind = ANY (ARRAY['enqueued'::text, 'failed'::text])))")]
+        [
+            (
+                "constraint",
+                KINDS,
+                "image_archive_events",
+                True,
+                "CHECK ((kind = ANY (ARRAY['enqueued'::text, 'failed'::text])))",
+            )
+        ]
     )
     assert catalog.constraint_values == {KINDS: frozenset({"enqueued", "failed"})}
     # A catalog row without a definition (an older query) compares nothing.

@@ -104,6 +104,19 @@ class Copier:
         # Unanswered, the question stays open: the image may still be on the host.
         raise ArchiveFailure(replace(failure, may_be_hosted=True))
 
+    def still_listed(self, task: Task, key: str, deadline: float) -> bool:
+        """Whether Lsky still lists image `key` under the record's name (a restore's damaged
+        copy: Lsky reuses a listed image's file for the same bytes). Raises ArchiveFailure
+        (stage lookup)."""
+        stem = hosted_file_stem(
+            username=task.username,
+            user_id=task.user_id,
+            record_id=task.record_id,
+            started_at=task.started_at,
+        )
+        found = self.lsky.find(hosted_names(stem), keyword=f"{stem}.", deadline=deadline)
+        return any(str(image.data.get("key", "")) == key for image in found)
+
     def _judge(self, task: Task, found: list[HostedImage], sent: SentImage | None) -> LookUp:
         """Which of the images found with the record's name can be ours."""
         ours: list[HostedImage] = []

@@ -30,7 +30,7 @@ from lib.state.claim import SentImage, StagedCopy, Task
 from lib.state.events import EventLog
 from lib.state.lane import LaneState
 from lib.state.lane_store import LaneStore, SlotAnswer
-from lib.transfer.failures import ArchiveFailure, Failure, Stage
+from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage
 from lib.transfer.held import HeldImage
 
 
@@ -87,6 +87,10 @@ class Transfer:
             queued = self._slot_or_wait(at, None)
             if queued is not None:
                 return self._keep_while_waiting(at, queued, "queued for a slot")
+        if task.restore is not None and task.restore.old_key:
+            blocked = self._restore_blocked(at, task.restore.old_key)
+            if blocked is not None:
+                return blocked
         if task.may_be_hosted and task.sent is not None:
             # What the lost upload sent is known: look it up before fetching anything.
             found = self._look_up(at, task.sent, None)
@@ -104,6 +108,27 @@ class Transfer:
             return self._with_bytes(at, held)
         finally:
             held.close()
+
+    def _restore_blocked(self, at: _Attempt, old_key: str) -> Verdict | None:
+        """A restore uploads bytes Lsky has stored before. While it still lists the damaged
+        copy's image, it would reuse that image's file (its dedupe is by md5 and sha1, not
+        by the file being there): the restore would store nothing new. An operator deletes
+        that image first (docs/audit.md)."""
+        try:
+            listed = self.copier.still_listed(at.task, old_key, at.deadline)
+        except ArchiveFailure as error:
+            story.looked_up(at.events, error.failure.message)
+            return self._failed(at, error.failure, None)
+        if not listed:
+            return None
+        record_id = at.task.record_id
+        failure = Failure(
+            Stage.RESTORE,
+            Kind.REJECTED,
+            f"Lsky still lists image {old_key[:64]}, the damaged copy, and would reuse its file;"
+            f" delete it on the host, then `archive-ctl restore --id {record_id}`",
+        )
+        return self._attempt_failed(at, failure)
 
     # -- the bytes in hand ---------------------------------------------------------------
 

@@ -1,0 +1,251 @@
+"""The audit of hosted images, against the real services: records archived by the real
+archive handler, then what a host does to stored files (the Lsky stand-in loses, replaces
+and shares them, or its file route fails), then the audit function called as the
+EventBridge schedule does, and the archive handler again for what it repairs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from devkit import images
+from lib.platform.observability import metrics
+from tests.integration.world import World
+from tests.support import FakeLambdaContext, fetch_record
+
+PNG = images.png(8, 8)
+
+
+@dataclass
+class Audit:
+    world: World
+
+    def run(self, **env: str | None) -> dict[str, Any]:
+        """The audit function, invoked as the schedule does (with these settings)."""
+        from handlers.auditor import lambda_handler
+
+        if env:
+            self.world.settings(**env)
+        context = FakeLambdaContext(function_name="AuditFunction", timeout_seconds=300)
+        result: dict[str, Any] = lambda_handler({}, context)
+        return result
+
+    def archived(self, *record_ids: int, body: bytes = PNG) -> None:
+        """Each record archived by the archive handler from the provider."""
+        for record_id in record_ids:
+            self.world.record(record_id, body)
+            self.world.deliver(record_id)
+            assert self.world.state(record_id) == ("SUCCEEDED", 1)
+
+    def key(self, record_id: int) -> str:
+        return str(fetch_record(self.world.db, record_id)["hosted_response"]["key"])
+
+    def audit_row(self, record_id: int) -> dict[str, Any]:
+        db = self.world.db
+        rows = db.run("SELECT * FROM image_archive_audits WHERE record_id = :id", id=record_id)
+        names = [column["name"] for column in db.columns]
+        return dict(zip(names, rows[0], strict=True))
+
+    def events(self, record_id: int, kind: str) -> list[dict[str, Any]]:
+        rows = self.world.db.run(
+            "SELECT detail FROM image_archive_events WHERE record_id = :id AND kind = :kind"
+            " ORDER BY at, seq",
+            id=record_id,
+            kind=kind,
+        )
+        return [row[0] if isinstance(row[0], dict) else json.loads(row[0]) for row in rows]
+
+    def make_due(self, *record_ids: int) -> None:
+        self.world.db.run(
+            "UPDATE image_archive_audits SET due_at = now() WHERE record_id = ANY(:ids)",
+            ids=list(record_ids),
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_metric_leaks() -> Iterator[None]:
+    metrics.clear_metrics()
+    yield
+    metrics.clear_metrics()
+
+
+@pytest.fixture
+def audit(world: World) -> Audit:
+    return Audit(world)
+
+
+def test_a_fresh_archive_is_checked_once_and_an_intact_copy_writes_nothing(
+    audit: Audit, world: World
+) -> None:
+    audit.archived(1, 2)
+    before = fetch_record(world.db, 1)
+
+    summary = audit.run()
+
+    assert summary["checked"] == 2
+    assert summary["intact"] == 2
+    assert not summary["host_down"]
+    assert world.lsky.file_gets == 2
+    # The producer's table is not churned, nor the story told of what was as expected.
+    assert fetch_record(world.db, 1) == before
+    assert audit.events(1, "audited") == []
+    row = audit.audit_row(1)
+    assert row["verdict"] == "intact"
+    # Due again a period later: a second run checks nothing.
+    assert audit.run()["checked"] == 0
+    assert world.lsky.file_gets == 2
+
+
+@pytest.mark.parametrize(
+    ("damage", "verdict"),
+    [
+        ("lose", "missing"),
+        ("replace", "altered"),
+        ("share", "altered"),
+    ],
+)
+def test_a_damaged_copy_without_an_original_or_a_source_is_lost_on_the_host(
+    audit: Audit, world: World, damage: str, verdict: str
+) -> None:
+    audit.archived(1, body=images.png(8, 8))
+    audit.archived(2, body=images.png(9, 9))
+    key = audit.key(1)
+    if damage == "lose":
+        world.lsky.lose_file(key)
+    elif damage == "replace":
+        world.lsky.replace_file(key, images.png(10, 10))
+    else:
+        world.lsky.share_file(key, like=audit.key(2))
+    world.upstream.reset()  # the provider's URL is gone (404) by now
+    before = fetch_record(world.db, 1)
+
+    summary = audit.run()
+
+    assert summary[verdict] == 1
+    assert summary["intact"] == 1
+    assert summary["lost"] == 1
+    assert summary["restores"] == 0
+    assert [found["record_id"] for found in summary["found"]] == [1]
+    row = audit.audit_row(1)
+    assert (row["verdict"], row["lost"]) == (verdict, True)
+    [audited] = audit.events(1, "audited")
+    assert audited["verdict"] == verdict
+    assert audited["hosted_key"] == key  # named for an operator to delete
+    assert len(audit.events(1, "lost_on_host")) == 1
+    # Nothing is deleted on Lsky, the generation's row keeps what it had.
+    assert world.lsky.find_image(key) is not None
+    assert fetch_record(world.db, 1) == before
+
+
+def test_a_copy_the_host_lost_whole_is_archived_again_from_the_source_that_still_answers(
+    audit: Audit, world: World
+) -> None:
+    # The host's own data loss (a restore from an older backup): its row and file are gone.
+    audit.archived(1)
+    old = fetch_record(world.db, 1)
+    world.lsky.lose_file(audit.key(1))
+    world.lsky.drop_record(audit.key(1))
+
+    summary = audit.run()
+
+    assert (summary["missing"], summary["restores"], summary["lost"]) == (1, 1, 0)
+    row = fetch_record(world.db, 1)
+    # PENDING again, a fresh attempt budget, the old URL kept until a new one is stored.
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert row["hosted_image_url"] == old["hosted_image_url"]
+
+    world.archive.settle(event := world.archive.receive(), world.archive.invoke(event))
+
+    row = fetch_record(world.db, 1)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert row["hosted_image_url"] != old["hosted_image_url"]
+    [restored] = audit.events(1, "restored")
+    assert restored["old_url"] == old["hosted_image_url"]
+    assert restored["new_url"] == row["hosted_image_url"]
+    assert restored["old_key"] == old["hosted_response"]["key"]
+    # The new copy is checked soon, and found intact: the verdict changes back.
+    summary = audit.run()
+    assert (summary["checked"], summary["intact"]) == (1, 1)
+    assert audit.audit_row(1)["verdict"] == "intact"
+    assert audit.events(1, "audited")[-1]["verdict"] == "intact"
+    assert audit.events(1, "audited")[-1]["was"] == "missing"
+
+
+def test_a_restore_lsky_would_dedupe_onto_the_damaged_file_fails_with_what_to_do(
+    audit: Audit, world: World
+) -> None:
+    # A disk lost behind Lsky: the row is still listed, so Lsky would point a new upload
+    # of the same bytes at the same (missing) file. The restore says so and stores nothing.
+    audit.archived(1)
+    key = audit.key(1)
+    world.lsky.lose_file(key)
+    uploads = world.lsky.upload_count
+    audit.run()
+
+    world.archive.settle(event := world.archive.receive(), world.archive.invoke(event))
+
+    row = fetch_record(world.db, 1)
+    assert row["archive_status"] == "FAILED"
+    assert row["archive_error"].startswith(f"restore failed: Lsky still lists image {key}")
+    assert "archive-ctl restore --id 1" in row["archive_error"]
+    assert world.lsky.upload_count == uploads  # nothing uploaded
+    # The old URL stays: the generation's row never points at nothing.
+    assert row["hosted_image_url"] is not None
+
+
+def test_a_host_down_judges_nothing_and_says_so_once(audit: Audit, world: World) -> None:
+    audit.archived(1, 2, 3)
+    world.lsky.file_fault = 503
+
+    summary = audit.run()
+
+    assert summary["host_down"]
+    assert summary["checked"] == 0
+    assert summary["unreachable"] == 3
+    for record_id in (1, 2, 3):
+        row = audit.audit_row(record_id)
+        assert row["verdict"] is None
+        assert row["checked_at"] is None
+    assert world.archive.log_for("hosted images unreachable: the host seems down; nothing judged")
+    # Back up: the next run judges them all.
+    world.lsky.file_fault = None
+    assert audit.run()["intact"] == 3
+
+
+def test_a_dry_run_writes_nothing(audit: Audit, world: World) -> None:
+    from lib.archive import runtime
+
+    audit.archived(1)
+    world.lsky.lose_file(audit.key(1))
+    due_before = audit.audit_row(1)["due_at"]
+
+    summary = runtime.auditor().run(lambda: 300_000, dry_run=True)
+
+    assert (summary.missing, summary.restores, summary.dry_run) == (1, 1, True)
+    assert audit.audit_row(1)["due_at"] == due_before
+    assert audit.audit_row(1)["verdict"] is None
+    assert fetch_record(world.db, 1)["archive_status"] == "SUCCEEDED"
+    assert audit.events(1, "audited") == []
+
+
+def test_the_walk_enrols_records_archived_before_the_audit(audit: Audit, world: World) -> None:
+    # Archived by an older release: no audit row. The walk enrols them, the run checks them.
+    audit.archived(1)
+    world.db.run("DELETE FROM image_archive_audits")
+    world.db.run("INSERT INTO users (id, username) VALUES (2, 'bob') ON CONFLICT DO NOTHING")
+    world.db.run(
+        "INSERT INTO image_generation_records (id, user_id, status, image_url, archive_status)"
+        " VALUES (7, 2, 'SUCCEEDED', 'http://x.invalid/7.png', NULL)"
+    )
+
+    summary = audit.run()
+
+    assert summary["enrolled"] == 1
+    assert summary["intact"] == 1
+    assert world.db.run("SELECT record_id FROM image_archive_audits") == [[1]]
+    # The pass is finished: the next run walks nothing until a period has passed.
+    assert audit.run()["enrolled"] == 0
