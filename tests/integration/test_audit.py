@@ -17,8 +17,6 @@ from lib.platform.observability import metrics
 from tests.integration.world import World
 from tests.support import FakeLambdaContext, fetch_record
 
-PNG = images.png(8, 8)
-
 
 @dataclass
 class Audit:
@@ -34,10 +32,11 @@ class Audit:
         result: dict[str, Any] = lambda_handler({}, context)
         return result
 
-    def archived(self, *record_ids: int, body: bytes = PNG) -> None:
-        """Each record archived by the archive handler from the provider."""
+    def archived(self, *record_ids: int, body: bytes | None = None) -> None:
+        """Each record archived by the archive handler from the provider: an image of its
+        own unless `body` is given (Lsky stores identical bytes once, for every record)."""
         for record_id in record_ids:
-            self.world.record(record_id, body)
+            self.world.record(record_id, body or images.png(8 + record_id, 8))
             self.world.deliver(record_id)
             assert self.world.state(record_id) == ("SUCCEEDED", 1)
 
@@ -111,13 +110,12 @@ def test_a_fresh_archive_is_checked_once_and_an_intact_copy_writes_nothing(
 def test_a_damaged_copy_without_an_original_or_a_source_is_lost_on_the_host(
     audit: Audit, world: World, damage: str, verdict: str
 ) -> None:
-    audit.archived(1, body=images.png(8, 8))
-    audit.archived(2, body=images.png(9, 9))
+    audit.archived(1, 2)
     key = audit.key(1)
     if damage == "lose":
         world.lsky.lose_file(key)
     elif damage == "replace":
-        world.lsky.replace_file(key, images.png(10, 10))
+        world.lsky.replace_file(key, images.png(30, 30))
     else:
         world.lsky.share_file(key, like=audit.key(2))
     world.upstream.reset()  # the provider's URL is gone (404) by now
@@ -249,3 +247,50 @@ def test_the_walk_enrols_records_archived_before_the_audit(audit: Audit, world: 
     assert world.db.run("SELECT record_id FROM image_archive_audits") == [[1]]
     # The pass is finished: the next run walks nothing until a period has passed.
     assert audit.run()["enrolled"] == 0
+
+
+# -- the operator's commands ---------------------------------------------------------------
+
+
+@pytest.fixture
+def ctl(archive_ctl: Any, world: World) -> Any:
+    archive_ctl.env["ARCHIVE_ALLOW_PRIVATE_NETWORKS"] = "127.0.0.0/8"
+    return archive_ctl
+
+
+def test_archive_ctl_audit_checks_the_chosen_records_now_and_says_what_it_found(
+    audit: Audit, world: World, ctl: Any
+) -> None:
+    audit.archived(1, 2, 3)
+    audit.run()  # all checked: none due now
+    world.lsky.lose_file(audit.key(2))
+    world.lsky.drop_record(audit.key(2))
+    world.upstream.reset()  # and the provider's URL is gone: lost
+
+    dry = ctl("audit", "--id", "2", "3", "--dry-run")
+    assert dry.returncode == 3, dry.stderr
+    assert "audit (dry run: nothing written): 2 copies checked: 1 intact, 1 missing" in dry.stdout
+    assert audit.audit_row(2)["verdict"] == "intact"  # nothing written
+
+    answer = ctl.json("audit", "--id", "2", "3", code=3)
+
+    assert (answer["checked"], answer["missing"], answer["lost"]) == (2, 1, 1)
+    [found] = answer["found"]
+    assert (found["record_id"], found["verdict"], found["repair"]) == (2, "missing", "lost")
+    assert audit.audit_row(2)["lost"] is True
+    # Nothing else was due: the rotation checks nothing.
+    assert ctl.json("audit")["checked"] == 0
+
+
+def test_archive_ctl_restore_names_what_it_cannot_restore(
+    audit: Audit, world: World, ctl: Any
+) -> None:
+    audit.archived(1)
+    result = ctl("restore", "--id", "1", "9")
+    assert result.returncode == 3, result.stderr
+    assert "#1: left alone: no original kept: nothing to restore it from" in result.stdout
+    assert "#9: no such record" in result.stdout
+    assert fetch_record(world.db, 1)["archive_status"] == "SUCCEEDED"
+    usage = ctl("restore")
+    assert usage.returncode == 2
+    assert "say which: --id ID..., --missing or --altered" in usage.stderr

@@ -101,7 +101,8 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     )
 
 
-def build_auditor(settings: AuditSettings) -> Auditor:
+def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Auditor:
+    """The auditor; `db`: a connection of the caller's (archive-ctl's), else its own."""
     from lib.audit.auditor import Auditor  # noqa: PLC0415
     from lib.audit.originals_off import NoOriginals  # noqa: PLC0415
     from lib.audit.repair import Restorer  # noqa: PLC0415
@@ -109,7 +110,7 @@ def build_auditor(settings: AuditSettings) -> Auditor:
     from lib.state.operations import OperatorRecords  # noqa: PLC0415
     from lib.transfer.download import Downloader  # noqa: PLC0415
 
-    db = Database(settings.database, application_name="image-archive-auditor")
+    db = db or Database(settings.database, application_name="image-archive-auditor")
     audits = AuditRecords(db)
     return Auditor(
         audits=audits,

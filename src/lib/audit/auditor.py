@@ -106,6 +106,7 @@ class Auditor:
         remaining_ms: Callable[[], int],
         *,
         choice: Choice | None = None,
+        limit: int | None = None,
         dry_run: bool = False,
         progress: Callable[[AuditSummary], None] | None = None,
         by: Actor = Actor.AUDITOR,
@@ -114,9 +115,11 @@ class Auditor:
         run = _Run(self, summary, remaining_ms, Pace(self.rate), dry_run=dry_run, by=by)
         if choice is None and not dry_run:
             summary.enrolled = run.walk()
-        after_id, left = 0, None if choice is None else choice.limit
+        after_id, left = 0, limit if choice is None else choice.limit
         while run.time_left():
             size = BATCH if left is None else min(BATCH, left)
+            if dry_run and choice is None:
+                size = left or BATCH  # the rotation's next rows, read once: nothing moves on
             if size <= 0:
                 break
             targets = run.take(choice, after_id, size)
@@ -130,7 +133,7 @@ class Auditor:
             if progress is not None:
                 progress(summary)
             if dry_run and choice is None:
-                break  # a dry run of the rotation reads one page: nothing moves it on
+                break  # a dry run of the rotation reads one batch: nothing moves it on
         counts = {k: v for k, v in summary.as_dict().items() if k != "found"}
         logger.info("audit finished", **counts)
         return summary
@@ -223,7 +226,9 @@ class _Run:
             for record_id in audits.record(
                 results, period_seconds=period, retry_seconds=RETRY_SECONDS
             ):
-                logger.error("hosted image lost: nothing to restore it from", record_id=record_id)
+                logger.error(
+                    "hosted image lost: nothing to restore it from", record_id=str(record_id)
+                )
             self._restore()
         return not unchecked
 
@@ -264,7 +269,7 @@ class _Run:
             )
             logger.warning(
                 "hosted image is not what was archived",
-                record_id=target.record_id,
+                record_id=str(target.record_id),
                 verdict=str(verdict),
                 why=judged.why,
                 repair=detail["repair"],

@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from lib import __version__
-from lib.cli import backfill, enqueue, grants, lane, listing, migrate, redrive, show, status
+from lib.cli import audit, backfill, enqueue, grants, lane, listing, migrate, redrive, show, status
 from lib.cli.args import add_selection, parse_since, positive, positive_at_most, positive_number
 from lib.cli.context import (
     EXIT_MISSING_GRANTS,
@@ -170,8 +170,66 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=positive, default=50, help=argparse.SUPPRESS)
 
     _queue_commands(command, commands)
+    _audit_commands(command)
     _schema_commands(command)
     return parser
+
+
+def _audit_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`audit` and `restore`: the hosted copies checked now, and repaired from originals."""
+    p = command(
+        "audit",
+        audit.run_audit,
+        "check hosted copies now (the audit function's pass), with progress",
+        "Reads each archived record's hosted copy (the download's guard, deadline and size "
+        "cap) and judges it against what Lsky reported at upload: intact, missing (404, 410, "
+        "or not an image) or altered (other bytes); unreachable is no verdict. Without "
+        "--id or --since it takes the audit function's rotation (what is due), else the "
+        "records chosen, due or not. It acts as the audit function does: keeps an original "
+        "from an intact copy when none is kept, asks for a restore of a damaged one that has "
+        "an original (or whose provider URL still gives the bytes first sent), marks it lost "
+        "otherwise. At most ARCHIVE_AUDIT_RATE GETs a second. Ctrl-C stops it; what was "
+        "checked is recorded batch by batch.",
+        codes=[
+            (EXIT_PARTIAL, "something is not intact (missing, altered, lost), or the host seemed "
+             "down"),
+        ],
+    )  # fmt: skip
+    p.add_argument("--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records")
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="WHEN",
+        help="records archived since WHEN: a duration (24h, 7d) or an ISO date/time",
+    )
+    p.add_argument("--limit", type=positive, metavar="N", help="at most N records (default: all)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check and judge, write and repair nothing"
+    )
+
+    p = command(
+        "restore",
+        audit.run_restore,
+        "archive records again from their originals",
+        "Each record chosen goes back to PENDING with a fresh attempt budget, keeping its "
+        "hosted URL, and is archived again through the archive function from its original "
+        "(read back and checked against its SHA-256 first): the lane, pacing and the look-up "
+        "as any archive. The success write replaces the hosted URL and names the old one "
+        "and its key in the record's story. Nothing is deleted on the host. A record "
+        "without an original is left alone (it is lost on the host).",
+        codes=[(EXIT_PARTIAL, "some records were left alone, not found or not sent")],
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records"
+    )
+    which.add_argument(
+        "--missing", action="store_true", help="every record the audit last found missing"
+    )
+    p.add_argument(
+        "--altered", action="store_true", help="every record the audit last found altered"
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be restored")
 
 
 def _queue_commands(

@@ -1808,12 +1808,18 @@ picked AS (
     SELECT r.id, r.hosted_image_url, r.hosted_response ->> 'key' AS old_key
     FROM image_generation_records AS r
     JOIN asked ON asked.id = r.id
-    WHERE r.archive_status = 'SUCCEEDED'
+    WHERE (r.archive_status = 'SUCCEEDED'
+           -- A restore that failed (Lsky would have reused the damaged file, the original
+           -- could not be read): tried again as it was asked.
+           OR (r.archive_status = 'FAILED'
+               AND EXISTS (SELECT 1 FROM image_archive_restores AS x WHERE x.record_id = r.id)))
       AND (asked.url IS NULL OR r.hosted_image_url IS NOT DISTINCT FROM asked.url)
       -- Without an original only when the caller checked the provider's URL still gives
-      -- the bytes first sent (the auditor): the archive then fetches it again from there.
+      -- the bytes first sent (the auditor; or its restore is under way already): the
+      -- archive then fetches it again from there.
       AND (NOT CAST(:need_original AS boolean)
-           OR EXISTS (SELECT 1 FROM image_archive_originals AS o WHERE o.record_id = r.id))
+           OR EXISTS (SELECT 1 FROM image_archive_originals AS o WHERE o.record_id = r.id)
+           OR EXISTS (SELECT 1 FROM image_archive_restores AS x WHERE x.record_id = r.id))
     FOR UPDATE OF r SKIP LOCKED
 ),
 marked AS (
@@ -1851,3 +1857,27 @@ told AS (
     FROM picked JOIN marked USING (id)
 )
 SELECT marked.id, marked.archive_enqueued_at FROM marked ORDER BY marked.id;
+
+-- name: audit_found
+-- What the audit found wrong and is still so (`archive-ctl restore --missing/--altered`):
+-- archived records whose last verdict is :verdict, by id after :after_id (its partial
+-- index), with whether an original is kept.
+SELECT a.record_id, a.checked_url, o.record_id IS NOT NULL, a.lost
+FROM image_archive_audits AS a
+JOIN image_generation_records AS r ON r.id = a.record_id
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id
+WHERE a.verdict = :verdict AND a.verdict <> 'intact' AND a.record_id > :after_id
+  AND r.archive_status = 'SUCCEEDED'
+ORDER BY a.record_id
+LIMIT :limit;
+
+-- name: restorable
+-- The records an operator names (`archive-ctl restore --id`), as a restore would take
+-- them: archived (or FAILED with a restore under way), and whether an original is kept.
+SELECT asked.id, r.id IS NOT NULL, r.archive_status, o.record_id IS NOT NULL,
+       x.record_id IS NOT NULL
+FROM unnest(CAST(:ids AS bigint[])) AS asked (id)
+LEFT JOIN image_generation_records AS r ON r.id = asked.id
+LEFT JOIN image_archive_originals AS o ON o.record_id = asked.id
+LEFT JOIN image_archive_restores AS x ON x.record_id = asked.id
+ORDER BY asked.id;

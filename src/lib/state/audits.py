@@ -177,3 +177,37 @@ class AuditRecords(Statements):
             need_original=need_original,
         )
         return [(int(record_id), stamp) for record_id, stamp in rows]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A record the audit found wrong (`audit_found`), or one an operator names
+    (`restorable`): whether a restore can take it, and from what."""
+
+    record_id: int
+    url: str | None  # the hosted URL judged (None: any)
+    has_original: bool
+    lost: bool = False
+    archive_status: str | None = None
+    restoring: bool = False  # a restore is under way (or failed): it may be asked again
+
+
+class AuditFindings(Statements):
+    """What `archive-ctl restore` reads before it asks for restores."""
+
+    def found(self, verdict: str, *, after_id: int, limit: int) -> list[Found]:
+        rows = self._run("audit_found", verdict=verdict, after_id=after_id, limit=limit)
+        return [
+            Found(int(r), url, bool(original), bool(lost), ArchiveStatus.SUCCEEDED)
+            for r, url, original, lost in rows
+        ]
+
+    def restorable(self, record_ids: Sequence[int]) -> list[Found | int]:
+        """Each id as a restore would take it, or the id alone when there is no record."""
+        rows = self._run("restorable", ids=list(record_ids))
+        return [
+            Found(int(r), None, bool(original), False, status, bool(restoring))
+            if exists
+            else int(r)
+            for r, exists, status, original, restoring in rows
+        ]
