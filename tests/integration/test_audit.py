@@ -294,3 +294,23 @@ def test_archive_ctl_restore_names_what_it_cannot_restore(
     usage = ctl("restore")
     assert usage.returncode == 2
     assert "say which: --id ID..., --missing or --altered" in usage.stderr
+
+
+def test_archive_ctl_list_finds_what_the_audit_found_with_the_key_to_delete(
+    audit: Audit, world: World, ctl: Any
+) -> None:
+    audit.archived(1, 2, 3)
+    for record_id in (1, 2):
+        world.lsky.replace_file(audit.key(record_id), images.png(40 + record_id, 40))
+    world.upstream.reset()
+    audit.make_due(1, 2, 3)
+    audit.run()
+
+    altered = ctl.json("list", "--audit", "altered")
+    assert [r["id"] for r in altered["records"]] == [2, 1]
+    assert {r["audit"] for r in altered["records"]} == {"altered (lost)"}
+    assert [r["hosted_key"] for r in altered["records"]] == [audit.key(2), audit.key(1)]
+    assert [r["id"] for r in ctl.json("list", "--audit", "lost")["records"]] == [2, 1]
+    assert ctl.json("list", "--audit", "missing")["records"] == []
+    text = ctl("list", "--audit", "lost").stdout
+    assert f"audit: altered (lost), key {audit.key(1)}" in text

@@ -277,6 +277,10 @@ class Concluder:
         self.staging.discard(task.staged_key)
         if recorded is not Recorded.UNDER_LOCK:
             RECORDED_WARNINGS[recorded](copied)
+        if task.restore is not None and recorded in _WRITTEN:
+            # The old copy stays on the host: its key is named for an operator to delete.
+            logger.info("hosted image restored", replaced_key=task.restore.old_key)
+            metrics.add_metric(name="Restored", unit=MetricUnit.Count, value=1)
         return True
 
     def _fail(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -385,6 +389,8 @@ _RECEIPT_GONE = frozenset(
 )
 
 _NOT_ERRORS = frozenset({WaitReason.NO_TIME, WaitReason.PACED})
+# The success writes that recorded this attempt's copy.
+_WRITTEN = frozenset({Recorded.UNDER_LOCK, Recorded.AFTER_LOCK_PASSED})
 
 # Why a row given back (RELEASE, PARK) waits, when the verdict does not say.
 _GIVEN_BACK_REASONS: Mapping[Outcome, WaitReason] = {

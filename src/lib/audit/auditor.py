@@ -18,7 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from lib.audit.check import Checked, check_hosted, refetch
 from lib.audit.pace import Pace
 from lib.audit.repair import Restorer
-from lib.audit.verdict import Repair, host_down, repair_for
+from lib.audit.verdict import AuditVerdict, Repair, host_down, repair_for
 from lib.platform.observability import logger, metrics
 from lib.state.audits import AuditRecords, AuditResult, AuditTarget
 from lib.state.claim import KeptOriginal
@@ -39,7 +39,6 @@ RETRY_SECONDS = 900
 # The walk enrols older archives this many rows a statement, and a few statements a run.
 WALK_BATCH = 5_000
 WALK_STEPS = 20
-DAY_SECONDS = 86_400
 
 
 class Originals(Protocol):
@@ -242,7 +241,7 @@ class _Run:
             return AuditResult(target.record_id, None, target.hosted_url, detail=why)
         self.summary.checked += 1
         setattr(self.summary, str(verdict), getattr(self.summary, str(verdict)) + 1)
-        _count(f"Audit{str(verdict).capitalize()}", 1)
+        _count(verdict_metric(verdict), 1)
         originals = self.a.originals
         repair = repair_for(
             judged,
@@ -329,6 +328,15 @@ class _Run:
             why=whys[:5],
         )
         _count("AuditHostDown", 1)
+
+
+def verdict_metric(verdict: AuditVerdict) -> str:
+    """The metric a verdict counts (the alarms are on missing and altered)."""
+    if verdict is AuditVerdict.INTACT:
+        return "AuditIntact"
+    if verdict is AuditVerdict.MISSING:
+        return "AuditMissing"
+    return "AuditAltered"
 
 
 def _count(name: str, value: int) -> None:

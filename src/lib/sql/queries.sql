@@ -698,6 +698,13 @@ AND (CAST(:error_patterns AS text[]) IS NULL
 AND (CAST(:waiting AS text) IS NULL
      OR (archive_status = 'PENDING' AND archive_next_run_at > now()
          AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
+-- :audit, what the audit last found (missing, altered; lost: either, nothing to restore
+-- from): its partial index holds only such rows.
+AND (CAST(:audit AS text) IS NULL
+     OR id IN (SELECT a.record_id FROM image_archive_audits AS a
+               WHERE a.verdict <> 'intact'
+                 AND (a.verdict = CAST(:audit AS text)
+                      OR (CAST(:audit AS text) = 'lost' AND a.lost))))
 
 -- name: failed_selection
 -- FAILED rows the selection names that failed in [:since, :until); :requeuable keeps only
@@ -714,7 +721,11 @@ id, status, archive_status, archive_attempts, archive_wait_reason,
 archive_enqueued_at IS NULL, archive_next_run_at, archive_locked_at, archive_error,
 archived_at, hosted_image_url, started_at,
 CASE WHEN archive_status = 'FAILED' THEN {{failed_time}} END,
-archive_status = 'FAILED' AND archive_failed_at IS NULL
+archive_status = 'FAILED' AND archive_failed_at IS NULL,
+(SELECT a.verdict || CASE WHEN a.lost THEN ' (lost)' ELSE '' END
+ FROM image_archive_audits AS a
+ WHERE a.record_id = id AND a.verdict <> 'intact'),
+hosted_response ->> 'key'
 
 -- name: list_failed
 -- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
