@@ -314,3 +314,22 @@ def test_archive_ctl_list_finds_what_the_audit_found_with_the_key_to_delete(
     assert ctl.json("list", "--audit", "missing")["records"] == []
     text = ctl("list", "--audit", "lost").stdout
     assert f"audit: altered (lost), key {audit.key(1)}" in text
+
+
+def test_status_and_show_tell_the_audit_s_coverage_and_a_record_s_last_check(
+    audit: Audit, world: World, ctl: Any
+) -> None:
+    audit.archived(1, 2)
+    world.lsky.lose_file(audit.key(2))
+    world.upstream.reset()
+    audit.run()
+
+    status = ctl.json("status")["audit"]
+    assert (status["archived"], status["intact"], status["missing"], status["lost"]) == (2, 1, 1, 1)
+    assert (status["with_original"], status["without_original"]) == (0, 2)
+    assert status["never_checked"] == 0
+    shown = ctl("show", "2").stdout
+    assert "  audit        missing since" in shown
+    assert ", lost on the host; last checked" in shown
+    assert "lost_on_host" in shown
+    assert ctl.json("show", "2")["kept"]["verdict"] == "missing"

@@ -1892,3 +1892,29 @@ LEFT JOIN image_generation_records AS r ON r.id = asked.id
 LEFT JOIN image_archive_originals AS o ON o.record_id = asked.id
 LEFT JOIN image_archive_restores AS x ON x.record_id = asked.id
 ORDER BY asked.id;
+
+-- name: audit_coverage
+-- `archive-ctl status`: how far the audit and the originals cover the archive. One pass
+-- over the audit table (a row per archived record, narrow), the originals joined by key.
+SELECT count(*),
+       count(*) FILTER (WHERE a.checked_at IS NULL),
+       min(a.checked_at),
+       count(*) FILTER (WHERE a.verdict = 'intact'),
+       count(*) FILTER (WHERE a.verdict = 'missing'),
+       count(*) FILTER (WHERE a.verdict = 'altered'),
+       count(*) FILTER (WHERE a.lost),
+       count(*) FILTER (WHERE a.unreachable_since IS NOT NULL),
+       count(*) FILTER (WHERE a.due_at <= now()),
+       EXTRACT(EPOCH FROM now() - min(a.due_at) FILTER (WHERE a.due_at <= now())),
+       count(o.record_id),
+       (SELECT count(*) FROM image_archive_restores)
+FROM image_archive_audits AS a
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id;
+
+-- name: record_keeping
+-- `archive-ctl show`: the record's original, and its audit (last check, verdict, next).
+SELECT o.key, o.bytes, o.source, o.kept_at,
+       a.checked_at, a.verdict, a.verdict_since, a.lost, a.due_at, a.unreachable_since
+FROM (SELECT 1) AS one
+LEFT JOIN image_archive_originals AS o ON o.record_id = :record_id
+LEFT JOIN image_archive_audits AS a ON a.record_id = :record_id;

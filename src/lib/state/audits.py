@@ -192,8 +192,73 @@ class Found:
     restoring: bool = False  # a restore is under way (or failed): it may be asked again
 
 
+@dataclass(frozen=True)
+class AuditCoverage:
+    """How far the audit and the originals cover the archive (`archive-ctl status`)."""
+
+    archived: int  # records in the rotation: every archived one, once the walk is through
+    never_checked: int
+    oldest_check: datetime | None  # the least recently checked record's check
+    intact: int
+    missing: int
+    altered: int
+    lost: int
+    unreachable: int  # whose last checks got no answer
+    due: int  # due now: waiting for a run
+    oldest_due_seconds: float | None  # how long the longest-waiting one has been due
+    with_original: int
+    restoring: int
+
+    @property
+    def without_original(self) -> int:
+        return self.archived - self.with_original
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """One record's original and audit, as `archive-ctl show` tells them."""
+
+    original_key: str | None
+    original_bytes: int | None
+    original_source: str | None
+    kept_at: datetime | None
+    checked_at: datetime | None
+    verdict: str | None
+    verdict_since: datetime | None
+    lost: bool
+    due_at: datetime | None  # None: not in the rotation (not archived, or not enrolled yet)
+    unreachable_since: datetime | None
+
+
 class AuditFindings(Statements):
-    """What `archive-ctl restore` reads before it asks for restores."""
+    """What `archive-ctl restore`, `status` and `show` read of the audit."""
+
+    def keeping(self, record_id: int) -> Keeping:
+        [row] = self._run("record_keeping", record_id=record_id)
+        key, size, source, kept_at, checked, verdict, since, lost, due, unreachable = row
+        return Keeping(
+            key, None if size is None else int(size), source, kept_at,
+            checked, verdict, since, bool(lost), due, unreachable,
+        )  # fmt: skip
+
+    def coverage(self) -> AuditCoverage:
+        [row] = self._run("audit_coverage")
+        (archived, never, oldest, intact, missing, altered, lost, unreachable, due) = row[:9]
+        oldest_due, with_original, restoring = row[9:12]
+        return AuditCoverage(
+            archived=int(archived),
+            never_checked=int(never),
+            oldest_check=oldest,
+            intact=int(intact),
+            missing=int(missing),
+            altered=int(altered),
+            lost=int(lost),
+            unreachable=int(unreachable),
+            due=int(due),
+            oldest_due_seconds=None if oldest_due is None else float(oldest_due),
+            with_original=int(with_original),
+            restoring=int(restoring),
+        )
 
     def found(self, verdict: str, *, after_id: int, limit: int) -> list[Found]:
         rows = self._run("audit_found", verdict=verdict, after_id=after_id, limit=limit)
