@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import schedule, story
-from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
+from lib.archive.archived import report_copy, report_recorded, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
 from lib.platform.aws import error_code
@@ -23,7 +23,7 @@ from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import Task
 from lib.state.events import EventLog
-from lib.state.records import ArchiveRecords, Recorded
+from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
 
 
@@ -275,12 +275,7 @@ class Concluder:
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
-        if recorded is not Recorded.UNDER_LOCK:
-            RECORDED_WARNINGS[recorded](copied)
-        if task.restore is not None and recorded in _WRITTEN:
-            # The old copy stays on the host: its key is named for an operator to delete.
-            logger.info("hosted image restored", replaced_key=task.restore.old_key)
-            metrics.add_metric(name="Restored", unit=MetricUnit.Count, value=1)
+        report_recorded(copied, recorded, task.restore)
         return True
 
     def _fail(self, verdict: Verdict, ctx: Context, task: Task) -> bool:
@@ -389,8 +384,6 @@ _RECEIPT_GONE = frozenset(
 )
 
 _NOT_ERRORS = frozenset({WaitReason.NO_TIME, WaitReason.PACED})
-# The success writes that recorded this attempt's copy.
-_WRITTEN = frozenset({Recorded.UNDER_LOCK, Recorded.AFTER_LOCK_PASSED})
 
 # Why a row given back (RELEASE, PARK) waits, when the verdict does not say.
 _GIVEN_BACK_REASONS: Mapping[Outcome, WaitReason] = {

@@ -185,3 +185,10 @@ def file_name(task: Task, image_type: ImageType) -> str:
         started_at=task.started_at,
         extension=image_type.extension,
     )
+
+
+def sent_if_stored(failure: Failure, held: HeldImage | None) -> SentImage | None:
+    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
+    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
+        return None
+    return sent_of(held)

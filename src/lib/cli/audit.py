@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-import os
+import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
 from lib.archive import runtime
 from lib.audit.auditor import Auditor, AuditSummary, Choice
 from lib.audit.repair import Restorer
+from lib.cli.args import parse_since, positive
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, Context, UsageError
 from lib.platform import config
 from lib.state.audits import AuditFindings, AuditRecords
@@ -23,6 +24,61 @@ RESTORE_PAGE = 500
 NO_QUEUE = "https://sqs.invalid/dry-run"
 
 
+AUDIT_SUMMARY = "check hosted copies now (the audit function's pass), with progress"
+AUDIT_DESCRIPTION = (
+    "Reads each archived record's hosted copy (the download's guard, deadline and size "
+    "cap) and judges it against what Lsky reported at upload: intact, missing (404, 410, "
+    "or not an image) or altered (other bytes); unreachable is no verdict. Without "
+    "--id or --since it takes the audit function's rotation (what is due), else the "
+    "records chosen, due or not. It acts as the audit function does: keeps an original "
+    "from an intact copy when none is kept, asks for a restore of a damaged one that has "
+    "an original (or whose provider URL still gives the bytes first sent), marks it lost "
+    "otherwise. At most ARCHIVE_AUDIT_RATE GETs a second. Ctrl-C stops it; what was "
+    "checked is recorded batch by batch."
+)
+AUDIT_FOUND = (
+    EXIT_PARTIAL,
+    "something is not intact (missing, altered, lost), or the host seemed down",
+)
+RESTORE_SUMMARY = "archive records again from their originals"
+RESTORE_DESCRIPTION = (
+    "Each record chosen goes back to PENDING with a fresh attempt budget, keeping its "
+    "hosted URL, and is archived again through the archive function from its original "
+    "(read back and checked against its SHA-256 first): the lane, pacing and the look-up "
+    "as any archive. The success write replaces the hosted URL and names the old one "
+    "and its key in the record's story. Nothing is deleted on the host. A record "
+    "without an original is left alone (it is lost on the host)."
+)
+
+
+def add_audit_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records")
+    p.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="WHEN",
+        help="records archived since WHEN: a duration (24h, 7d) or an ISO date/time",
+    )
+    p.add_argument("--limit", type=positive, metavar="N", help="at most N records (default: all)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check and judge, write and repair nothing"
+    )
+
+
+def add_restore_arguments(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records"
+    )
+    which.add_argument(
+        "--missing", action="store_true", help="every record the audit last found missing"
+    )
+    p.add_argument(
+        "--altered", action="store_true", help="every record the audit last found altered"
+    )
+    p.add_argument("--dry-run", action="store_true", help="list what would be restored")
+
+
 def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else words or word + 's'}"
 
@@ -32,8 +88,8 @@ def _auditor(ctx: Context, *, dry_run: bool) -> Auditor:
     queue_url = ctx.queue_url()
     if queue_url is None and not dry_run:
         raise UsageError("no queue URL: set ARCHIVE_QUEUE_URL or pass --queue-url")
-    env = {**os.environ, "ARCHIVE_QUEUE_URL": queue_url or NO_QUEUE}
-    auditor = runtime.build_auditor(config.load_audit_settings(env), db=ctx.database())
+    settings = config.load_audit_settings(queue_url=queue_url or NO_QUEUE)
+    auditor = runtime.build_auditor(settings, db=ctx.database())
     if dry_run:
         auditor.restorer = None
     return auditor

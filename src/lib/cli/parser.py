@@ -180,56 +180,19 @@ def _audit_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command(
         "audit",
         audit.run_audit,
-        "check hosted copies now (the audit function's pass), with progress",
-        "Reads each archived record's hosted copy (the download's guard, deadline and size "
-        "cap) and judges it against what Lsky reported at upload: intact, missing (404, 410, "
-        "or not an image) or altered (other bytes); unreachable is no verdict. Without "
-        "--id or --since it takes the audit function's rotation (what is due), else the "
-        "records chosen, due or not. It acts as the audit function does: keeps an original "
-        "from an intact copy when none is kept, asks for a restore of a damaged one that has "
-        "an original (or whose provider URL still gives the bytes first sent), marks it lost "
-        "otherwise. At most ARCHIVE_AUDIT_RATE GETs a second. Ctrl-C stops it; what was "
-        "checked is recorded batch by batch.",
-        codes=[
-            (EXIT_PARTIAL, "something is not intact (missing, altered, lost), or the host seemed "
-             "down"),
-        ],
-    )  # fmt: skip
-    p.add_argument("--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records")
-    p.add_argument(
-        "--since",
-        type=parse_since,
-        metavar="WHEN",
-        help="records archived since WHEN: a duration (24h, 7d) or an ISO date/time",
+        audit.AUDIT_SUMMARY,
+        audit.AUDIT_DESCRIPTION,
+        codes=[audit.AUDIT_FOUND],
     )
-    p.add_argument("--limit", type=positive, metavar="N", help="at most N records (default: all)")
-    p.add_argument(
-        "--dry-run", action="store_true", help="check and judge, write and repair nothing"
-    )
-
+    audit.add_audit_arguments(p)
     p = command(
         "restore",
         audit.run_restore,
-        "archive records again from their originals",
-        "Each record chosen goes back to PENDING with a fresh attempt budget, keeping its "
-        "hosted URL, and is archived again through the archive function from its original "
-        "(read back and checked against its SHA-256 first): the lane, pacing and the look-up "
-        "as any archive. The success write replaces the hosted URL and names the old one "
-        "and its key in the record's story. Nothing is deleted on the host. A record "
-        "without an original is left alone (it is lost on the host).",
+        audit.RESTORE_SUMMARY,
+        audit.RESTORE_DESCRIPTION,
         codes=[(EXIT_PARTIAL, "some records were left alone, not found or not sent")],
     )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--id", dest="ids", type=positive, nargs="+", metavar="ID", help="these records"
-    )
-    which.add_argument(
-        "--missing", action="store_true", help="every record the audit last found missing"
-    )
-    p.add_argument(
-        "--altered", action="store_true", help="every record the audit last found altered"
-    )
-    p.add_argument("--dry-run", action="store_true", help="list what would be restored")
+    audit.add_restore_arguments(p)
 
 
 def _queue_commands(

@@ -275,12 +275,15 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
     )
 
 
-def load_audit_settings(env: Mapping[str, str] | None = None) -> AuditSettings:
-    """Settings for the audit function; raises ConfigError naming what is missing."""
+def load_audit_settings(
+    env: Mapping[str, str] | None = None, *, queue_url: str | None = None
+) -> AuditSettings:
+    """Settings for the audit function (`queue_url`: archive-ctl's --queue-url instead of
+    ARCHIVE_QUEUE_URL); raises ConfigError naming what is missing."""
     env = os.environ if env is None else env
     return AuditSettings(
         database=load_database_config(env),
-        queue_url=archive_queue_url(env),
+        queue_url=queue_url or archive_queue_url(env),
         audit_days=audit_days(env),
         audit_rate=positive_number(env, "ARCHIVE_AUDIT_RATE", DEFAULT_AUDIT_RATE, MAX_AUDIT_RATE),
         originals_bucket=staging_bucket(env, "ARCHIVE_ORIGINALS_BUCKET"),
