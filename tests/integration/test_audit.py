@@ -333,3 +333,110 @@ def test_status_and_show_tell_the_audit_s_coverage_and_a_record_s_last_check(
     assert ", lost on the host; last checked" in shown
     assert "lost_on_host" in shown
     assert ctl.json("show", "2")["kept"]["verdict"] == "missing"
+
+
+# -- where a restore meets the rest --------------------------------------------------------
+
+
+def _lost_whole(audit: Audit, world: World, record_id: int) -> dict[str, Any]:
+    """The host lost the record's copy, row and file (a restore from an older backup), and
+    the audit asked for its restore (from the provider's URL, which still answers)."""
+    old = fetch_record(world.db, record_id)
+    world.lsky.lose_file(audit.key(record_id))
+    world.lsky.drop_record(audit.key(record_id))
+    assert audit.run()["restores"] == 1
+    return old
+
+
+def test_a_restore_whose_answer_is_lost_adopts_what_lsky_stored_instead_of_uploading_twice(
+    audit: Audit, world: World
+) -> None:
+    from devkit.lsky import Behaviour
+
+    audit.archived(1)
+    old = _lost_whole(audit, world, 1)
+    world.lsky.script(Behaviour.drop())  # stored, answer lost
+    event = world.archive.receive()
+    world.archive.settle(event, world.archive.invoke(event))
+    assert fetch_record(world.db, 1)["archive_status"] == "PENDING"
+    uploads = world.lsky.upload_count
+    world.db.run("UPDATE image_generation_records SET archive_next_run_at = now() WHERE id = 1")
+    world.archive.fast_forward(event)
+
+    world.archive.settle(event := world.archive.receive(), world.archive.invoke(event))
+
+    row = fetch_record(world.db, 1)
+    assert row["archive_status"] == "SUCCEEDED"
+    assert world.lsky.upload_count == uploads  # adopted, not uploaded again
+    assert row["hosted_image_url"] != old["hosted_image_url"]
+    assert row["hosted_response"]["_archive"] == {"adopted": True}
+    assert audit.events(1, "restored")[0]["new_url"] == row["hosted_image_url"]
+
+
+def test_a_restore_waits_for_a_paused_lane_as_any_archive(audit: Audit, world: World) -> None:
+    audit.archived(1)
+    _lost_whole(audit, world, 1)
+    world.db.run(
+        "UPDATE image_archive_lane SET paused_until = now() + interval '1 hour',"
+        " pause_reason = 'rate_limit', paused_since = now() WHERE lane = 'lsky'"
+    )
+    uploads = world.lsky.upload_count
+
+    world.archive.invoke(world.archive.receive())
+
+    # Held or parked for the lane, as any archive: no attempt spent, nothing uploaded.
+    row = fetch_record(world.db, 1)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 0)
+    assert row["archive_wait_reason"] == "paused"
+    assert world.lsky.upload_count == uploads
+
+
+def test_the_sweeper_sends_no_second_message_for_a_restore_the_audit_sent(
+    audit: Audit, world: World
+) -> None:
+    from handlers.sweeper import lambda_handler
+
+    audit.archived(1)
+    _lost_whole(audit, world, 1)
+    world.db.run(
+        "UPDATE image_generation_records SET archive_next_run_at = now() - interval '1 hour'"
+        " WHERE id = 1"
+    )
+
+    summary = lambda_handler({}, FakeLambdaContext(function_name="SweeperFunction"))
+
+    assert summary["requeued"] == 0
+    assert len(world.archive.receive_all(1)) == 1
+
+
+def test_an_audit_does_not_restore_a_record_changed_since_it_was_judged(
+    audit: Audit, world: World, ctl: Any
+) -> None:
+    # The operator restored it (PENDING) while the audit's verdict was on its way: the
+    # audit's own request takes only an archived row with the URL it judged.
+    import os
+
+    from lib.platform.config import DatabaseConfig
+    from lib.platform.db import Database
+    from lib.state.audits import AuditRecords
+    from lib.state.events import Actor
+
+    audit.archived(1)
+    old = fetch_record(world.db, 1)
+    world.db.run("UPDATE image_generation_records SET archive_status = 'PENDING' WHERE id = 1")
+    records = AuditRecords(Database(DatabaseConfig(url=os.environ["DATABASE_URL"])))
+    taken = records.request_restores(
+        [(1, old["hosted_image_url"])], reason="missing", by=Actor.AUDITOR, need_original=False
+    )
+    assert taken == []
+    world.db.run(
+        "UPDATE image_generation_records SET archive_status = 'SUCCEEDED',"
+        " hosted_image_url = 'https://img.example.com/other.png' WHERE id = 1"
+    )
+    assert (
+        records.request_restores(
+            [(1, old["hosted_image_url"])], reason="missing", by=Actor.AUDITOR, need_original=False
+        )
+        == []
+    )
+    assert world.db.run("SELECT count(*) FROM image_archive_restores") == [[0]]
