@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import coldstart, history, lane, memory, migrate, overhead, sweep, transfer
+from bench import audit, coldstart, history, lane, memory, migrate, overhead, sweep, transfer
 from bench.common import RESULTS, Row, as_dict, machine, revision, write_results
 from bench.services import Services
 
@@ -28,6 +28,7 @@ NEEDS_SERVICES: dict[str, Callable[[Services], list[Row]]] = {
     "lane": lane.run,
     "migrate": migrate.run,
     "history": history.run,
+    "audit": audit.run,
 }
 ORDER = ("coldstart", *NEEDS_SERVICES)
 

@@ -88,7 +88,7 @@ class Services:
         self.moto_endpoint: str | None = None
         self._moto: Any = None
         self._processes: list[subprocess.Popen[str]] = []
-        self._lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
+        self.lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
         self._limited: Limited | None = None
         self._apart = ""
         self._ids = itertools.count(1)
@@ -109,7 +109,7 @@ class Services:
         routes.append(f"{GONE}=0:status=403")
         link = [] if link_rate is None else [f"--link-rate={link_rate}"]
         upstream = self._spawn([sys.executable, "-m", "bench.upstream", *routes, *link])
-        storage = self._lsky_storage / ("plain" if link_rate is None else "limited")
+        storage = self.lsky_storage / ("plain" if link_rate is None else "limited")
         lsky = self._spawn([sys.executable, "-m", "devkit.lsky", "--storage", str(storage), *link])
         return (
             _read_announcement(upstream, "UPSTREAM_URL="),
@@ -208,7 +208,7 @@ class Services:
                 self.db.close()
             self.db = None
         self.cluster.stop()
-        shutil.rmtree(self._lsky_storage, ignore_errors=True)
+        shutil.rmtree(self.lsky_storage, ignore_errors=True)
 
     def __enter__(self) -> Self:
         try:

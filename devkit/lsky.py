@@ -455,6 +455,11 @@ class LskyStandIn(BackgroundServer):
         # A fault for GET /api/v1/images: answer this status instead (500: Laravel's
         # production error; 429: its throttle, with Retry-After), None: list normally.
         self.listing_fault: int | None = None
+        # What a real host does to stored files after the upload (lose_file, drop_record,
+        # replace_file, share_file) and a fault of its file route: GET /i/... answers this
+        # status (503: a host down for a while) while set. Every file GET is counted.
+        self.file_fault: int | None = None
+        self._file_gets = 0
         self._bodies = 0
         self._cut_bodies = 0
         # Set when an upload's body begins to arrive, and when an upload is answered (and
@@ -571,6 +576,49 @@ class LskyStandIn(BackgroundServer):
             raise ValueError(f"outside the storage dir: {pathname_or_url}")
         return path
 
+    # -- what a host does to stored files -------------------------------------------
+
+    def lose_file(self, key: str) -> None:
+        """The file is gone (a disk, strategy or bucket lost, a restore from an older
+        backup) while the images table still lists it: its URL answers 404."""
+        self._stored_file(key).unlink()
+
+    def drop_record(self, key: str) -> None:
+        """The reverse: the row is deleted (by hand, in the database) and the file kept:
+        the API no longer lists it, its URL still serves it."""
+        with self._lock:
+            row = self._row(key)
+            self._gallery.rows.remove(row)
+
+    def replace_file(self, key: str, data: bytes) -> None:
+        """Other bytes at the image's path (re-encoding or watermark settings applied
+        later, a file rewritten by hand); the row keeps the sha1 and size of the upload."""
+        self._stored_file(key).write_bytes(data)
+
+    def share_file(self, key: str, *, like: str) -> None:
+        """Two uploads end up as the same picture: `key`'s file holds `like`'s bytes. In
+        Lsky's last tagged release a format conversion (or quality below 100) writes a
+        temporary file named after the format, so two uploads at once can swap it; each
+        row keeps the digest of its own upload."""
+        self._stored_file(key).write_bytes(self._stored_file(like).read_bytes())
+
+    @property
+    def file_gets(self) -> int:
+        """GET (or HEAD) requests of the file route (/i/...) since the last reset."""
+        with self._lock:
+            return self._file_gets
+
+    def _row(self, key: str) -> ImageRecord:
+        row = next((r for r in self._gallery.rows if r.key == key), None)
+        if row is None:
+            raise KeyError(f"no image {key!r}")
+        return row
+
+    def _stored_file(self, key: str) -> Path:
+        with self._lock:
+            pathname = self._row(key).pathname
+        return self.stored_path(pathname)
+
     # -- the images table -----------------------------------------------------------
 
     def image_records(self, owner: str | None = TOKEN_USER) -> list[ImageRecord]:
@@ -664,6 +712,8 @@ class LskyStandIn(BackgroundServer):
             self.body_arriving.clear()
             self.upload_answered.clear()
             self.listing_fault = None
+            self.file_fault = None
+            self._file_gets = 0
             self._gallery.clear()
             self.config = replace(self._defaults)
 
@@ -1166,6 +1216,12 @@ class _Handler(QuietHandler):
         self._send(200, envelope(True, "success", data), "application/json", head=head)
 
     def _serve_file(self, pathname: str, *, head: bool) -> None:
+        with self.owner._lock:
+            self.owner._file_gets += 1
+            fault = self.owner.file_fault
+        if fault is not None:
+            self._send(fault, HTML_PAGE, "text/html; charset=UTF-8", head=head)
+            return
         try:
             path = self.owner.stored_path(pathname)
         except ValueError:

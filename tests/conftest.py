@@ -23,7 +23,7 @@ from devkit.postgres import PostgresCluster, apply_schema, connect
 from devkit.s3 import create_bucket, remove_bucket
 from devkit.sqs import DEFAULT_REGION, MotoServer, QueuePair, create_queue_pair, start_moto_server
 from devkit.upstream import UpstreamServer
-from tests.support import reset_lane, reset_queue_mark
+from tests.support import reset_audit_walk, reset_lane, reset_queue_mark
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -109,9 +109,11 @@ def db(pg_dsn: str) -> Iterator[Any]:
     conn.run("SET lock_timeout = '5s'")
     try:
         conn.run(
-            "TRUNCATE users, image_generation_records, image_archive_events"
+            "TRUNCATE users, image_generation_records, image_archive_events,"
+            " image_archive_audits, image_archive_originals, image_archive_restores"
             " RESTART IDENTITY CASCADE"
         )
+        reset_audit_walk(conn)  # the walk starts from the first record
         reset_lane(conn)  # shared state: every test starts with the lane open
         reset_queue_mark(conn)  # and with nothing read from its own queue yet
     except Exception as exc:

@@ -262,6 +262,12 @@ def reset_queue_mark(conn: Any) -> None:
     conn.run("UPDATE image_archive_queue SET received_through = NULL")
 
 
+def reset_audit_walk(conn: Any) -> None:
+    conn.run(
+        "UPDATE image_archive_audit_walk SET after_id = NULL, started_at = NULL, finished_at = NULL"
+    )
+
+
 def queue_mark(conn: Any) -> datetime | None:
     """The queue's receive mark as the claims left it (image_archive_queue)."""
     [[mark]] = conn.run("SELECT received_through FROM image_archive_queue WHERE queue = 'archive'")

@@ -28,7 +28,12 @@ from typing import Any
 import pytest
 import yaml
 
-from lib.platform.config import FINISH_RESERVE_MS, load_settings, load_sweeper_settings
+from lib.platform.config import (
+    FINISH_RESERVE_MS,
+    load_audit_settings,
+    load_settings,
+    load_sweeper_settings,
+)
 from lib.platform.errors import ConfigError
 from tests.logcapture import capture_logs, parse
 from tests.support import run_python
@@ -40,7 +45,7 @@ SAMCONFIG = ROOT / "samconfig.toml"
 SQS_EVENT = ROOT / "events" / "archive_sqs.json"
 SCHEDULE_EVENT = ROOT / "events" / "sweeper_schedule.json"
 
-FUNCTIONS = ("ArchiveFunction", "SweeperFunction")
+FUNCTIONS = ("ArchiveFunction", "SweeperFunction", "AuditFunction")
 
 # The environment contract (DESIGN.md) per function.
 COMMON_ENV = {
@@ -76,6 +81,16 @@ CONTRACT_ENV = {
         "ARCHIVE_REQUEUE_INTERVAL_SECONDS",
         "ARCHIVE_SWEEP_MAX_ROWS",
         "ARCHIVE_EVENT_RETENTION_DAYS",
+    },
+    "AuditFunction": COMMON_ENV
+    | {
+        "ARCHIVE_QUEUE_URL",
+        "ARCHIVE_AUDIT_DAYS",
+        "ARCHIVE_AUDIT_RATE",
+        "ARCHIVE_ORIGINALS_BUCKET",
+        "ARCHIVE_MAX_IMAGE_BYTES",
+        "ARCHIVE_ALLOW_PRIVATE_NETWORKS",
+        "AWS_ENDPOINT_URL_S3",
     },
 }
 # Set by the template but read by libraries, not by our code.
@@ -405,6 +420,25 @@ def test_sweeper_schedule_and_concurrency() -> None:
     assert parameter(ref_of(expression))["Default"] == "rate(5 minutes)"
     archive = props("ArchiveFunction")
     assert number(archive["MemorySize"]) == 512
+
+
+def test_the_audit_runs_alone_on_its_own_schedule_and_can_only_send_restores() -> None:
+    audit = props("AuditFunction")
+    assert audit["Handler"] == "handlers.auditor.lambda_handler"
+    assert audit["CodeUri"] == "src/"
+    assert audit["ReservedConcurrentExecutions"] == 1
+    (schedule,) = [e for e in audit["Events"].values() if e["Type"] == "ScheduleV2"]
+    expression = schedule["Properties"]["ScheduleExpression"]
+    assert parameter(ref_of(expression))["Default"] == "rate(15 minutes)"
+    assert parameter("AuditDays")["Default"] == "30"
+    grants = _grants("AuditFunctionRole")
+    assert grants["sqs:SendMessage"] == [{"Fn::GetAtt": ["ArchiveQueue", "Arn"]}]
+    assert "sqs:ReceiveMessage" not in grants
+    assert grants["logs:PutLogEvents"] == [{"Fn::GetAtt": ["AuditLogGroup", "Arn"]}]
+    # The alarms an operator is told about (docs/operations.md's runbook).
+    alarms = ("AuditMissingAlarm", "AuditAlteredAlarm", "LostOnHostAlarm", "AuditHostDownAlarm")
+    for alarm in alarms:
+        assert resource(alarm)["Type"] == "AWS::CloudWatch::Alarm"
 
 
 def test_sweeper_schedule_input_matches_the_event_file() -> None:
@@ -831,6 +865,35 @@ SETTINGS = (
             "030": False,
             "-30": False,
             "30d": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "AuditDays",
+        "ARCHIVE_AUDIT_DAYS",
+        load_audit_settings,
+        {"1": True, "30": True, "3650": True, "0": False, "3651": False, "30d": False, "-1": False},
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
+        "AuditRate",
+        "ARCHIVE_AUDIT_RATE",
+        load_audit_settings,
+        {
+            "5": True,
+            "0.5": True,
+            "0.001": True,
+            "12.25": True,
+            "1000": True,
+            "0": False,
+            "0.0": False,
+            "0.0001": False,
+            "1001": False,
+            "-1": False,
+            "5.": False,
+            "1e3": False,
         },
         template_only=("",),
         why_template_only=EMPTY_IS_THE_DEFAULT,

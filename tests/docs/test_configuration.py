@@ -3,7 +3,7 @@ every variable the functions or archive-ctl read has a row, and each row's templ
 parameter, default and readers are what template.yaml and lib.platform.config do.
 
 Who reads a variable is found, not listed: the lib.platform.config functions the archive
-function's and the sweeper's cold start call (lib.archive.runtime, and
+function's, the sweeper's and the auditor's cold start call (lib.archive.runtime, and
 lib.platform.observability's module level), and those any module of lib.cli calls, each
 run on an environment that records what is read. Variables only a library reads (boto3,
 Powertools) are checked against the functions the template sets them for."""
@@ -35,7 +35,7 @@ BASE = {
     "LSKY_TOKEN": "1|abc",
     "ARCHIVE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
 }
-FUNCTIONS = {"archive": "ArchiveFunction", "sweeper": "SweeperFunction"}
+FUNCTIONS = {"archive": "ArchiveFunction", "sweeper": "SweeperFunction", "audit": "AuditFunction"}
 
 
 class Recording(Mapping[str, str]):
@@ -105,6 +105,7 @@ def readers() -> dict[str, set[str]]:
     return {
         "archive": body("archive_worker") | observability,
         "sweeper": body("sweeper") | observability,
+        "audit": body("auditor") | observability,
         "CLI": cli,
     }
 
@@ -163,9 +164,11 @@ def test_every_variable_read_has_a_row_and_every_row_is_read() -> None:
 def used_by(cell: str) -> set[str]:
     words = {word.strip("`,") for word in cell.split()}
     found = set()
+    if "all" in words:
+        found |= {"archive", "sweeper", "audit"}
     if "both" in words:
         found |= {"archive", "sweeper"}
-    found |= words & {"archive", "sweeper", "CLI"}
+    found |= words & {"archive", "sweeper", "audit", "CLI"}
     assert found, cell
     return found
 

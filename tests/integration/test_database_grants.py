@@ -20,7 +20,8 @@ from lib.cli.context import EXIT_ERROR
 from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
-from lib.state.claim import SentImage, StagedCopy
+from lib.state.audits import AuditRecords, AuditResult
+from lib.state.claim import KeptOriginal, SentImage, StagedCopy
 from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
@@ -210,11 +211,26 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         story = StoryRecords(database).story(1, lock_ttl_seconds=180, limit=10)
         assert [e.kind for e in story.events][-1] == "archived"
         assert sweeps.expire_events(retention_seconds=86_400, limit=10) == {}
+        # The audit: the walk, the rotation, a batch's verdicts, an original, a restore.
+        audits = AuditRecords(database)
+        assert audits.walk(batch=100, period_seconds=86_400).walking
+        assert [t.record_id for t in audits.peek_due(limit=10)] == [1]  # archived above
+        [due] = audits.take_due(limit=10, lease_seconds=60)
+        chosen = audits.take_chosen(ids=[1], since=None, after_id=0, limit=5, lease_seconds=60)
+        assert [t.record_id for t in chosen] == [1]
+        kept = KeptOriginal("b", "originals/1/x.png", "v1", "0" * 64, 3, "image/png", "hosted")
+        audits.keep_original(1, kept, by=Actor.AUDITOR)
+        result = AuditResult(1, "missing", due.hosted_url, detail={"why": "HTTP 404"})
+        assert audits.record([result], period_seconds=86_400, retry_seconds=900) == []
+        audits.release([1])
+        audits.pass_over([999], period_seconds=86_400)
+        assert [r for r, _ in audits.request_restores([(1, due.hosted_url)], reason="missing",
+                                                      by=Actor.AUDITOR)] == [1]  # fmt: skip
     finally:
         database.close()
 
     assert database.ran == statements_records_runs()
-    assert fetch_record(db, 1)["archive_status"] == "SUCCEEDED"
+    assert fetch_record(db, 1)["archive_status"] == "PENDING"  # restored
 
 
 def test_the_handlers_run_as_a_role_with_the_documented_grants(role_dsn: str, world: World) -> None:

@@ -3,7 +3,6 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import pytest
@@ -18,10 +17,16 @@ from lib.state.status import ArchiveStatus
 DECLARATION = mf.load_declaration()
 FILE = [s.sql for s in schema.load([schema.ARCHIVE_MIGRATION])]
 CONSTRAINT = "image_generation_records_archive_status_check"
+KINDS = "image_archive_events_kind_check"
+EVENT_KINDS = tuple(str(kind) for kind in EventKind)
 # The archive columns the first release added; archive_may_be_hosted came next.
 FIRST_RELEASE_COLUMNS = 11
 # Rows the project's tables start with, ensured by every run (INSERT ... DO NOTHING).
-SEEDS = [(mp.Action.SEED, "image_archive_lane"), (mp.Action.SEED, "image_archive_queue")]
+SEEDS = [
+    (mp.Action.SEED, "image_archive_lane"),
+    (mp.Action.SEED, "image_archive_queue"),
+    (mp.Action.SEED, "image_archive_audit_walk"),
+]
 
 
 def catalog_with(
@@ -30,13 +35,20 @@ def catalog_with(
     indexes: dict[str, bool] | None = None,
     constraint: bool | None = True,
     tables: tuple[str, ...] | None = None,
+    kinds: tuple[str, ...] | None = None,
 ) -> mp.Catalog:
     """A catalog holding the first `columns` archive columns (None: all), every index valid
-    unless `indexes` says otherwise, the constraint (None: missing; False: NOT VALID) and the
-    project tables `tables` (None: every one the file declares)."""
+    unless `indexes` says otherwise, the constraint (None: missing; False: NOT VALID), the
+    project tables `tables` (None: every one the file declares) and, with the events' table,
+    its kinds' constraint allowing `kinds` (None: the declared ones)."""
     found = {i.name: True for i in DECLARATION.indexes} if indexes is None else indexes
     if tables is None:
         tables = tuple(t.name for t in DECLARATION.tables)
+    constraints = {} if constraint is None else {CONSTRAINT: constraint}
+    values: dict[str, frozenset[str]] = {}
+    if "image_archive_events" in tables:
+        constraints[KINDS] = True
+        values[KINDS] = frozenset(EVENT_KINDS if kinds is None else kinds)
     return mp.Catalog(
         tables=frozenset({mf.RECORDS, *tables}),
         columns=frozenset(
@@ -45,7 +57,8 @@ def catalog_with(
             | {(t, c.name) for t in tables for c in DECLARATION.columns_of(t)}
         ),
         indexes=found,
-        constraints={} if constraint is None else {CONSTRAINT: constraint},
+        constraints=constraints,
+        constraint_values=values,
     )
 
 
@@ -83,24 +96,26 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
     assert {i.table for i in d.indexes} - {mf.RECORDS} == {
         "image_archive_uploads",
         "image_archive_events",
+        "image_archive_audits",
     }
     # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
-    # migrate adds and validates on its own.
-    [constraint] = d.constraints
+    # migrate adds and validates on its own; the events' kinds are (a release adds kinds).
+    constraint, kinds_check = d.constraints
     assert constraint.name == CONSTRAINT
     assert mp.status_values(d) == tuple(str(s) for s in ArchiveStatus)
+    assert kinds_check.name == "image_archive_events_kind_check"
+    assert kinds_check.allowed_values == tuple(str(kind) for kind in EventKind)
     tables = [t.name for t in d.tables]
     assert len(tables) == len(starting("CREATE TABLE"))
     assert tables[0] == "image_archive_lane"
     assert all(t.startswith("image_archive_") for t in tables)
     uploads = next(t for t in d.tables if t.name == "image_archive_uploads")
     assert "CHECK (state IN ('booked', 'taken', 'done'))" in uploads.sql
-    # The events' kinds, like the uploads' states, are checked by the CREATE TABLE itself.
-    events = next(t for t in d.tables if t.name == "image_archive_events")
-    kinds = re.search(r"CHECK \(kind IN \((.*?)\)\)", events.sql, re.S)
-    assert kinds is not None
-    assert re.findall(r"'(\w+)'", kinds.group(1)) == [str(kind) for kind in EventKind]
-    assert [s.table for s in d.seeds] == ["image_archive_lane", "image_archive_queue"]
+    assert [s.table for s in d.seeds] == [
+        "image_archive_lane",
+        "image_archive_queue",
+        "image_archive_audit_walk",
+    ]
     assert d.lock_key == 1634888552
     assert d.table_names == (mf.RECORDS, *tables)
 
@@ -195,6 +210,8 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
         ],
         (mp.Action.ADD_CONSTRAINT, CONSTRAINT),
         (mp.Action.VALIDATE_CONSTRAINT, CONSTRAINT),
+        (mp.Action.ADD_CONSTRAINT, KINDS),
+        (mp.Action.VALIDATE_CONSTRAINT, KINDS),
     ]
     # One lock request for every column.
     columns = DECLARATION.columns_of(mf.RECORDS)
@@ -208,6 +225,7 @@ def test_a_fresh_adoption_plans_everything_in_order_and_marks_nothing() -> None:
     # Only the index builds and VALIDATE may wait long: they let readers and writers by.
     assert [s.action for s in plan.steps if s.action.wait is not mp.Wait.BRIEF] == [
         *[mp.Action.BUILD_INDEX for i in DECLARATION.indexes if i.concurrently],
+        mp.Action.VALIDATE_CONSTRAINT,
         mp.Action.VALIDATE_CONSTRAINT,
     ]
 
@@ -362,3 +380,36 @@ def test_the_legacy_scan_rows_are_classified() -> None:
         mp.LegacyValue("done", True, 4, "SUCCEEDED"),
         mp.LegacyValue("weird", False, 1, None),
     ]
+
+
+def test_a_constraint_whose_allowed_values_differ_is_replaced() -> None:
+    # An older release's events table allows fewer kinds: the constraint is dropped, added
+    # again NOT VALID with the declared list, and validated (which blocks no writer).
+    older = catalog_with(kinds=EVENT_KINDS[:-4])
+    plan = mp.plan(DECLARATION, older)
+
+    assert actions(plan) == [
+        *SEEDS,
+        (mp.Action.DROP_CONSTRAINT, KINDS),
+        (mp.Action.ADD_CONSTRAINT, KINDS),
+        (mp.Action.VALIDATE_CONSTRAINT, KINDS),
+    ]
+    assert "'lost_on_host'" in plan.steps[-2].sql
+    assert mp.plan(DECLARATION, catalog_with()).changes == ()
+
+
+def test_the_catalog_reads_a_constraint_s_values_from_its_definition() -> None:
+    catalog = mp.Catalog.from_rows(
+        [
+            (
+                "constraint",
+                KINDS,
+                "image_archive_events",
+                True,
+                "CHECK ((kind = ANY (ARRAY['enqueued'::text, 'failed'::text])))",
+            )
+        ]
+    )
+    assert catalog.constraint_values == {KINDS: frozenset({"enqueued", "failed"})}
+    # A catalog row without a definition (an older query) compares nothing.
+    assert not mp.Catalog.from_rows([("constraint", KINDS, "t", True)]).constraint_values

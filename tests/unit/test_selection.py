@@ -62,6 +62,7 @@ def test_no_filter_is_every_record() -> None:
         "error": None,
         "error_patterns": None,
         "waiting": None,
+        "audit": None,
     }
     assert Selection().failure_range() == {"since": "-infinity", "until": "infinity"}
     assert Selection().conflict() is None

@@ -151,6 +151,16 @@ def event(kind: str, attempt: int = 1, **detail: Any) -> StoredEvent:
          "(re-encoded or watermarked); not recorded: the row was already archived"),
         (event("unsent", 0, by="sweeper"), "its message did not go out (refused); by sweeper"),
         (event("dated", 0, by="sweeper"), "by sweeper"),
+        (event("audited", 0, verdict="missing", was="intact", why="HTTP 404", repair="restore",
+               hosted_key="Ab12"),
+         "missing (was intact): HTTP 404; restore; the host's key Ab12"),
+        (event("restored", 0, old_url="https://img/a.png", old_key="Ab12",
+               new_url="https://img/b.png", new_key="Cd34"),
+         "https://img/a.png (key Ab12) replaced by https://img/b.png (key Cd34); the old copy"
+         " stays on the host for an operator to delete"),
+        (event("original_kept", 0, key="originals/1/x.png", bytes=3, source="hosted",
+               by="auditor"),
+         "originals/1/x.png (3 bytes) from the hosted copy (what Lsky stored), by auditor"),
         (event("a_later_kind", x=1), "x=1"),  # a kind a later release wrote
         (event("claimed", 1, owner="inv", extra=f"{'z' * 500}"), "attempt 1 by inv"),
     ],
@@ -168,6 +178,7 @@ def test_the_logs_query_finds_the_record_in_both_functions_lines() -> None:
     assert logs_insights.log_groups("prod") == [
         "/aws/lambda/prod-archive",
         "/aws/lambda/prod-sweeper",
+        "/aws/lambda/prod-auditor",
     ]
     query = logs_insights.query_for(123)
     assert 'filter record_id = "123"' in query

@@ -12,6 +12,7 @@ from lib.archive.fidelity import note
 from lib.archive.outcome import Copied
 from lib.archive.reconcile import RESPONSE_KEY
 from lib.platform.observability import logger, metrics
+from lib.state.claim import Restoring
 from lib.state.records import Recorded
 
 # Keys of further images with a record's name named in one warning (all of them: Lsky lists
@@ -69,6 +70,16 @@ def report_copy(copied: Copied) -> None:
         metrics.add_metric(
             name="DuplicateImages", unit=MetricUnit.Count, value=len(copied.duplicates)
         )
+
+
+def report_recorded(copied: Copied, recorded: Recorded, restore: Restoring | None) -> None:
+    """What the success write found, when it is not the usual; and a restore's copy
+    recorded (the old copy stays on the host, its key named for an operator to delete)."""
+    if recorded is not Recorded.UNDER_LOCK:
+        RECORDED_WARNINGS[recorded](copied)
+    if restore is not None and recorded in (Recorded.UNDER_LOCK, Recorded.AFTER_LOCK_PASSED):
+        logger.info("hosted image restored", replaced_key=restore.old_key)
+        metrics.add_metric(name="Restored", unit=MetricUnit.Count, value=1)
 
 
 RECORDED_WARNINGS: Mapping[Recorded, Callable[[Copied], None]] = {

@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import schedule, story
-from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
+from lib.archive.archived import report_copy, report_recorded, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
 from lib.platform.aws import error_code
@@ -23,7 +23,7 @@ from lib.platform.observability import logger, metrics
 from lib.platform.sqs import Queue
 from lib.state.claim import Task
 from lib.state.events import EventLog
-from lib.state.records import ArchiveRecords, Recorded
+from lib.state.records import ArchiveRecords
 from lib.state.status import WaitReason
 
 
@@ -275,8 +275,7 @@ class Concluder:
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)
-        if recorded is not Recorded.UNDER_LOCK:
-            RECORDED_WARNINGS[recorded](copied)
+        report_recorded(copied, recorded, task.restore)
         return True
 
     def _fail(self, verdict: Verdict, ctx: Context, task: Task) -> bool:

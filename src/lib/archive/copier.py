@@ -104,6 +104,19 @@ class Copier:
         # Unanswered, the question stays open: the image may still be on the host.
         raise ArchiveFailure(replace(failure, may_be_hosted=True))
 
+    def still_listed(self, task: Task, key: str, deadline: float) -> bool:
+        """Whether Lsky still lists image `key` under the record's name (a restore's damaged
+        copy: Lsky reuses a listed image's file for the same bytes). Raises ArchiveFailure
+        (stage lookup)."""
+        stem = hosted_file_stem(
+            username=task.username,
+            user_id=task.user_id,
+            record_id=task.record_id,
+            started_at=task.started_at,
+        )
+        found = self.lsky.find(hosted_names(stem), keyword=f"{stem}.", deadline=deadline)
+        return any(str(image.data.get("key", "")) == key for image in found)
+
     def _judge(self, task: Task, found: list[HostedImage], sent: SentImage | None) -> LookUp:
         """Which of the images found with the record's name can be ours."""
         ours: list[HostedImage] = []
@@ -172,3 +185,10 @@ def file_name(task: Task, image_type: ImageType) -> str:
         started_at=task.started_at,
         extension=image_type.extension,
     )
+
+
+def sent_if_stored(failure: Failure, held: HeldImage | None) -> SentImage | None:
+    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
+    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
+        return None
+    return sent_of(held)

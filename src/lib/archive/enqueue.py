@@ -109,7 +109,7 @@ def _left_alone(status: str | None, archive_status: str | None, *, requeue: bool
     return f"archive changed to {archive_status} meanwhile; run again"
 
 
-def _send(
+def send_marked(
     records: OperatorRecords,
     sender: BatchSender,
     queue_url: str,
@@ -159,7 +159,7 @@ def enqueue(
         else:
             to_send.append(row.record_id)
             stamp = row.marked_at
-    _send(records, sender, queue_url, to_send, stamp=stamp, report=report, by=by)
+    send_marked(records, sender, queue_url, to_send, stamp=stamp, report=report, by=by)
     return report
 
 
@@ -182,7 +182,9 @@ def requeue_failed(
         if not rows:
             break
         ids = sorted(record_id for record_id, _ in rows)
-        _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report, by=Actor.REQUEUE)
+        send_marked(
+            records, sender, queue_url, ids, stamp=rows[0][1], report=report, by=Actor.REQUEUE
+        )
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
     taken = {*report.sent, *report.unsent}
@@ -265,7 +267,9 @@ def backfill_page(
     stamp = rows[0][2]  # one statement, one now()
     recorder = _SentRecorder(sender)
     try:
-        _send(records, recorder, queue_url, ids, stamp=stamp, report=report, by=Actor.BACKFILL)
+        send_marked(
+            records, recorder, queue_url, ids, stamp=stamp, report=report, by=Actor.BACKFILL
+        )
     except KeyboardInterrupt:
         unsent = [i for i in ids if i not in recorder.sent]
         try:

@@ -47,6 +47,11 @@ def classify(failure: Failure) -> ErrorClass:
     if failure.stage is Stage.LOOKUP:
         # Never fail a record on a look-up: its image may well be on the host already.
         return ErrorClass.TRANSIENT
+    if failure.stage is Stage.RESTORE:
+        # An original that is not what was kept, or a damaged copy Lsky would reuse, does
+        # not change by itself; the bucket or the host not answering may.
+        transient = failure.kind in (Kind.TIMEOUT, Kind.CONNECTION)
+        return ErrorClass.TRANSIENT if transient else ErrorClass.PERMANENT
     match failure.kind:
         case Kind.REFUSED_URL | Kind.NO_SUCH_HOST | Kind.NOT_IMAGE | Kind.TOO_LARGE:
             return ErrorClass.PERMANENT

@@ -11,7 +11,14 @@ from functools import cache
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from lib.platform.config import Settings, SweeperSettings, load_settings, load_sweeper_settings
+from lib.platform.config import (
+    AuditSettings,
+    Settings,
+    SweeperSettings,
+    load_audit_settings,
+    load_settings,
+    load_sweeper_settings,
+)
 from lib.platform.db import Database
 from lib.platform.s3 import StagingBucket
 from lib.platform.secrets import lsky_token
@@ -23,6 +30,7 @@ from lib.state.sweeps import SweepRecords
 if TYPE_CHECKING:
     from lib.archive.sweeper import Sweeper
     from lib.archive.worker import ArchiveWorker
+    from lib.audit.auditor import Auditor
 
 
 def build_worker(settings: Settings) -> ArchiveWorker:
@@ -93,6 +101,35 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     )
 
 
+def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Auditor:
+    """The auditor; `db`: a connection of the caller's (archive-ctl's), else its own."""
+    from lib.audit.auditor import Auditor  # noqa: PLC0415
+    from lib.audit.originals_off import NoOriginals  # noqa: PLC0415
+    from lib.audit.repair import Restorer  # noqa: PLC0415
+    from lib.state.audits import AuditRecords  # noqa: PLC0415
+    from lib.state.operations import OperatorRecords  # noqa: PLC0415
+    from lib.transfer.download import Downloader  # noqa: PLC0415
+
+    db = db or Database(settings.database, application_name="image-archive-auditor")
+    audits = AuditRecords(db)
+    return Auditor(
+        audits=audits,
+        downloader=Downloader(
+            max_bytes=settings.max_image_bytes,
+            allow_private_networks=settings.allow_private_networks,
+        ),
+        originals=NoOriginals(),
+        restorer=Restorer(
+            audits=audits,
+            operator=OperatorRecords(db),
+            sender=Queue(),
+            queue_url=settings.queue_url,
+        ),
+        period_seconds=settings.period_seconds,
+        rate=settings.audit_rate,
+    )
+
+
 def _probe(settings: SweeperSettings) -> Callable[[float], bool] | None:
     """Lsky's profile check for an account-paused lane, when the sweeper knows Lsky.
     urllib3 is imported only then: the sweeper's cold start stays light otherwise."""
@@ -119,11 +156,20 @@ def sweeper() -> Sweeper:
     return build_sweeper(load_sweeper_settings())
 
 
+@cache
+def auditor() -> Auditor:
+    """The container's auditor; raises ConfigError (naming the setting) when misconfigured."""
+    return build_auditor(load_audit_settings())
+
+
 def reset() -> None:
     """Forget the container's state (tests and local runs that change the environment)."""
     if archive_worker.cache_info().currsize:
         archive_worker().records.db.close()
     if sweeper.cache_info().currsize:
         sweeper().records.db.close()
+    if auditor.cache_info().currsize:
+        auditor().audits.db.close()
     archive_worker.cache_clear()
     sweeper.cache_clear()
+    auditor.cache_clear()

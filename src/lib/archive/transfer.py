@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 
 from lib.archive import pacing, schedule, story
 from lib.archive import retry as policy
-from lib.archive.copier import Copier, can_start, sent_of
+from lib.archive.copier import Copier, can_start, sent_if_stored, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
 from lib.archive.outcome import Message, Outcome, Verdict, archived
 from lib.archive.relaying import relay_gate
+from lib.archive.restoring import damaged_copy_listed
 from lib.archive.staging import (
     StagedCopyMismatch,
     Staging,
@@ -26,11 +27,11 @@ from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
 from lib.platform.s3 import StagedCopyMissing
 from lib.ratelimit import limiter, margins
-from lib.state.claim import SentImage, StagedCopy, Task
+from lib.state.claim import Restoring, SentImage, StagedCopy, Task
 from lib.state.events import EventLog
 from lib.state.lane import LaneState
 from lib.state.lane_store import LaneStore, SlotAnswer
-from lib.transfer.failures import ArchiveFailure, Failure, Stage
+from lib.transfer.failures import ArchiveFailure, Failure
 from lib.transfer.held import HeldImage
 
 
@@ -87,6 +88,8 @@ class Transfer:
             queued = self._slot_or_wait(at, None)
             if queued is not None:
                 return self._keep_while_waiting(at, queued, "queued for a slot")
+        if task.restore is not None and (blocked := _restore_blocked(self, at, task.restore)):
+            return blocked
         if task.may_be_hosted and task.sent is not None:
             # What the lost upload sent is known: look it up before fetching anything.
             found = self._look_up(at, task.sent, None)
@@ -314,7 +317,7 @@ class Transfer:
             may_be_hosted=failure.may_be_hosted,
             staged=self._stage(at, held, "upload failed"),
         )
-        return replace(verdict, sent=_sent(failure, held))
+        return replace(verdict, sent=sent_if_stored(failure, held))
 
     def _attempt_failed(
         self, at: _Attempt, failure: Failure, held: HeldImage | None = None
@@ -340,7 +343,7 @@ class Transfer:
             may_be_hosted=failure.may_be_hosted,
             staged=staged,
             keep_staged=fail and keeps_copy(failure),
-            sent=_sent(failure, held),
+            sent=sent_if_stored(failure, held),
             fields={"error_class": str(decision.error_class), "error": error},
         )
 
@@ -353,6 +356,18 @@ class Transfer:
         staged = self.staging.stage(at.task, held, at.deadline, why)
         story.staged(at.events, staged, why)
         return staged
+
+
+def _restore_blocked(transfer: Transfer, at: _Attempt, restore: Restoring) -> Verdict | None:
+    """A restore Lsky would dedupe onto the damaged copy's file fails (docs/audit.md)."""
+    if not restore.old_key:
+        return None
+    try:
+        failure = damaged_copy_listed(transfer.copier, at.task, restore.old_key, at.deadline)
+    except ArchiveFailure as error:
+        story.looked_up(at.events, error.failure.message)
+        return transfer._failed(at, error.failure, None)
+    return None if failure is None else transfer._attempt_failed(at, failure)
 
 
 def _staged_copy(staging: Staging, at: _Attempt) -> HeldImage | Verdict | None:
@@ -382,10 +397,3 @@ def _window_frees(lanes: LaneStore, named: HostCondition, zone: str, task: Task)
         return None
     name, seconds, limit = named.window, named.window_seconds, named.limit
     return lanes.window_frees_at(seconds, limit, window=name, zone=zone, record_id=task.record_id)
-
-
-def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:
-    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
-    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
-        return None
-    return sent_of(held)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from lib.archive.error_classes import ERROR_CLASSES
 from lib.archive.message import MAX_RECORD_ID
 from lib.cli.context import UsageError
-from lib.state.selection import STATES, Selection
+from lib.state.selection import AUDIT_FINDINGS, STATES, Selection
 from lib.state.status import ArchiveStatus, WaitReason
 
 _DURATION_PART = re.compile(r"(\d+)([smhdw])")
@@ -91,6 +91,13 @@ def add_selection(parser: argparse.ArgumentParser, *, failures_only: bool) -> No
             help=f"only records in this archive state: {', '.join(STATES)} (never queued)",
         )
         parser.add_argument(
+            "--audit",
+            choices=AUDIT_FINDINGS,
+            metavar="FINDING",
+            help="only archived records whose hosted copy the audit last found so: "
+            f"{', '.join(AUDIT_FINDINGS)} (missing or altered with nothing to restore from)",
+        )
+        parser.add_argument(
             "--waiting",
             choices=WAIT_REASONS,
             metavar="REASON",
@@ -138,9 +145,11 @@ def selection_of(args: argparse.Namespace) -> Selection:
     each other. --waiting implies PENDING (its index), a failure bound implies FAILED."""
     state: str | None = getattr(args, "state", None)
     waiting: str | None = getattr(args, "waiting", None)
+    audit: str | None = getattr(args, "audit", None)
     if waiting is not None and state is None:
         state = ArchiveStatus.PENDING
     selection = Selection(
+        audit=audit,
         state=state,
         ids=tuple(args.ids),
         id_from=args.from_id,

@@ -67,6 +67,8 @@ def as_json(record: ListedRecord) -> dict[str, Any]:
         "archived_at": record.archived_at,
         "started_at": record.started_at,
         "hosted_url": record.hosted_url,
+        "hosted_key": record.hosted_key,
+        "audit": record.audit,
         "error_class": error_class(record.error),
         # Stored redacted; redacted again for rows an older release wrote.
         "error": None if record.error is None else outside_text(record.error, ERROR_LIMIT),
@@ -79,6 +81,9 @@ def lines(records: Sequence[ListedRecord], *, now: datetime | None = None) -> li
     result = []
     for r in records:
         error = "" if r.error is None else outside_text(r.error, ERROR_SHOWN)
+        if r.audit is not None:
+            # The damaged copy's key: for an operator to delete on the host.
+            error = f"audit: {r.audit}, key {outside_text(r.hosted_key or '?', 64)} {error}"
         result.append(
             f"  {r.record_id:>12}  {(r.archive_status or NEVER_QUEUED):<9}  "
             f"attempts {r.attempts}  {_when(r, moment)}  {error}".rstrip()

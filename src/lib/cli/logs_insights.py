@@ -14,7 +14,11 @@ from lib.platform.redact import outside_text
 
 # template.yaml names the functions' log groups after the stack (ArchiveLogGroup,
 # SweeperLogGroup: /aws/lambda/${AWS::StackName}-archive and -sweeper).
-LOG_GROUPS = ("/aws/lambda/{stack}-archive", "/aws/lambda/{stack}-sweeper")
+LOG_GROUPS = (
+    "/aws/lambda/{stack}-archive",
+    "/aws/lambda/{stack}-sweeper",
+    "/aws/lambda/{stack}-auditor",
+)
 DEFAULT_STACK = "image-archive"  # samconfig.toml's stack_name
 RESULT_LIMIT = 200
 # How long a query may run before `show` stops waiting for it (Insights runs up to 60 min).

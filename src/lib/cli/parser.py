@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 from lib import __version__
-from lib.cli import backfill, enqueue, grants, lane, listing, migrate, redrive, show, status
+from lib.cli import audit, backfill, enqueue, grants, lane, listing, migrate, redrive, show, status
 from lib.cli.args import add_selection, parse_since, positive, positive_at_most, positive_number
 from lib.cli.context import (
     EXIT_MISSING_GRANTS,
@@ -170,8 +170,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show", type=positive, default=50, help=argparse.SUPPRESS)
 
     _queue_commands(command, commands)
+    _audit_commands(command)
     _schema_commands(command)
     return parser
+
+
+def _audit_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`audit` and `restore`: the hosted copies checked now, and repaired from originals."""
+    p = command(
+        "audit",
+        audit.run_audit,
+        audit.AUDIT_SUMMARY,
+        audit.AUDIT_DESCRIPTION,
+        codes=[audit.AUDIT_FOUND],
+    )
+    audit.add_audit_arguments(p)
+    p = command(
+        "restore",
+        audit.run_restore,
+        audit.RESTORE_SUMMARY,
+        audit.RESTORE_DESCRIPTION,
+        codes=[(EXIT_PARTIAL, "some records were left alone, not found or not sent")],
+    )
+    audit.add_restore_arguments(p)
 
 
 def _queue_commands(

@@ -6,7 +6,7 @@ its events in words (lib.cli.show_events), newest last (lib.state.stories).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,10 +14,11 @@ from lib.cli import logs_insights
 from lib.cli.args import positive_at_most, record_id
 from lib.cli.context import EXIT_NOT_FOUND, EXIT_OK, Context
 from lib.cli.progress import duration
-from lib.cli.show_events import TEXT_LIMIT, describe
+from lib.cli.show_events import ORIGINAL_SOURCES, TEXT_LIMIT, describe
 from lib.cli.show_wait import Timing, Wait, waiting_for, when
 from lib.platform import config
 from lib.platform.redact import outside_text
+from lib.state.audits import AuditFindings, Keeping
 from lib.state.lane import LaneState
 from lib.state.status import GENERATION_SUCCEEDED
 from lib.state.stories import Story, StoryRecords
@@ -37,6 +38,7 @@ class Shown:
     timing: Timing
     now: datetime
     logs: logs_insights.LogsReport | None = None
+    keeping: Keeping | None = None  # its original and its audit
 
     @property
     def wait(self) -> Wait | None:
@@ -81,6 +83,11 @@ class Shown:
         ]
         if self.logs is not None:
             data["logs"] = self.logs.as_dict()
+        if self.keeping is not None:
+            data["kept"] = {
+                key: value.isoformat() if isinstance(value, datetime) else value
+                for key, value in asdict(self.keeping).items()
+            }
         return data
 
 
@@ -111,6 +118,8 @@ def render(shown: Shown) -> str:
                 f"  hosted       {outside_text(row.hosted_url, MAX_HOSTED_URL)}, "
                 f"archived {when(row.archived_at, now)}{altered}"
             )
+        if shown.keeping is not None:
+            lines += _keeping_lines(shown.keeping, now)
         if row.staged_key:
             size = f", {row.staged_bytes:,} bytes" if row.staged_bytes is not None else ""
             lines.append(
@@ -132,6 +141,31 @@ def render(shown: Shown) -> str:
     if shown.logs is not None:
         lines += _logs_lines(shown.logs)
     return "\n".join(lines)
+
+
+def _keeping_lines(kept: Keeping, now: datetime) -> list[str]:
+    """The original and the last audit, when there is either."""
+    lines = []
+    if kept.original_key is not None:
+        source = ORIGINAL_SOURCES.get(kept.original_source or "", kept.original_source)
+        lines.append(
+            f"  original     {kept.original_key}, {kept.original_bytes:,} bytes from {source},"
+            f" kept {when(kept.kept_at, now)}"
+        )
+    if kept.checked_at is not None:
+        lost = ", lost on the host" if kept.lost else ""
+        since = f" since {when(kept.verdict_since, now)}" if kept.verdict_since else ""
+        lines.append(
+            f"  audit        {kept.verdict}{since}{lost}; last checked"
+            f" {when(kept.checked_at, now)}, next {when(kept.due_at, now)}"
+        )
+    elif kept.due_at is not None:
+        lines.append(f"  audit        not checked yet; due {when(kept.due_at, now)}")
+    if kept.unreachable_since is not None:
+        lines.append(
+            f"               no answer from the host since {when(kept.unreachable_since, now)}"
+        )
+    return lines
 
 
 def _logs_lines(logs: logs_insights.LogsReport) -> list[str]:
@@ -222,6 +256,8 @@ def run(ctx: Context) -> int:
     lane = ctx.lanes().state()
     now = story.row.now if story.row is not None else lane.now
     shown = Shown(story, lane, settings, now)
+    if story.row is not None:
+        shown.keeping = AuditFindings(ctx.database()).keeping(args.record_id)
     if args.logs:
         shown.logs = _logs(ctx, story, now)
     ctx.answer(shown.as_dict())

@@ -13,6 +13,13 @@ from lib.platform.redact import outside_text
 from lib.state.stories import StoredEvent
 
 TEXT_LIMIT = 160  # a line's outside text (an error, a host's answer) at most
+# Where an original came from (image_archive_originals.source), in words.
+ORIGINAL_SOURCES = {
+    "archive": "the bytes archived",
+    "staged": "its staged copy",
+    "hosted": "the hosted copy (what Lsky stored)",
+    "provider": "the provider's URL, fetched again",
+}
 
 
 def _text(detail: dict[str, Any], key: str) -> str:
@@ -121,6 +128,25 @@ def _by(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     return f"by {_text(d, 'by') or '?'}" + (f": {_text(d, 'why')}" if d.get("why") else "")
 
 
+def _audited(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
+    words = f"{_text(d, 'verdict') or '?'}"
+    if d.get("was"):
+        words += f" (was {_text(d, 'was')})"
+    if d.get("why"):
+        words += f": {_text(d, 'why')}"
+    if d.get("repair"):
+        words += f"; {_text(d, 'repair')}"
+    if d.get("hosted_key"):
+        words += f"; the host's key {_text(d, 'hosted_key')}"
+    return words
+
+
+def _restored(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
+    old = f"{_text(d, 'old_url')} (key {_text(d, 'old_key') or '?'})"
+    new = f"{_text(d, 'new_url')} (key {_text(d, 'new_key') or '?'})"
+    return f"{old} replaced by {new}; the old copy stays on the host for an operator to delete"
+
+
 _WORDS: dict[str, Callable[[dict[str, Any], StoredEvent, datetime], str]] = {
     "enqueued": _enqueued,
     "received": _received,
@@ -154,6 +180,17 @@ _WORDS: dict[str, Callable[[dict[str, Any], StoredEvent, datetime], str]] = {
     ),
     "dequeued": _by,
     "dated": _by,
+    "audited": _audited,
+    "original_kept": lambda d, e, now: (
+        f"{_text(d, 'key')} ({d.get('bytes', '?')} bytes) from"
+        f" {ORIGINAL_SOURCES.get(str(d.get('source')), _text(d, 'source'))},"
+        f" by {_text(d, 'by') or '?'}"
+    ),
+    "restored": _restored,
+    "lost_on_host": lambda d, e, now: (
+        f"{_text(d, 'verdict')}, with no original and no source to restore it from"
+        + (f" ({_text(d, 'provider')})" if d.get("provider") else "")
+    ),
 }
 
 

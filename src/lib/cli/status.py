@@ -25,6 +25,7 @@ from lib.cli.status_lane import (
 )
 from lib.platform.config import lock_ttl_seconds, pacing_limits
 from lib.platform.grants import is_permission_denied
+from lib.state.audits import AuditCoverage, AuditFindings
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
 from lib.state.sweeps import StagedSummary
 
@@ -63,11 +64,17 @@ class Status:
     lane: LaneReport | None = None
     backlog: Backlog | None = None
     staged: StagedSummary | None = None  # images captured to the staging bucket
+    audit: AuditCoverage | None = None  # the audit's and the originals' coverage
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for queue, depth in zip(data["queues"], self.queues, strict=True):
             queue["total"] = depth.total
+        if self.audit is not None:
+            audit = data["audit"]
+            audit["without_original"] = self.audit.without_original
+            checked = self.audit.oldest_check
+            audit["oldest_check"] = None if checked is None else checked.isoformat()
         return data
 
     def to_json(self) -> str:
@@ -152,6 +159,8 @@ def render(status: Status) -> str:
             f"{_age(staged.oldest_age_seconds) if staged.waiting else '-'}, "
             f"FAILED keeping a copy: {staged.failed_keeping_copy}"
         )
+    if (audit := status.audit) is not None:
+        lines += _audit_lines(audit)
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
@@ -167,6 +176,23 @@ def render(status: Status) -> str:
     return "\n".join(lines)
 
 
+def _audit_lines(audit: AuditCoverage) -> list[str]:
+    oldest = audit.oldest_check.isoformat(timespec="seconds") if audit.oldest_check else "-"
+    return [
+        "hosted copies (the audit)",
+        f"  archived    {audit.archived:>8}   with an original: {audit.with_original},"
+        f" without: {audit.without_original}",
+        f"  checked     {audit.archived - audit.never_checked:>8}   never yet:"
+        f" {audit.never_checked}, oldest check: {oldest}",
+        f"  verdicts    {audit.intact + audit.missing + audit.altered:>8}   intact"
+        f" {audit.intact}, missing {audit.missing}, altered {audit.altered}, lost {audit.lost};"
+        f" unreachable lately: {audit.unreachable}",
+        f"  due now     {audit.due:>8}   longest due for: "
+        f"{_age(audit.oldest_due_seconds) if audit.due else '-'};"
+        f" restores under way: {audit.restoring}",
+    ]
+
+
 def run(ctx: Context) -> int:
     args = ctx.args
     lock_ttl = lock_ttl_seconds()
@@ -174,6 +200,7 @@ def run(ctx: Context) -> int:
     report = Status(
         archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
         staged=ctx.sweeps().staged_summary(),
+        audit=AuditFindings(ctx.database()).coverage(),
     )
     code = EXIT_OK
     limits = pacing_limits()

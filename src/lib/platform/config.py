@@ -24,6 +24,7 @@ from lib.platform.env_values import (
     networks,
     optional_id,
     positive_int,
+    positive_number,
     rate_limits,
     require_one_of,
     retry_delays,
@@ -59,6 +60,12 @@ DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
 # (docs/history.md), and ten years at most.
 DEFAULT_EVENT_RETENTION_DAYS = 30
 MAX_EVENT_RETENTION_DAYS = 3650
+# Auditor: every archived image's hosted copy is checked at least once in this many days,
+# at most this many GETs a second on the host (docs/audit.md).
+DEFAULT_AUDIT_DAYS = 30
+MAX_AUDIT_DAYS = 3650
+DEFAULT_AUDIT_RATE = 5.0
+MAX_AUDIT_RATE = 1000.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,23 @@ class SweeperSettings:
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # ARCHIVE_EVENT_RETENTION_DAYS: how long a concluded record's story is kept.
     event_retention_days: int = DEFAULT_EVENT_RETENTION_DAYS
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    database: DatabaseConfig
+    # The archive queue: a restore sends the record's message there.
+    queue_url: str
+    audit_days: int = DEFAULT_AUDIT_DAYS
+    audit_rate: float = DEFAULT_AUDIT_RATE
+    # ARCHIVE_ORIGINALS_BUCKET: where originals are kept (None: none kept, none restored from).
+    originals_bucket: str | None = None
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    allow_private_networks: tuple[IPNetwork, ...] = ()
+
+    @property
+    def period_seconds(self) -> int:
+        return self.audit_days * 86_400
 
 
 def service_name(env: Mapping[str, str] | None = None) -> str:
@@ -224,11 +248,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettings:
     """Settings for the sweeper function; raises ConfigError naming what is missing."""
     env = os.environ if env is None else env
-    queue_url = text(env, "ARCHIVE_QUEUE_URL")
-    if queue_url is None:
-        raise ConfigError("missing required setting: ARCHIVE_QUEUE_URL")
-    if not queue_url.startswith(("http://", "https://")):
-        raise ConfigError("ARCHIVE_QUEUE_URL must be a queue URL (https://sqs...), not an ARN")
+    queue_url = archive_queue_url(env)
     lock_ttl = lock_ttl_seconds(env)
     check_lock_ttl(env, lock_ttl)
     return SweeperSettings(
@@ -253,6 +273,41 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
             MAX_EVENT_RETENTION_DAYS,
         ),
     )
+
+
+def load_audit_settings(
+    env: Mapping[str, str] | None = None, *, queue_url: str | None = None
+) -> AuditSettings:
+    """Settings for the audit function (`queue_url`: archive-ctl's --queue-url instead of
+    ARCHIVE_QUEUE_URL); raises ConfigError naming what is missing."""
+    env = os.environ if env is None else env
+    return AuditSettings(
+        database=load_database_config(env),
+        queue_url=queue_url or archive_queue_url(env),
+        audit_days=audit_days(env),
+        audit_rate=positive_number(env, "ARCHIVE_AUDIT_RATE", DEFAULT_AUDIT_RATE, MAX_AUDIT_RATE),
+        originals_bucket=staging_bucket(env, "ARCHIVE_ORIGINALS_BUCKET"),
+        max_image_bytes=positive_int(
+            env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES, MAX_IMAGE_BYTES_BOUND
+        ),
+        allow_private_networks=networks(env, "ARCHIVE_ALLOW_PRIVATE_NETWORKS"),
+    )
+
+
+def audit_days(env: Mapping[str, str] | None = None) -> int:
+    """ARCHIVE_AUDIT_DAYS alone (the auditor, and `archive-ctl status`)."""
+    env = os.environ if env is None else env
+    return positive_int(env, "ARCHIVE_AUDIT_DAYS", DEFAULT_AUDIT_DAYS, MAX_AUDIT_DAYS)
+
+
+def archive_queue_url(env: Mapping[str, str]) -> str:
+    """ARCHIVE_QUEUE_URL, required: a queue URL, not an ARN."""
+    queue_url = text(env, "ARCHIVE_QUEUE_URL")
+    if queue_url is None:
+        raise ConfigError("missing required setting: ARCHIVE_QUEUE_URL")
+    if not queue_url.startswith(("http://", "https://")):
+        raise ConfigError("ARCHIVE_QUEUE_URL must be a queue URL (https://sqs...), not an ARN")
+    return queue_url
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,28 @@ def positive_int(
     return default
 
 
+# A decimal number as a template pattern can spell one: digits, an optional fraction.
+_DECIMAL = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]{1,3})?")
+
+
+def positive_number(env: Mapping[str, str], name: str, default: float, maximum: float) -> float:
+    """A number above 0 and at most `maximum` (three decimals at most), else the default
+    with a warning, as positive_int."""
+    raw = text(env, name)
+    if raw is None:
+        return default
+    if _DECIMAL.fullmatch(raw) and 0 < float(raw) <= maximum:
+        return float(raw)
+    warn(
+        "invalid %s=%r, using default %s (a number above 0, at most %s)",
+        name,
+        raw,
+        default,
+        maximum,
+    )
+    return default
+
+
 def time_zone(env: Mapping[str, str], name: str) -> str:
     """An IANA zone name (Asia/Shanghai, UTC); an unknown one fails at start-up."""
     raw = text(env, name) or DEFAULT_LSKY_TIMEZONE

@@ -72,6 +72,33 @@ NEEDS: tuple[Need, ...] = (
         (),
         "the queue's receive mark: a claim moves it on, the sweeper's lost-message rule reads it",
     ),
+    Need(
+        "image_archive_originals",
+        ("SELECT", "INSERT", "UPDATE"),
+        (),
+        "where each record's original is kept: the success write and the audit record it, "
+        "a restore's claim reads it",
+    ),
+    Need(
+        "image_archive_audits",
+        ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        (),
+        "the audit's rotation: the success write enrols a record, the auditor takes, judges "
+        "and drops (a deleted generation) its rows",
+    ),
+    Need(
+        "image_archive_restores",
+        ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        (),
+        "restores under way: the audit and `archive-ctl restore` add them, a restore's claim "
+        "reads them, its success write removes them",
+    ),
+    Need(
+        "image_archive_audit_walk",
+        ("SELECT", "UPDATE"),
+        (),
+        "the auditor's walk over older archives: its position",
+    ),
 )
 
 

@@ -43,6 +43,11 @@ _ADD_CHECK = re.compile(
 _VALIDATE = re.compile(rf"VALIDATE\s+CONSTRAINT\s+{_WORD}", re.I)
 
 
+def quoted_values(check: str) -> tuple[str, ...]:
+    """The quoted literals of a CHECK expression, as written or as the catalog prints it."""
+    return tuple(re.findall(r"'([^']*)'", check))
+
+
 @dataclass(frozen=True)
 class Column:
     table: str
@@ -67,7 +72,7 @@ class Constraint:
     @property
     def allowed_values(self) -> tuple[str, ...]:
         """The quoted literals of the expression (an IN list's values)."""
-        return tuple(re.findall(r"'([^']*)'", self.check))
+        return quoted_values(self.check)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from lib.platform.migration_file import (
     Constraint,
     Declaration,
     Index,
+    quoted_values,
 )
 
 # Added with DEFAULT false: rows an older release left mid-upload need it set (`plan`).
@@ -46,15 +47,19 @@ class Catalog:
     constraints: Mapping[str, bool] = field(default_factory=dict)  # name -> validated
     # Data steps a run began and did not finish (STEPS_TABLE's rows; empty when it is absent).
     unfinished: frozenset[str] = frozenset()
+    # name -> the quoted literals of the constraint's definition (an IN list's values)
+    constraint_values: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
     def from_rows(cls, rows: Iterable[Sequence[object]]) -> Catalog:
-        """Rows of (kind, name, table, flag): kind is table, column, index or constraint."""
+        """Rows of (kind, name, table, flag[, definition]): kind is table, column, index or
+        constraint; a constraint's definition (pg_get_constraintdef) gives its values."""
         tables: set[str] = set()
         columns: set[tuple[str, str]] = set()
         indexes: dict[str, bool] = {}
         constraints: dict[str, bool] = {}
-        for kind, name, table, flag in rows:
+        values: dict[str, frozenset[str]] = {}
+        for kind, name, table, flag, *definition in rows:
             if kind == "table":
                 tables.add(str(name))
             elif kind == "column":
@@ -63,7 +68,17 @@ class Catalog:
                 indexes[str(name)] = bool(flag)
             elif kind == "constraint":
                 constraints[str(name)] = bool(flag)
-        return cls(frozenset(tables), frozenset(columns), indexes, constraints)
+                if definition and isinstance(definition[0], str):
+                    values[str(name)] = frozenset(quoted_values(definition[0]))
+        return cls(
+            frozenset(tables), frozenset(columns), indexes, constraints, constraint_values=values
+        )
+
+    def outdated(self, constraint: Constraint) -> bool:
+        """The constraint exists with other allowed values than declared (a release that
+        added a value): it is replaced."""
+        held = self.constraint_values.get(constraint.name)
+        return held is not None and held != frozenset(constraint.allowed_values)
 
     def has_column(self, table: str, column: str) -> bool:
         return (table, column) in self.columns
@@ -239,6 +254,17 @@ def plan(declaration: Declaration, catalog: Catalog, legacy: Sequence[LegacyValu
         steps.append(Step(Action.MAP_LEGACY, RECORDS, RECORDS, detail=detail))
     for constraint in declaration.constraints:
         validated = catalog.constraints.get(constraint.name)
+        if validated is not None and catalog.outdated(constraint):
+            steps.append(
+                Step(
+                    Action.DROP_CONSTRAINT,
+                    constraint.table,
+                    constraint.name,
+                    drop_constraint_sql(constraint),
+                    "its allowed values differ from the declared ones; added again",
+                )
+            )
+            validated = None
         if validated is None:
             steps.append(
                 Step(

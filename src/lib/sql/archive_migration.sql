@@ -199,13 +199,36 @@ CREATE TABLE IF NOT EXISTS image_archive_events (
     at TIMESTAMPTZ NOT NULL,
     attempt INT NOT NULL DEFAULT 0,
     seq SMALLINT NOT NULL DEFAULT 0,
-    kind TEXT NOT NULL CONSTRAINT image_archive_events_kind_check CHECK (kind IN (
-        'enqueued', 'unsent', 'dequeued', 'dated', 'received', 'claimed', 'lock_taken_over',
-        'lock_lost', 'fetched', 'staged', 'slot', 'lane_paused', 'looked_up',
-        'upload_answered', 'held', 'parked', 'unparked', 'retried', 'failed', 'archived')),
+    kind TEXT NOT NULL,
     detail JSONB NOT NULL DEFAULT '{}'
 );
 
+-- The kinds of event mirror lib.state.events.EventKind. A release that adds kinds changes
+-- the list here: a constraint that lacks one of them (an older release's, which the
+-- CREATE TABLE of that release wrote inline) is replaced, added NOT VALID (a brief
+-- exclusive lock, no scan), then validated without blocking writes. `archive-ctl
+-- migrate` compares the allowed values with the catalog's; the plain psql path replaces
+-- it when the newest kind is missing.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conrelid = 'image_archive_events'::regclass
+          AND conname = 'image_archive_events_kind_check'
+          AND pg_get_constraintdef(oid) LIKE '%''lost_on_host''%'
+    ) THEN
+        ALTER TABLE image_archive_events DROP CONSTRAINT IF EXISTS image_archive_events_kind_check;
+        ALTER TABLE image_archive_events
+            ADD CONSTRAINT image_archive_events_kind_check CHECK (kind IN (
+                'enqueued', 'unsent', 'dequeued', 'dated', 'received', 'claimed',
+                'lock_taken_over', 'lock_lost', 'fetched', 'staged', 'slot', 'lane_paused',
+                'looked_up', 'upload_answered', 'held', 'parked', 'unparked', 'retried',
+                'failed', 'archived', 'audited', 'original_kept', 'restored',
+                'lost_on_host')) NOT VALID;
+    END IF;
+END
+$$;
+ALTER TABLE image_archive_events VALIDATE CONSTRAINT image_archive_events_kind_check;
 -- `archive-ctl show` and the retention: one record's events (tens of them: sorted in
 -- memory). On the record id alone, B-tree deduplication keeps an event's entry to a few
 -- bytes (docs/performance.md).
@@ -236,3 +259,61 @@ CREATE TABLE IF NOT EXISTS image_archive_migration_steps (
     after_id BIGINT,
     noted_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- Every archived image's original, kept in the originals bucket (lib.archive.originals):
+-- where (bucket, key and S3's version: reads take that version), what (SHA-256, length,
+-- type: checked when it is read back) and from where: `archive` the bytes sent to Lsky,
+-- `staged` a staged copy, `hosted` the audit's GET of the hosted file when it matched what
+-- Lsky reported, `provider` the provider's URL fetched again with the bytes first sent.
+CREATE TABLE IF NOT EXISTS image_archive_originals (
+    record_id BIGINT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key TEXT NOT NULL,
+    version_id TEXT,
+    sha256 TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    mime_type TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('archive', 'staged', 'hosted', 'provider')),
+    kept_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+-- The audit of the hosted images (lib.audit): one row per archived record, written by the
+-- success write and, for records archived before it, by the auditor's walk. `due_at` is
+-- when it is checked next (the rotation reads its index, never the records); the verdict
+-- is the last one a check reached (unreachable checks reach none); `lost`: missing or
+-- altered with nothing to restore it from. The generation's row is never written by a
+-- check that finds nothing wrong.
+CREATE TABLE IF NOT EXISTS image_archive_audits (
+    record_id BIGINT PRIMARY KEY,
+    due_at TIMESTAMPTZ NOT NULL,
+    checked_at TIMESTAMPTZ,
+    verdict TEXT CHECK (verdict IN ('intact', 'missing', 'altered')),
+    verdict_since TIMESTAMPTZ,
+    checked_url TEXT,
+    unreachable_since TIMESTAMPTZ,
+    lost BOOLEAN NOT NULL DEFAULT false,
+    detail JSONB NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS image_archive_audits_due_idx ON image_archive_audits (due_at);
+-- What is wrong now: `restore --missing/--altered`, `list --lost`, `status`; few rows.
+CREATE INDEX IF NOT EXISTS image_archive_audits_wrong_idx
+    ON image_archive_audits (verdict, record_id) WHERE verdict <> 'intact';
+-- Restores under way: the record is archived again from its original (the claim reads it
+-- from here); the success write replaces the hosted URL, names the old one in the story
+-- and deletes the row.
+CREATE TABLE IF NOT EXISTS image_archive_restores (
+    record_id BIGINT PRIMARY KEY,
+    requested_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    reason TEXT NOT NULL CHECK (reason IN ('missing', 'altered', 'operator')),
+    requested_by TEXT NOT NULL,
+    old_url TEXT,
+    old_key TEXT
+);
+-- The auditor's walk over the records by id, enrolling archived ones the success write did
+-- not (archived before this release, or by an older release still running): a pass a
+-- period, a few pages a run.
+CREATE TABLE IF NOT EXISTS image_archive_audit_walk (
+    walk TEXT PRIMARY KEY,
+    after_id BIGINT,
+    started_at TIMESTAMPTZ,
+    finished_at TIMESTAMPTZ
+);
+INSERT INTO image_archive_audit_walk (walk) VALUES ('archived') ON CONFLICT (walk) DO NOTHING;

@@ -180,14 +180,20 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        lane.paused_for, lane.pause_reason, lane.pause_window, now(),
        lane.pause_detail, lane.paused_since, booking.queue_end,
        claimed.archive_staged_key, claimed.archive_staged_sha256, claimed.archive_staged_bytes,
-       claimed.archive_first_claimed_at, booking.mine, claimed.archive_sent
+       claimed.archive_first_claimed_at, booking.mine, claimed.archive_sent,
+       -- A restore (image_archive_restores): the copy it replaces, and the original it
+       -- publishes again (none: the source, which the auditor found unchanged).
+       restore.record_id IS NOT NULL, restore.old_key,
+       o.bucket, o.key, o.version_id, o.sha256, o.bytes, o.mime_type, o.source
 FROM (SELECT 1) AS one
 LEFT JOIN lane ON true
 LEFT JOIN booking ON true
 LEFT JOIN target ON true
 LEFT JOIN claimed ON true
 LEFT JOIN exhausted ON true
-LEFT JOIN users AS u ON u.id = claimed.user_id;
+LEFT JOIN users AS u ON u.id = claimed.user_id
+LEFT JOIN image_archive_restores AS restore ON restore.record_id = claimed.id
+LEFT JOIN image_archive_originals AS o ON o.record_id = restore.record_id;
 
 -- name: succeed
 -- Success wins whatever happened meanwhile (the lock passed on, or the sweeper failed
@@ -222,6 +228,22 @@ written AS (
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
     RETURNING r.id
 ),
+restored AS (
+    -- A restore (image_archive_restores) is done once the new copy is recorded: the old
+    -- URL and key go to the story, for an operator to delete on the host.
+    DELETE FROM image_archive_restores AS x
+    USING written
+    WHERE x.record_id = written.id
+    RETURNING x.old_url, x.old_key, x.reason
+),
+audited AS (
+    -- The audit checks a newly hosted copy soon (the upload's own read back), then in
+    -- rotation; a restored one no longer counts as lost.
+    INSERT INTO image_archive_audits AS a (record_id, due_at)
+    SELECT id, now() FROM written
+    ON CONFLICT (record_id) DO UPDATE SET due_at = now(), lost = false
+    RETURNING 1
+),
 concluded AS (
     -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
     -- :counted false, sent nothing: its slot, if it took one, is given back).
@@ -249,7 +271,14 @@ noted AS (
                          THEN jsonb_build_object('recorded', false) ELSE '{}' END
                  || CASE WHEN before.archive_locked_by IS DISTINCT FROM :owner
                          THEN jsonb_build_object('under_lock', false) ELSE '{}' END
-          FROM before LEFT JOIN written ON true) AS e
+          FROM before LEFT JOIN written ON true
+          UNION ALL
+          SELECT now(), jsonb_array_length(CAST(:events AS jsonb)) + 2, 'restored',
+                 jsonb_build_object('reason', restored.reason,
+                                    'old_url', restored.old_url, 'old_key', restored.old_key,
+                                    'new_url', CAST(:hosted_url AS text),
+                                    'new_key', CAST(:hosted_response AS jsonb) ->> 'key')
+          FROM restored) AS e
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
        written.id IS NOT NULL,
@@ -669,6 +698,13 @@ AND (CAST(:error_patterns AS text[]) IS NULL
 AND (CAST(:waiting AS text) IS NULL
      OR (archive_status = 'PENDING' AND archive_next_run_at > now()
          AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
+-- :audit, what the audit last found (missing, altered; lost: either, nothing to restore
+-- from): its partial index holds only such rows.
+AND (CAST(:audit AS text) IS NULL
+     OR id IN (SELECT a.record_id FROM image_archive_audits AS a
+               WHERE a.verdict <> 'intact'
+                 AND (a.verdict = CAST(:audit AS text)
+                      OR (CAST(:audit AS text) = 'lost' AND a.lost))))
 
 -- name: failed_selection
 -- FAILED rows the selection names that failed in [:since, :until); :requeuable keeps only
@@ -685,7 +721,11 @@ id, status, archive_status, archive_attempts, archive_wait_reason,
 archive_enqueued_at IS NULL, archive_next_run_at, archive_locked_at, archive_error,
 archived_at, hosted_image_url, started_at,
 CASE WHEN archive_status = 'FAILED' THEN {{failed_time}} END,
-archive_status = 'FAILED' AND archive_failed_at IS NULL
+archive_status = 'FAILED' AND archive_failed_at IS NULL,
+(SELECT a.verdict || CASE WHEN a.lost THEN ' (lost)' ELSE '' END
+ FROM image_archive_audits AS a
+ WHERE a.record_id = id AND a.verdict <> 'intact'),
+hosted_response ->> 'key'
 
 -- name: list_failed
 -- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
@@ -1379,27 +1419,28 @@ WHERE archive_staged_key IS NOT NULL;
 -- and the migration's own row updates. docs/database.md says why each is shaped so.
 
 -- name: schema_catalog
--- Which of the declared objects exist, as (kind, name, table, flag): flag says whether an
--- index is valid (an interrupted CONCURRENTLY build leaves it INVALID) and whether a
--- constraint is validated. Catalog reads only: no lock on the tables themselves.
-SELECT 'table', c.relname, c.relname, true
+-- Which of the declared objects exist, as (kind, name, table, flag, definition): flag says
+-- whether an index is valid (an interrupted CONCURRENTLY build leaves it INVALID) and
+-- whether a constraint is validated; a constraint's definition is compared with the
+-- declared one. Catalog reads only: no lock on the tables themselves.
+SELECT 'table', c.relname, c.relname, true, NULL
 FROM pg_class AS c
 WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
   AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'column', a.attname, c.relname, true
+SELECT 'column', a.attname, c.relname, true, NULL
 FROM pg_attribute AS a
 JOIN pg_class AS c ON c.oid = a.attrelid
 WHERE c.relname = ANY(CAST(:tables AS text[])) AND c.relkind IN ('r', 'p')
   AND pg_table_is_visible(c.oid) AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'index', c.relname, t.relname, i.indisvalid
+SELECT 'index', c.relname, t.relname, i.indisvalid, NULL
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_class AS t ON t.oid = i.indrelid
 WHERE c.relname = ANY(CAST(:indexes AS text[])) AND pg_table_is_visible(c.oid)
 UNION ALL
-SELECT 'constraint', k.conname, t.relname, k.convalidated
+SELECT 'constraint', k.conname, t.relname, k.convalidated, pg_get_constraintdef(k.oid)
 FROM pg_constraint AS k
 JOIN pg_class AS t ON t.oid = k.conrelid
 WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oid);
@@ -1549,3 +1590,331 @@ LEFT JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
 LEFT JOIN pg_attribute AS a
        ON a.attrelid = c.oid AND a.attname = n.col AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY n.ord;
+
+-- The audit of hosted images (lib.audit, lib.state.audits; docs/audit.md). A check never
+-- writes the generation's row; a restore does, through the archive's own state machine.
+
+-- name: audit_target
+-- What a check needs of one audit row `a` (its record `r`, its original `o`): the hosted
+-- URL, what Lsky reported of the stored file and what was sent, the provider's URL.
+SELECT a.record_id, r.id IS NOT NULL, r.archive_status, r.hosted_image_url,
+       r.hosted_response ->> 'sha1', r.hosted_response ->> 'size',
+       r.hosted_response -> '_archive' -> 'sent' ->> 'sha1', r.archive_altered,
+       r.image_url, a.verdict, a.lost, r.hosted_response ->> 'key',
+       o.bucket, o.key, o.version_id, o.sha256, o.bytes, o.mime_type, o.source
+
+-- name: take_audits
+-- The rotation: the audits due, oldest due first (its index), each leased (due again at
+-- :lease seconds from now) so that a second run, or `archive-ctl audit`, takes others; a
+-- run that dies leaves them due again when the lease ends. Rows whose record is not
+-- archived (a restore under way, a requeue, a deleted generation) come back too, and are
+-- passed over by the check (`pass_audits`).
+WITH due AS (
+    SELECT record_id FROM image_archive_audits
+    WHERE due_at <= now()
+    ORDER BY due_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+leased AS (
+    UPDATE image_archive_audits AS a
+    SET due_at = now() + make_interval(secs => :lease)
+    FROM due
+    WHERE a.record_id = due.record_id
+    RETURNING a.*
+)
+{{audit_target}}
+FROM leased AS a
+LEFT JOIN image_generation_records AS r ON r.id = a.record_id
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id
+ORDER BY a.record_id;
+
+-- name: take_audits_chosen
+-- `archive-ctl audit --id/--since`: archived records chosen by id, or archived since
+-- :since (NULL: any), due or not, after :after_id in id order, enrolled if they were not
+-- and leased like the rotation's (:lease NULL, a dry run: nothing written). Not the
+-- rotation's index: an operator's pass over the records.
+WITH chosen AS (
+    SELECT r.id FROM image_generation_records AS r
+    WHERE r.archive_status = 'SUCCEEDED'
+      AND (CAST(:ids AS bigint[]) IS NULL OR r.id = ANY(CAST(:ids AS bigint[])))
+      AND (CAST(:since AS timestamptz) IS NULL OR r.archived_at >= CAST(:since AS timestamptz))
+      AND r.id > :after_id
+    ORDER BY r.id
+    LIMIT :limit
+),
+leased AS (
+    INSERT INTO image_archive_audits AS a (record_id, due_at)
+    SELECT id, now() + make_interval(secs => CAST(:lease AS int)) FROM chosen
+    WHERE CAST(:lease AS int) IS NOT NULL
+    ON CONFLICT (record_id) DO UPDATE SET due_at = EXCLUDED.due_at
+)
+SELECT c.id, r.id IS NOT NULL, r.archive_status, r.hosted_image_url,
+       r.hosted_response ->> 'sha1', r.hosted_response ->> 'size',
+       r.hosted_response -> '_archive' -> 'sent' ->> 'sha1', r.archive_altered,
+       r.image_url, a.verdict, COALESCE(a.lost, false), r.hosted_response ->> 'key',
+       o.bucket, o.key, o.version_id, o.sha256, o.bytes, o.mime_type, o.source
+FROM chosen AS c
+JOIN image_generation_records AS r ON r.id = c.id
+LEFT JOIN image_archive_audits AS a ON a.record_id = c.id
+LEFT JOIN image_archive_originals AS o ON o.record_id = c.id
+ORDER BY c.id;
+
+-- name: peek_audits
+-- A dry run of the rotation: the first :limit audits due, as take_audits would take them,
+-- with nothing written.
+{{audit_target}}
+FROM image_archive_audits AS a
+LEFT JOIN image_generation_records AS r ON r.id = a.record_id
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id
+WHERE a.due_at <= now()
+ORDER BY a.due_at, a.record_id
+LIMIT :limit;
+
+-- name: enrol_archived
+-- The walk: the next :batch records by id after the walk's position, the archived ones
+-- enrolled (due now: history is checked at the audit's own pace) unless they are. At the
+-- end of the table the pass is finished; the next begins :period seconds after the last
+-- began. A walk another run holds is skipped. Reads the primary key, :batch rows a call.
+WITH walk AS (
+    SELECT after_id, started_at FROM image_archive_audit_walk
+    WHERE walk = 'archived'
+      AND (after_id IS NOT NULL OR started_at IS NULL
+           OR started_at < now() - make_interval(secs => :period))
+    FOR UPDATE SKIP LOCKED
+),
+page AS (
+    SELECT r.id, r.archive_status FROM image_generation_records AS r, walk
+    WHERE r.id > COALESCE(walk.after_id, -1)
+    ORDER BY r.id
+    LIMIT :batch
+),
+enrolled AS (
+    INSERT INTO image_archive_audits (record_id, due_at)
+    SELECT id, now() FROM page WHERE archive_status = 'SUCCEEDED'
+    ON CONFLICT (record_id) DO NOTHING
+    RETURNING 1
+),
+moved AS (
+    UPDATE image_archive_audit_walk AS w
+    SET after_id = CASE WHEN (SELECT count(*) FROM page) < :batch THEN NULL
+                        ELSE (SELECT max(id) FROM page) END,
+        started_at = CASE WHEN walk.after_id IS NULL THEN now() ELSE w.started_at END,
+        finished_at = CASE WHEN (SELECT count(*) FROM page) < :batch THEN now()
+                           ELSE w.finished_at END
+    FROM walk
+    WHERE w.walk = 'archived'
+    RETURNING w.after_id
+)
+SELECT EXISTS (SELECT 1 FROM walk), (SELECT count(*) FROM enrolled),
+       (SELECT count(*) FROM page), (SELECT after_id FROM moved);
+
+-- name: record_audits
+-- A run's verdicts for one batch (:results, a JSON array of {record_id, verdict, url,
+-- lost, detail}; verdict null: unreachable, no verdict), in one statement: due again after
+-- :period seconds (unreachable: after :retry seconds), the story's `audited` where the
+-- verdict is not intact or changed (a first intact one is no news), `lost_on_host` where it became lost. The generation's
+-- row is not touched.
+WITH result AS (
+    SELECT CAST(x ->> 'record_id' AS bigint) AS record_id, x ->> 'verdict' AS verdict,
+           x ->> 'url' AS url, COALESCE(CAST(x ->> 'lost' AS boolean), false) AS lost,
+           COALESCE(x -> 'detail', '{}') AS detail
+    FROM jsonb_array_elements(CAST(:results AS jsonb)) AS x
+),
+before AS (
+    SELECT a.record_id, a.verdict, a.lost
+    FROM image_archive_audits AS a JOIN result USING (record_id)
+),
+written AS (
+    UPDATE image_archive_audits AS a
+    SET due_at = now() + make_interval(secs => CASE WHEN result.verdict IS NULL
+                                                    THEN CAST(:retry AS int)
+                                                    ELSE CAST(:period AS int) END),
+        checked_at = CASE WHEN result.verdict IS NULL THEN a.checked_at ELSE now() END,
+        verdict = COALESCE(result.verdict, a.verdict),
+        verdict_since = CASE WHEN result.verdict IS NULL THEN a.verdict_since
+                             WHEN result.verdict IS DISTINCT FROM a.verdict THEN now()
+                             ELSE a.verdict_since END,
+        checked_url = COALESCE(result.url, a.checked_url),
+        unreachable_since = CASE WHEN result.verdict IS NOT NULL THEN NULL
+                                 ELSE COALESCE(a.unreachable_since, now()) END,
+        lost = CASE WHEN result.verdict IS NULL THEN a.lost ELSE result.lost END,
+        detail = result.detail
+    FROM result
+    WHERE a.record_id = result.record_id
+    RETURNING a.record_id
+),
+noted AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT result.record_id, now(), e.seq, 0, e.kind, e.detail
+    FROM result JOIN before USING (record_id)
+    CROSS JOIN LATERAL (
+        SELECT 1 AS seq, 'audited' AS kind,
+               jsonb_build_object('verdict', result.verdict, 'was', before.verdict)
+               || result.detail AS detail
+        -- A first check that finds the copy intact is no news.
+        WHERE result.verdict IS NOT NULL
+          AND (result.verdict <> 'intact'
+               OR (before.verdict IS NOT NULL AND result.verdict <> before.verdict))
+        UNION ALL
+        SELECT 2, 'lost_on_host', jsonb_build_object('verdict', result.verdict)
+                                  || result.detail
+        WHERE result.verdict IS NOT NULL AND result.lost AND NOT before.lost
+    ) AS e
+    RETURNING record_id, kind
+)
+SELECT (SELECT count(*) FROM written),
+       COALESCE((SELECT array_agg(record_id) FROM noted WHERE kind = 'lost_on_host'), '{}');
+
+-- name: release_audits
+-- A batch judged nothing (the host seemed down): due again at once, for the next run.
+UPDATE image_archive_audits
+SET due_at = now()
+WHERE record_id = ANY(CAST(:ids AS bigint[]));
+
+-- name: pass_audits
+-- Audit rows whose record is not archived now: a restore or a requeue under way (checked
+-- once archived again: its success write makes it due), or a generation deleted (its
+-- audit row goes).
+WITH gone AS (
+    DELETE FROM image_archive_audits AS a
+    WHERE a.record_id = ANY(CAST(:ids AS bigint[]))
+      AND NOT EXISTS (SELECT 1 FROM image_generation_records AS r WHERE r.id = a.record_id)
+    RETURNING 1
+)
+UPDATE image_archive_audits
+SET due_at = now() + make_interval(secs => :period)
+WHERE record_id = ANY(CAST(:ids AS bigint[]));
+
+-- name: keep_original
+-- An original kept outside the archive path (the audit's GET of the hosted file, or the
+-- provider's URL fetched again): recorded, and told in the story.
+WITH kept AS (
+    INSERT INTO image_archive_originals AS o
+        (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
+    VALUES (:record_id, :bucket, :key, :version_id, :sha256, :bytes, :mime_type, :source)
+    ON CONFLICT (record_id) DO UPDATE
+    SET bucket = EXCLUDED.bucket, key = EXCLUDED.key, version_id = EXCLUDED.version_id,
+        sha256 = EXCLUDED.sha256, bytes = EXCLUDED.bytes, mime_type = EXCLUDED.mime_type,
+        source = EXCLUDED.source, kept_at = now()
+    RETURNING record_id
+)
+INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+SELECT record_id, now(), 0, 0, 'original_kept',
+       jsonb_build_object('source', CAST(:source AS text), 'key', CAST(:key AS text),
+                          'bytes', CAST(:bytes AS bigint), 'by', CAST(:by AS text))
+FROM kept;
+
+-- name: request_restores
+-- Archive these records again, from their originals: each archived row whose hosted URL is
+-- still the one judged (:urls, parallel to :ids; NULL: any) goes back to PENDING with a
+-- fresh attempt budget, due now and stamped, keeping its hosted URL until the success
+-- write replaces it; the restore is noted (what it replaces) and told in the story. A
+-- record without an original, or not archived now, is left as it is.
+WITH asked AS (
+    SELECT a.id, a.url
+    FROM unnest(CAST(:ids AS bigint[]), CAST(:urls AS text[])) AS a (id, url)
+),
+picked AS (
+    SELECT r.id, r.hosted_image_url, r.hosted_response ->> 'key' AS old_key
+    FROM image_generation_records AS r
+    JOIN asked ON asked.id = r.id
+    WHERE (r.archive_status = 'SUCCEEDED'
+           -- A restore that failed (Lsky would have reused the damaged file, the original
+           -- could not be read): tried again as it was asked.
+           OR (r.archive_status = 'FAILED'
+               AND EXISTS (SELECT 1 FROM image_archive_restores AS x WHERE x.record_id = r.id)))
+      AND (asked.url IS NULL OR r.hosted_image_url IS NOT DISTINCT FROM asked.url)
+      -- Without an original only when the caller checked the provider's URL still gives
+      -- the bytes first sent (the auditor; or its restore is under way already): the
+      -- archive then fetches it again from there.
+      AND (NOT CAST(:need_original AS boolean)
+           OR EXISTS (SELECT 1 FROM image_archive_originals AS o WHERE o.record_id = r.id)
+           OR EXISTS (SELECT 1 FROM image_archive_restores AS x WHERE x.record_id = r.id))
+    FOR UPDATE OF r SKIP LOCKED
+),
+marked AS (
+    UPDATE image_generation_records AS r
+    SET archive_status = 'PENDING',
+        archive_attempts = 0,
+        archive_error = NULL,
+        archive_failed_at = NULL,
+        archive_next_run_at = now(),
+        archive_enqueued_at = now(),
+        archive_locked_by = NULL,
+        archive_locked_at = NULL,
+        archive_may_be_hosted = false,
+        archive_first_claimed_at = NULL,
+        archive_wait_reason = NULL,
+        archive_sent = NULL
+    FROM picked
+    WHERE r.id = picked.id
+    RETURNING r.id, r.archive_enqueued_at
+),
+noted AS (
+    INSERT INTO image_archive_restores AS x (record_id, reason, requested_by, old_url, old_key)
+    SELECT picked.id, :reason, :by, picked.hosted_image_url, picked.old_key
+    FROM picked JOIN marked USING (id)
+    ON CONFLICT (record_id) DO UPDATE
+    SET requested_at = now(), reason = EXCLUDED.reason, requested_by = EXCLUDED.requested_by,
+        old_url = EXCLUDED.old_url, old_key = EXCLUDED.old_key
+    RETURNING x.record_id
+),
+told AS (
+    INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
+    SELECT picked.id, now(), 0, 0, 'enqueued',
+           jsonb_build_object('by', CAST(:by AS text), 'restore', CAST(:reason AS text),
+                              'replaces', picked.hosted_image_url)
+    FROM picked JOIN marked USING (id)
+)
+SELECT marked.id, marked.archive_enqueued_at FROM marked ORDER BY marked.id;
+
+-- name: audit_found
+-- What the audit found wrong and is still so (`archive-ctl restore --missing/--altered`):
+-- archived records whose last verdict is :verdict, by id after :after_id (its partial
+-- index), with whether an original is kept.
+SELECT a.record_id, a.checked_url, o.record_id IS NOT NULL, a.lost
+FROM image_archive_audits AS a
+JOIN image_generation_records AS r ON r.id = a.record_id
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id
+WHERE a.verdict = :verdict AND a.verdict <> 'intact' AND a.record_id > :after_id
+  AND r.archive_status = 'SUCCEEDED'
+ORDER BY a.record_id
+LIMIT :limit;
+
+-- name: restorable
+-- The records an operator names (`archive-ctl restore --id`), as a restore would take
+-- them: archived (or FAILED with a restore under way), and whether an original is kept.
+SELECT asked.id, r.id IS NOT NULL, r.archive_status, o.record_id IS NOT NULL,
+       x.record_id IS NOT NULL
+FROM unnest(CAST(:ids AS bigint[])) AS asked (id)
+LEFT JOIN image_generation_records AS r ON r.id = asked.id
+LEFT JOIN image_archive_originals AS o ON o.record_id = asked.id
+LEFT JOIN image_archive_restores AS x ON x.record_id = asked.id
+ORDER BY asked.id;
+
+-- name: audit_coverage
+-- `archive-ctl status`: how far the audit and the originals cover the archive. One pass
+-- over the audit table (a row per archived record, narrow), the originals joined by key.
+SELECT count(*),
+       count(*) FILTER (WHERE a.checked_at IS NULL),
+       min(a.checked_at),
+       count(*) FILTER (WHERE a.verdict = 'intact'),
+       count(*) FILTER (WHERE a.verdict = 'missing'),
+       count(*) FILTER (WHERE a.verdict = 'altered'),
+       count(*) FILTER (WHERE a.lost),
+       count(*) FILTER (WHERE a.unreachable_since IS NOT NULL),
+       count(*) FILTER (WHERE a.due_at <= now()),
+       EXTRACT(EPOCH FROM now() - min(a.due_at) FILTER (WHERE a.due_at <= now())),
+       count(o.record_id),
+       (SELECT count(*) FROM image_archive_restores)
+FROM image_archive_audits AS a
+LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id;
+
+-- name: record_keeping
+-- `archive-ctl show`: the record's original, and its audit (last check, verdict, next).
+SELECT o.key, o.bytes, o.source, o.kept_at,
+       a.checked_at, a.verdict, a.verdict_since, a.lost, a.due_at, a.unreachable_since
+FROM (SELECT 1) AS one
+LEFT JOIN image_archive_originals AS o ON o.record_id = :record_id
+LEFT JOIN image_archive_audits AS a ON a.record_id = :record_id;

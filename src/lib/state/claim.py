@@ -26,6 +26,29 @@ class StagedCopy:
 
 
 @dataclass(frozen=True)
+class KeptOriginal:
+    """A record's original in the originals bucket (image_archive_originals): where (the
+    version the reads take), what (SHA-256, length, type) and from where it came."""
+
+    bucket: str
+    key: str
+    version_id: str | None
+    sha256: str
+    bytes: int
+    mime_type: str
+    source: str  # archive, staged, hosted, provider
+
+
+@dataclass(frozen=True)
+class Restoring:
+    """A restore under way (image_archive_restores): the hosted copy it replaces (its key
+    on Lsky), and the original to publish again (None: the source, as any archive)."""
+
+    old_key: str | None
+    original: KeptOriginal | None
+
+
+@dataclass(frozen=True)
 class SentImage:
     """What an upload sent, for comparing an image found on Lsky with (archive_sent)."""
 
@@ -75,6 +98,9 @@ class Task:
     booked_at: datetime | None = None
     # What the last upload sent, when Lsky may have kept it (compared before adopting).
     sent: SentImage | None = None
+    # A restore (image_archive_restores): the copy it replaces, and the original it
+    # publishes again once read back whole and matching; None: an archive.
+    restore: Restoring | None = None
 
 
 @dataclass(frozen=True)

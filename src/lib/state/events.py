@@ -40,6 +40,10 @@ class EventKind(enum.StrEnum):
     RETRIED = "retried"  # the attempt failed, another follows: error class, next run
     FAILED = "failed"  # concluded as FAILED: the error, and by whom
     ARCHIVED = "archived"  # concluded as SUCCEEDED: the hosted URL, altered or adopted
+    AUDITED = "audited"  # the hosted copy checked: only a verdict that changed or is not intact
+    ORIGINAL_KEPT = "original_kept"  # a second copy kept in the originals bucket, from where
+    RESTORED = "restored"  # published again from its original: the old and new URL and key
+    LOST_ON_HOST = "lost_on_host"  # missing or altered on the host, with nothing to restore from
 
 
 # The kinds that conclude a record: the sweeper's retention counts from them.
@@ -57,6 +61,9 @@ class Actor(enum.StrEnum):
     LANE_CLEAR = "archive-ctl lane clear"
     SWEEPER = "sweeper"
     WORKER = "archive function"
+    AUDITOR = "auditor"
+    AUDIT = "archive-ctl audit"
+    RESTORE = "archive-ctl restore"
 
 
 # A detail is a small JSON object: each text redacted then cut to FIELD_LIMIT characters,

@@ -16,6 +16,8 @@ from lib.state.claim import (
     EARLY_SLACK_SECONDS,
     ClaimResult,
     ClaimSnapshot,
+    KeptOriginal,
+    Restoring,
     SentImage,
     StagedCopy,
     Task,
@@ -79,6 +81,13 @@ class ArchiveRecords(Statements):
         may_be_hosted = row[11]
         lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
+        restoring, old_key = row[25:27]
+        bucket, key, version, sha256, size, mime, source = row[27:34]
+        original = (
+            None
+            if key is None
+            else KeptOriginal(bucket, key, version, sha256, int(size), mime, source)
+        )
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -105,6 +114,7 @@ class ArchiveRecords(Statements):
             first_claimed_at=first_claimed_at,
             booked_at=booked_at,
             sent=SentImage.from_json(sent),
+            restore=Restoring(old_key, original) if restoring else None,
         )
         return ClaimResult(task, snapshot)
 

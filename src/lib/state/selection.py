@@ -16,6 +16,8 @@ MAX_ID = 2**63 - 1  # BIGINT: ids are positive, so [MIN_ID, MAX_ID] is every rec
 # A record never queued (archive_status NULL), as `list --state` names it.
 NEVER_QUEUED = "none"
 STATES = (*(str(s) for s in ArchiveStatus), NEVER_QUEUED)
+# What `list --audit` finds: the audit's last verdict, or lost (wrong, nothing to restore from).
+AUDIT_FINDINGS = ("missing", "altered", "lost")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -39,6 +41,7 @@ class Selection:
     waiting: str | None = None  # a WaitReason (or "unknown"): PENDING rows not due yet
     failed_since: datetime | None = None
     failed_until: datetime | None = None
+    audit: str | None = None  # one of AUDIT_FINDINGS: archived records the audit found so
 
     @property
     def failures(self) -> bool:
@@ -57,6 +60,8 @@ class Selection:
             return f"--waiting selects PENDING records, not {self.state}"
         if self.waiting is not None and self.failures:
             return "--waiting (PENDING records) and a failure filter select nothing together"
+        if self.audit is not None and (self.failures or self.waiting is not None):
+            return "--audit selects archived records, not failed or waiting ones"
         if self.id_from is not None and self.id_to is not None and self.id_from > self.id_to:
             return f"--from-id {self.id_from} is above --to-id {self.id_to}"
         if self.failed_since and self.failed_until and self.failed_since >= self.failed_until:
@@ -72,6 +77,7 @@ class Selection:
             "error": None if self.error_text is None else like_pattern(self.error_text),
             "error_patterns": list(self.error_patterns) or None,
             "waiting": self.waiting,
+            "audit": self.audit,
         }
 
     def failure_range(self) -> dict[str, Any]:
@@ -132,11 +138,14 @@ class ListedRecord:
     started_at: datetime | None
     failed_at: datetime | None  # FAILED rows only
     failed_at_estimated: bool  # an older release failed it: failed_at is a lower bound
+    audit: str | None = None  # the audit's last verdict, "lost" when nothing can restore it
+    hosted_key: str | None = None  # the hosted copy's key on Lsky
 
     @classmethod
     def from_row(cls, row: list[Any]) -> ListedRecord:
         (record_id, status, archive_status, attempts, reason, parked, due, locked) = row[:8]
         (error, archived, hosted, started, failed, estimated) = row[8:14]
+        audit, key = row[14:16] if len(row) > 14 else (None, None)
         return cls(
             int(record_id),
             status,
@@ -152,6 +161,8 @@ class ListedRecord:
             started,
             failed,
             bool(estimated),
+            audit,
+            key,
         )
 
     def cursor(self, *, by_failure: bool) -> Cursor:

@@ -20,6 +20,7 @@ class Stage(enum.StrEnum):
     DOWNLOAD = "download"
     UPLOAD = "upload"
     LOOKUP = "lookup"  # looking for the record's image on Lsky before uploading it again
+    RESTORE = "restore"  # a restore's own steps: the original read back, the damaged copy
 
 
 class Kind(enum.StrEnum):
