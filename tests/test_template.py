@@ -1579,13 +1579,13 @@ def test_staged_copies_and_staging_failures_raise_alarms() -> None:
 
 
 def test_show_logs_queries_the_log_groups_the_template_creates() -> None:
-    """`archive-ctl show --logs` names both functions' log groups from the stack's name."""
+    """`archive-ctl show --logs` names every function's log group from the stack's name."""
     from lib.cli import logs_insights
 
     resources = template()["Resources"]
     created = [
         resources[name]["Properties"]["LogGroupName"]["Fn::Sub"]
-        for name in ("ArchiveLogGroup", "SweeperLogGroup")
+        for name in ("ArchiveLogGroup", "SweeperLogGroup", "AuditLogGroup")
     ]
     queried = [
         pattern.replace("{stack}", "${AWS::StackName}") for pattern in logs_insights.LOG_GROUPS

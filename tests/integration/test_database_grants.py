@@ -20,7 +20,7 @@ from lib.cli.context import EXIT_ERROR
 from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
-from lib.state.audits import AuditRecords, AuditResult
+from lib.state.audits import AuditFindings, AuditRecords, AuditResult
 from lib.state.claim import KeptOriginal, SentImage, StagedCopy
 from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
@@ -224,8 +224,14 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert audits.record([result], period_seconds=86_400, retry_seconds=900) == []
         audits.release([1])
         audits.pass_over([999], period_seconds=86_400)
+        findings = AuditFindings(database)
+        assert [f.record_id for f in findings.found("missing", after_id=0, limit=5)] == [1]
+        assert findings.keeping(1).verdict == "missing"
+        assert findings.coverage().missing == 1
         assert [r for r, _ in audits.request_restores([(1, due.hosted_url)], reason="missing",
                                                       by=Actor.AUDITOR)] == [1]  # fmt: skip
+        [restoring] = findings.restorable([1])
+        assert not isinstance(restoring, int) and restoring.restoring
     finally:
         database.close()
 

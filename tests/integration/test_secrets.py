@@ -15,6 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from lib.platform import grants
+from lib.platform.migration_file import load_declaration
+
 from devkit import images
 from devkit.lsky import Behaviour
 from lib.archive.message import encode
@@ -60,24 +63,16 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     """A login role with a password, and a DSN that carries it."""
     db.run(f"DROP ROLE IF EXISTS {ROLE}")
     db.run(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'")
-    db.run(f"GRANT SELECT, UPDATE ON image_generation_records TO {ROLE}")
-    db.run(f"GRANT SELECT ON users TO {ROLE}")
-    db.run(f"GRANT SELECT, UPDATE ON image_archive_lane TO {ROLE}")
-    db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_uploads TO {ROLE}")
-    db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_upload_hours TO {ROLE}")
-    db.run(f"GRANT SELECT, INSERT, DELETE ON image_archive_events TO {ROLE}")
-    db.run(f"GRANT SELECT, UPDATE ON image_archive_queue TO {ROLE}")
+    # What this release needs (lib.platform.grants.NEEDS), as `archive-ctl grants` prints it.
+    for statement in grants.grant_statements(ROLE, grants.privileges(load_declaration())):
+        db.run(statement)
     parts = urlsplit(pg_dsn)
     netloc = f"{ROLE}:{PASSWORD}@{parts.hostname}:{parts.port}"
     yield urlunsplit(parts._replace(netloc=netloc))
     db.run(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :role", role=ROLE
     )
-    db.run(
-        "REVOKE ALL ON image_generation_records, users, image_archive_lane,"
-        f" image_archive_uploads, image_archive_upload_hours, image_archive_events,"
-        f" image_archive_queue FROM {ROLE}"
-    )
+    db.run(f"DROP OWNED BY {ROLE}")  # its privileges on every table, whichever they are
     db.run(f"DROP ROLE IF EXISTS {ROLE}")
 
 

@@ -527,11 +527,12 @@ def test_show_logs_without_credentials_prints_the_query_and_says_why_it_did_not_
     assert logs["log_groups"] == [
         "/aws/lambda/image-archive-archive",
         "/aws/lambda/image-archive-sweeper",
+        "/aws/lambda/image-archive-auditor",
     ]
     assert logs["start"] < data["events"][0]["at"]  # from before the record's first event
 
 
-def test_show_logs_runs_the_query_over_both_functions_log_groups(
+def test_show_logs_runs_the_query_over_every_function_s_log_group(
     ctl: Ctl, world: World, moto: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import time
@@ -545,6 +546,7 @@ def test_show_logs_runs_the_query_over_both_functions_log_groups(
     lines = {
         "archive": {"message": "archive succeeded", "record_id": "22", "outcome": "archived"},
         "sweeper": {"message": "sweep sent records", "record_ids": ["22"], "step": "lost"},
+        "auditor": {"message": "hosted image is not what was archived", "record_id": "22"},
     }
     for function, line in lines.items():
         group = f"/aws/lambda/{stack}-{function}"
@@ -562,10 +564,15 @@ def test_show_logs_runs_the_query_over_both_functions_log_groups(
 
     assert data["logs"]["ran"] is True
     messages = sorted(json.loads(row["@message"])["message"] for row in data["logs"]["results"])
-    assert messages == ["archive succeeded", "sweep sent records"]
-    assert "  2 lines" in text
+    assert messages == [
+        "archive succeeded",
+        "hosted image is not what was archived",
+        "sweep sent records",
+    ]
+    assert "  3 lines" in text
     assert re.search(r"  \S.*  archive  .*archive succeeded", text), text
     assert re.search(r"  \S.*  sweeper  .*sweep sent records", text), text
+    assert re.search(r"  \S.*  auditor  .*hosted image is not what was archived", text), text
 
     assert ctl("show", "22", "--logs", "--stack", "no-such-stack") == EXIT_OK
     assert "not run: a log group is not there: is --stack the stack's name?" in ctl.out
