@@ -231,7 +231,8 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         assert [r for r, _ in audits.request_restores([(1, due.hosted_url)], reason="missing",
                                                       by=Actor.AUDITOR)] == [1]  # fmt: skip
         [restoring] = findings.restorable([1])
-        assert not isinstance(restoring, int) and restoring.restoring
+        assert not isinstance(restoring, int)
+        assert restoring.restoring
     finally:
         database.close()
 

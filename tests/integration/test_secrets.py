@@ -15,15 +15,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from lib.platform import grants
-from lib.platform.migration_file import load_declaration
-
 from devkit import images
 from devkit.lsky import Behaviour
 from lib.archive.message import encode
+from lib.platform import grants
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.platform.errors import DatabaseUnavailable
+from lib.platform.migration_file import load_declaration
 from lib.transfer.download import Downloader
 from lib.transfer.failures import ArchiveFailure
 from lib.transfer.imagetype import PNG as PNG_TYPE
