@@ -109,7 +109,7 @@ def db(pg_dsn: str) -> Iterator[Any]:
     conn.run("SET lock_timeout = '5s'")
     try:
         conn.run(
-            "TRUNCATE users, image_generation_records, image_archive_events"
+            "TRUNCATE users, image_generation_records, image_archive_events, image_archive_outbox"
             " RESTART IDENTITY CASCADE"
         )
         reset_lane(conn)  # shared state: every test starts with the lane open
