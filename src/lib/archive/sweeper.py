@@ -37,13 +37,16 @@ from lib.archive.sweep_rules import (
     probe_deadline,
 )
 from lib.platform.config import SweeperSettings
+from lib.platform.eventbridge import EventBus
 from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue, QueueCounts
+from lib.publish.sweep import publish_leftovers
 from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
+from lib.state.outbox import OutboxStore
 from lib.state.privileges import explain_denial
 from lib.state.sweeps import SweepRecords, SweptRow
 
@@ -58,22 +61,27 @@ class Sweeper:
         queue: Queue,
         page_size: int = PAGE_SIZE,
         probe: Callable[[float], bool] | None = None,
+        events: tuple[OutboxStore, EventBus] | None = None,
     ) -> None:
         """probe: whether the host account is healthy again (Lsky's profile endpoint),
-        known by the deadline it is given (time.monotonic())."""
+        known by the deadline it is given (time.monotonic()). events: the outbox and the
+        bus its leftovers are published on (None: completion events are off)."""
         self.settings = settings
         self.records = records
         self.lanes = lanes
         self.queue = queue
         self.probe = probe
+        self.events = events
         self._lane_open = True
         self._lost_before = NEVER  # set by each run
+        self._own_events: list[str] = []  # completion events this run's statements wrote
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
         """One sweep; stops early (leaving the rest to the next run) when time runs short."""
         started = time.monotonic()
         summary = SweepSummary()
+        self._own_events = []
         try:
             dated = self.records.date_undated(limit=self.settings.max_rows)
             summary.dated = len(dated)
@@ -90,6 +98,15 @@ class Sweeper:
                     summary.stop_reason = stop
                     break
             self._expire_events(summary, remaining_ms)
+            if self.events is not None:
+                outbox, bus = self.events
+                summary.events = publish_leftovers(
+                    outbox,
+                    bus,
+                    grace_seconds=self.settings.grace_seconds,
+                    own=self._own_events,
+                    remaining_ms=remaining_ms,
+                ).as_dict()
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
             summary.staged = self.records.staged_summary()
         except Exception as error:
@@ -229,6 +246,7 @@ class Sweeper:
     def _concluded(self, step: Step, rows: list[SweptRow], summary: SweepSummary) -> None:
         if not step.sends_waiting_rows:
             summary.expired_locks += len(rows)
+        self._own_events += [row.event_id for row in rows if row.event_id is not None]
         failed = [row.record_id for row in rows if not row.to_send]
         if not failed:
             return

@@ -1501,7 +1501,7 @@ SET retry_at = now() + make_interval(secs => :lease)
 FROM picked
 WHERE o.event_id = picked.event_id
 RETURNING o.event_id, o.record_id, o.detail_type, o.detail, o.created_at, o.tries,
-          o.rejections
+          o.rejections, now()
 
 -- name: outbox_settle
 -- What the sweeper's PutEvents calls came to, in one statement: the published events

@@ -49,6 +49,14 @@ class Missed:
 
 
 @dataclass(frozen=True)
+class Page:
+    """The sweeper's page of events, and the database's now() when it was taken."""
+
+    events: list[OutboxEvent]
+    now: datetime | None
+
+
+@dataclass(frozen=True)
 class Settled:
     published: int
     missed: int
@@ -106,13 +114,13 @@ class OutboxStore(Statements):
 
     def take(
         self, *, grace_seconds: int, lease_seconds: int, limit: int, own: Sequence[str] = ()
-    ) -> list[OutboxEvent]:
+    ) -> Page:
         """Events to publish now, held for `lease_seconds`: older than the grace period
         (oldest first, `limit` at most), and the `own` ones this run wrote."""
         rows = self._run(
             "outbox_take", grace=grace_seconds, lease=lease_seconds, limit=limit, own=list(own)
         )
-        return [
+        events = [
             OutboxEvent(
                 str(event_id),
                 int(record_id),
@@ -122,8 +130,9 @@ class OutboxStore(Statements):
                 int(tries),
                 int(rejections),
             )
-            for event_id, record_id, detail_type, detail, created_at, tries, rejections in rows
+            for event_id, record_id, detail_type, detail, created_at, tries, rejections, _ in rows
         ]
+        return Page(events, rows[0][7] if rows else None)
 
     def settle(
         self,

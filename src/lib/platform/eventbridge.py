@@ -1,0 +1,51 @@
+"""EventBridge's PutEvents, the one call the functions make to it (boto3 imported on first
+use, as for SQS and S3: the happy path of an archive pays for it only when events are on).
+
+One try per call and short timeouts: a call is made after a record's conclusion, and a
+slow or failing EventBridge must not hold the record's message (the outbox keeps what was
+not published: lib.publish)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from lib.platform import aws
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+
+
+class EventBus:
+    def __init__(
+        self,
+        name: str,
+        *,
+        connect_timeout: float = 1,
+        read_timeout: float = 2,
+        max_attempts: int = 1,
+    ) -> None:
+        self.name = name
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max_attempts
+
+    @cached_property
+    def client(self) -> EventBridgeClient:
+        # AWS_ENDPOINT_URL_EVENTS (boto3 reads it) points it at a local EventBridge.
+        events: EventBridgeClient = aws.client(
+            "events",
+            connect_timeout=self._connect_timeout,
+            read_timeout=self._read_timeout,
+            max_attempts=self._max_attempts,
+        )
+        return events
+
+    def put(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """PutEvents; the answer's Entries, one per entry in order (an EventId, or an
+        ErrorCode and ErrorMessage). A failure of the whole call raises, as boto3 does."""
+        response = self.client.put_events(
+            Entries=[{**entry, "EventBusName": self.name} for entry in entries]  # type: ignore[typeddict-item]
+        )
+        return [dict(entry) for entry in response.get("Entries", [])]
