@@ -94,7 +94,7 @@ class EventBridgeGate:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = self.headers.get("X-Amz-Target", "")
                 if target != "AWSEvents.PutEvents":
