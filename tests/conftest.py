@@ -137,7 +137,7 @@ def moto() -> Iterator[MotoServer]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL_SQS", server.endpoint_url)
         env.setenv("AWS_ENDPOINT_URL_S3", server.endpoint_url)
-        env.setenv("AWS_ENDPOINT_URL_EVENTS", server.endpoint_url)
+        env.setenv("AWS_ENDPOINT_URL_EVENTBRIDGE", server.endpoint_url)
         env.setenv("AWS_ACCESS_KEY_ID", "testing")
         env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         env.setenv("AWS_DEFAULT_REGION", DEFAULT_REGION)

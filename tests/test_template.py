@@ -86,7 +86,7 @@ READ_BY_LIBRARIES = {
     "POWERTOOLS_TRACE_DISABLED",  # Powertools Tracer
     "AWS_ENDPOINT_URL_SQS",  # botocore
     "AWS_ENDPOINT_URL_S3",  # botocore
-    "AWS_ENDPOINT_URL_EVENTS",  # botocore
+    "AWS_ENDPOINT_URL_EVENTBRIDGE",  # botocore
 }
 # Set by the Lambda runtime (or sam local), never by the template.
 RUNTIME_ENV = {
@@ -569,7 +569,7 @@ def test_each_function_gets_its_contract_environment(function: str) -> None:
         "DATABASE_URL",
         "AWS_ENDPOINT_URL_SQS",
         "AWS_ENDPOINT_URL_S3",
-        "AWS_ENDPOINT_URL_EVENTS",
+        "AWS_ENDPOINT_URL_EVENTBRIDGE",
         "LSKY_TOKEN",
     ):
         if name in declared:
@@ -952,7 +952,7 @@ def test_env_json_points_at_local_test_services() -> None:
     assert archive["AWS_ENDPOINT_URL_S3"] == endpoint
     assert archive["ARCHIVE_STAGING_BUCKET"] == f"{stack}-staging"
     for local in (archive, sweeper):
-        assert local["AWS_ENDPOINT_URL_EVENTS"] == local["AWS_ENDPOINT_URL_SQS"]
+        assert local["AWS_ENDPOINT_URL_EVENTBRIDGE"] == local["AWS_ENDPOINT_URL_SQS"]
     endpoint = sweeper["AWS_ENDPOINT_URL_SQS"]
     assert sweeper["ARCHIVE_QUEUE_URL"] == f"{endpoint}/123456789012/{stack}-queue"
 

@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import schedule, story
-from lib.archive.archived import RECORDED_WARNINGS, report_copy, stored_response
+from lib.archive.archived import RECORDED_WARNINGS, image_bytes, report_copy, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
 from lib.platform.aws import error_code
@@ -272,6 +272,7 @@ class Concluder:
             log_upload=not copied.adopted,
             events=ctx.events.pending(),
             detail=story.archived_detail(copied),
+            size=image_bytes(copied),
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)

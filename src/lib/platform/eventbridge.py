@@ -33,7 +33,7 @@ class EventBus:
 
     @cached_property
     def client(self) -> EventBridgeClient:
-        # AWS_ENDPOINT_URL_EVENTS (boto3 reads it) points it at a local EventBridge.
+        # AWS_ENDPOINT_URL_EVENTBRIDGE (boto3 reads it) points it at a local EventBridge.
         events: EventBridgeClient = aws.client(
             "events",
             connect_timeout=self._connect_timeout,
