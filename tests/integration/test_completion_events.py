@@ -280,3 +280,172 @@ def test_a_success_written_twice_has_one_event_and_a_lost_lock_none(pg_dsn: str,
         assert records.take_outboxed() == []
     finally:
         records.db.close()
+
+
+# -- PutEvents failing: the record is concluded all the same, the event goes out later ---
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "code"),
+    [(Behaviour.failed(), "InternalException"), (Behaviour.throttled(), "ThrottlingException")],
+    ids=["failing", "throttled"],
+)
+def test_a_failing_or_throttled_put_events_leaves_the_record_archived_and_the_sweeper_publishes(
+    events_on: World, bus: Bus, gate: EventBridgeGate, behaviour: Behaviour, code: str
+) -> None:
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)  # rebuilt on the gate's endpoint
+    gate.script(behaviour)
+    world.record(11)
+    response = world.deliver(11)
+    # Acknowledged (no batch item failure), archived at its first attempt, nothing retried.
+    assert response == {"batchItemFailures": []}
+    assert world.state(11) == ("SUCCEEDED", 1)
+    assert len(gate.calls) == 1
+    said = world.archive.log_for("completion events not published; the sweeper publishes them")
+    assert said["code"] == code
+    bus.received(0)
+    [kept] = outbox(world.db)
+    # Within the grace period the sweeper leaves it to its container...
+    sweep()
+    assert outbox(world.db) == [kept]
+    bus.received(0)
+    # ...after it, the sweeper publishes it, and its story says so.
+    grace_over(world.db)
+    summary = sweep()
+    assert summary["events_published"] == 1
+    [event] = bus.received(1)
+    assert event["detail"]["eventId"] == str(kept["event_id"])
+    assert outbox(world.db) == []
+    assert conclusion(world.db, 11)["published_by"] == "sweeper"
+
+
+def test_entries_put_events_refuses_are_kept_and_published_with_the_next_call(
+    events_on: World, bus: Bus, gate: EventBridgeGate
+) -> None:
+    """One entry of a call refused as retryable: the container keeps it and sends it with
+    its next conclusion's event, in one call."""
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)
+    gate.script(Behaviour.refusing(e0="ThrottlingException"))
+    world.record(12)
+    world.deliver(12)
+    bus.received(0)
+    world.record(13)
+    world.deliver(13)
+    assert [len(call) for call in gate.calls] == [1, 2]
+    events = bus.received(2)
+    assert sorted(e["detail"]["recordId"] for e in events) == ["12", "13"]
+
+
+def test_the_sweeper_publishes_in_batches_and_keeps_what_put_events_refuses(
+    events_on: World, bus: Bus, gate: EventBridgeGate
+) -> None:
+    """Three events left to the sweeper; PutEvents refuses one of the three (FailedEntryCount
+    1): two arrive, the third is kept with its error, and the next sweep publishes it."""
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)
+    gate.script(Behaviour.failed())  # the first container call fails: a minute's quiet
+    for record_id in (21, 22, 23):
+        world.record(record_id)
+        world.deliver(record_id)
+    assert len(gate.calls) == 1
+    assert len(outbox(world.db)) == 3
+    grace_over(world.db)
+    gate.script(Behaviour.refusing(e1="InternalFailure"))
+    summary = sweep()
+    assert [len(call) for call in gate.calls] == [3]
+    assert (summary["events_published"], summary["events_missed"]) == (2, 1)
+    assert len(bus.received(2)) == 2
+    [kept] = outbox(world.db)
+    assert (kept["tries"], kept["rejections"]) == (1, 0)
+    assert kept["last_error"].startswith("InternalFailure")
+    sweep()
+    [event] = bus.received(1)
+    assert event["detail"]["eventId"] == str(kept["event_id"])
+    assert outbox(world.db) == []
+
+
+def test_an_entry_refused_for_good_is_dropped_after_a_few_tries_logged_and_counted(
+    events_on: World, bus: Bus, gate: EventBridgeGate, capsys: pytest.CaptureFixture[str]
+) -> None:
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)
+    gate.script(Behaviour.refusing(e0="MalformedDetail"))
+    world.record(24)
+    world.deliver(24)
+    [refused] = outbox(world.db)  # the container leaves it to the sweeper
+    grace_over(world.db)
+    with capture_logs() as raw:
+        for tries in range(1, MAX_REJECTIONS + 1):
+            gate.script(Behaviour.refusing(e0="MalformedDetail"))
+            summary = sweep()
+            left = outbox(world.db)
+            if tries < MAX_REJECTIONS:
+                assert [(r["tries"], r["rejections"]) for r in left] == [(tries, tries)]
+    assert summary["events_dropped"] == 1
+    assert left == []
+    bus.received(0)
+    [line] = [r for r in parse(raw) if r["message"].startswith("completion event dropped")]
+    assert line["event_id"] == str(refused["event_id"])
+    assert line["reason"] == "MalformedDetail: Detail is malformed."
+    assert '"EventsDropped":[1.0]' in capsys.readouterr().out
+    noted = conclusion(world.db, 24)
+    assert noted["dropped_because"] == "MalformedDetail: Detail is malformed."
+    assert noted["tries"] == MAX_REJECTIONS
+
+
+def test_a_container_killed_between_its_commit_and_put_events_leaves_the_event_to_the_sweeper(
+    events_on: World, bus: Bus, gate: EventBridgeGate, tmp_path: Path
+) -> None:
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)
+    held = threading.Event()
+    gate.script(Behaviour.held(held, deliver=False))
+    world.record(25)
+    world.archive.send(encode(25))
+    child = start_child(world.archive.receive(), tmp_path, "killed")
+    try:
+        assert gate.holding.wait(HANG_SECONDS), "the child never called PutEvents"
+        child.process.kill()
+        child.process.wait(HANG_SECONDS)
+    finally:
+        held.set()
+    # Committed before the call: archived, its event in the outbox, nothing published.
+    assert world.state(25) == ("SUCCEEDED", 1)
+    [kept] = outbox(world.db)
+    bus.received(0)
+    grace_over(world.db)
+    sweep()
+    [event] = bus.received(1)
+    assert event["detail"]["eventId"] == str(kept["event_id"])
+    assert event["detail"]["recordId"] == "25"
+
+
+def test_the_sweeper_publishes_the_failures_it_concludes_in_the_same_run(
+    events_on: World, bus: Bus
+) -> None:
+    """A crashed last attempt (its lock expired): the sweeper fails the record and
+    publishes its event in the same run, no grace period."""
+    world = events_on
+    world.crashed(26, attempts=3)
+    summary = sweep()
+    assert summary["failed"] == 1
+    [event] = bus.received(1)
+    assert event["detail-type"] == "Image Archive Failed"
+    assert event["detail"]["errorClass"] == "lock-expired"
+    assert event["detail"]["attempts"] == 3
+    assert outbox(world.db) == []
+    assert conclusion(world.db, 26)["published_by"] == "sweeper"
+
+
+def test_a_claim_that_fails_an_expired_last_attempt_publishes_its_event(
+    events_on: World, bus: Bus
+) -> None:
+    world = events_on
+    world.crashed(27, attempts=3)
+    world.deliver(27)
+    assert world.state(27) == ("FAILED", 3)
+    [event] = bus.received(1)
+    assert event["detail-type"] == "Image Archive Failed"
+    assert event["detail"]["error"] == "lock expired after the last attempt"
