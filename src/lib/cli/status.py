@@ -26,6 +26,7 @@ from lib.cli.status_lane import (
 from lib.platform.config import lock_ttl_seconds, pacing_limits
 from lib.platform.grants import is_permission_denied
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
+from lib.state.outbox import OutboxStore, OutboxSummary
 from lib.state.sweeps import StagedSummary
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class Status:
     lane: LaneReport | None = None
     backlog: Backlog | None = None
     staged: StagedSummary | None = None  # images captured to the staging bucket
+    outbox: OutboxSummary | None = None  # completion events not published yet
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -152,6 +154,12 @@ def render(status: Status) -> str:
             f"{_age(staged.oldest_age_seconds) if staged.waiting else '-'}, "
             f"FAILED keeping a copy: {staged.failed_keeping_copy}"
         )
+    if (outbox := status.outbox) is not None:
+        lines.append(
+            f"  outbox      {_count(outbox.waiting, outbox.limit):>8}   completion events not "
+            f"published yet, oldest waiting for: "
+            f"{_age(outbox.oldest_age_seconds) if outbox.waiting else '-'}"
+        )
     if a.all_states is not None:
         lines.append("  all states (full scan):")
         lines += [f"    {state:<11} {count:>8}" for state, count in a.all_states.items()]
@@ -174,6 +182,7 @@ def run(ctx: Context) -> int:
     report = Status(
         archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
         staged=ctx.sweeps().staged_summary(),
+        outbox=OutboxStore(ctx.database()).summary(),
     )
     code = EXIT_OK
     limits = pacing_limits()

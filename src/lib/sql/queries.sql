@@ -1445,7 +1445,8 @@ DELETE FROM image_archive_outbox AS o
 USING unnest(CAST(:published AS uuid[]), CAST(:published_at AS timestamptz[])) AS p (event_id, at)
 WHERE o.event_id = p.event_id
 RETURNING o.record_id, o.event_id,
-          jsonb_build_object('published_at', p.at, 'published_by', CAST(:by AS text)) AS note
+          jsonb_build_object('published_at', p.at, 'published_by', CAST(:by AS text),
+                             'detail_type', o.detail_type) AS note
 
 -- name: note_publication
 -- The story of a completion event (`published`: record_id, event_id, note): its note is
@@ -1527,7 +1528,7 @@ dropped AS (
     WHERE o.event_id = d.event_id
     RETURNING o.record_id, o.event_id,
               jsonb_build_object('dropped_at', now(), 'dropped_because', d.error,
-                                 'tries', o.tries + 1) AS note
+                                 'tries', o.tries + 1, 'detail_type', o.detail_type) AS note
 ),
 published AS (SELECT * FROM published_rows UNION ALL SELECT * FROM dropped),
 told AS ({{note_publication}})
