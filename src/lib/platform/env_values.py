@@ -211,20 +211,17 @@ def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET")
     return raw
 
 
-# An EventBridge bus in this account and region, by name (EventBridge's own pattern and
-# length), or by ARN (a bus elsewhere: another account's or region's).
+# An EventBridge bus of this account and region, by name (EventBridge's pattern and length;
+# the template's EventBusName takes the same, and grants PutEvents on that bus alone).
 _BUS_NAME = re.compile(r"[/.\-_A-Za-z0-9]{1,256}")
-_BUS_ARN = re.compile(
-    r"arn:aws[a-z-]*:events:[a-z0-9-]+:[0-9]{12}:event-bus/[/.\-_A-Za-z0-9]{1,256}"
-)
 
 
 def event_bus(env: Mapping[str, str], name: str = "ARCHIVE_EVENT_BUS") -> str | None:
     """The bus completion events go to; None (unset or empty): none are published. A value
-    that cannot be a bus is a ConfigError: the operator expects the events."""
+    that cannot be a bus name is a ConfigError: the operator expects the events."""
     raw = text(env, name)
     if raw is None:
         return None
-    if not (_BUS_NAME.fullmatch(raw) or _BUS_ARN.fullmatch(raw)):
-        raise ConfigError(f"{name} must be an EventBridge bus name or ARN")
+    if not _BUS_NAME.fullmatch(raw):
+        raise ConfigError(f"{name} must be an EventBridge bus name (letters, digits, /._-)")
     return raw
