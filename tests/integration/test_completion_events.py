@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,28 +20,22 @@ import pytest
 from devkit.eventbridge import Behaviour, EventBridgeGate
 from devkit.sqs import MotoServer
 from lib.archive.message import encode
-from lib.platform.db import Database
 from lib.platform.config import DatabaseConfig
+from lib.platform.db import Database
 from lib.publish.entries import MAX_REJECTIONS
 from lib.state.claim import Task
 from lib.state.records import ArchiveRecords
-from tests.docs.markdown import read
+from tests.docs.markdown import json_schema
 from tests.integration.conftest import start_child
 from tests.integration.world import PNG, World
 from tests.logcapture import capture_logs, parse
 from tests.support import HANG_SECONDS, FakeLambdaContext, seed_record, wait_until
 
 SOURCE = "image-archive"
-SCHEMA_DOC = "docs/operations.md"
 
 
 def detail_schema() -> dict[str, Any]:
-    """The JSON Schema block of docs/operations.md marked `schema: completion-event-detail`."""
-    text = read(SCHEMA_DOC)
-    block = text.split("<!-- schema: completion-event-detail -->", 1)[1]
-    body = block.split("```json\n", 1)[1].split("\n```", 1)[0]
-    schema: dict[str, Any] = json.loads(body)
-    return schema
+    return json_schema("completion-event-detail")
 
 
 @dataclass
@@ -250,7 +244,8 @@ def test_events_off_writes_no_event_and_calls_nothing(world: World, moto: MotoSe
     world.record(8, route={"status": 404})
     world.deliver(7)
     world.deliver(8)
-    assert world.state(7)[0] == "SUCCEEDED" and world.state(8)[0] == "FAILED"
+    assert world.state(7)[0] == "SUCCEEDED"
+    assert world.state(8)[0] == "FAILED"
     assert outbox(world.db) == []
     assert "event_id" not in conclusion(world.db, 7)
     sweep()
