@@ -39,6 +39,9 @@ class EventBus:
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
             max_attempts=self._max_attempts,
+            # The entries are ours, built and bounded by lib.publish.entries: botocore's
+            # check of them would only cost every call its time.
+            parameter_validation=False,
         )
         return events
 
