@@ -73,7 +73,7 @@ def _archive_each(args: dict[str, Any], trips: Any) -> list[dict[str, Any]]:
         events = bus is not None and index % 2 == 1
         if bus is not None and index:
             worker = runtime.archive_worker()
-            worker.records.publish = events
+            worker.records.written.publish = events
             worker.publisher.bus = bus if events else None
         sqs.send_message(QueueUrl=queues.url, MessageBody=f'{{"recordId": "{record_id}"}}')
         event = receive_as_lambda_event(sqs, queues, wait_seconds=2)

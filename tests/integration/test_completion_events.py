@@ -264,7 +264,7 @@ def test_a_success_written_twice_has_one_event_and_a_lost_lock_none(pg_dsn: str,
         for _ in range(2):  # the second: a re-run after a reply that was lost
             records.succeed(task, hosted_url="https://img.example.com/9.png", **write)
         assert [r["record_id"] for r in outbox(db)] == [9]
-        assert len(records.take_outboxed()) == 1
+        assert len(records.written.take()) == 1
         seed_record(
             db, 10, image_url="http://x/10.png", archive_status="RUNNING", locked_by="another"
         )
@@ -272,7 +272,7 @@ def test_a_success_written_twice_has_one_event_and_a_lost_lock_none(pg_dsn: str,
             Task(10, 1, "alice", "http://x/10.png", None, 1), owner="me", error="x"
         )
         assert [r["record_id"] for r in outbox(db)] == [9]
-        assert records.take_outboxed() == []
+        assert records.written.take() == []
     finally:
         records.db.close()
 

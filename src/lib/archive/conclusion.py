@@ -195,8 +195,7 @@ class Concluder:
     # -- the statement -----------------------------------------------------------------
 
     def _write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
-        """Run the outcome's statement, which writes the attempt's events too; False when
-        the row's lock had passed on (the statement notes that as well)."""
+        """Run the outcome's statement (it writes the attempt's events); False: lock lost."""
         written = self._run_write(write, verdict, ctx)
         if write is not Write.NONE:
             ctx.events.written()

@@ -102,7 +102,7 @@ class ArchiveWorker:
         """The completion events this message's statements wrote, published now: after
         the conclusion, never in its way (lib.publish.publisher)."""
         try:
-            self.publisher.collect(self.records.take_outboxed())
+            self.publisher.collect(self.records.written.take())
             self.publisher.publish(remaining_ms())
         except Exception as error:  # noqa: BLE001 - the outbox keeps them for the sweeper
             log_unexpected("could not publish completion events", error)

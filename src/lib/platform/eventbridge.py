@@ -1,9 +1,7 @@
 """EventBridge's PutEvents, the one call the functions make to it (boto3 imported on first
-use, as for SQS and S3: the happy path of an archive pays for it only when events are on).
-
-One try per call and short timeouts: a call is made after a record's conclusion, and a
-slow or failing EventBridge must not hold the record's message (the outbox keeps what was
-not published: lib.publish)."""
+use). One try per call and short timeouts: a call follows a record's conclusion, and a slow
+or failing EventBridge must not hold the record's message (the outbox keeps what was not
+published: lib.publish)."""
 
 from __future__ import annotations
 

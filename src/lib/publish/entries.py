@@ -1,10 +1,7 @@
-"""Completion events as EventBridge receives them (pure): the detail each detail type
-carries (docs/operations.md has its JSON Schema; a test checks one against the other), the
-PutEvents entries and batches, and what PutEvents' answer means for each event.
-
-Every field is read from the outbox row afresh and bounded here, whoever wrote the row (this
-release, an older one, a hand): texts redacted (lib.platform.redact) and cut, numbers
-checked, unknown fields left out. So an entry is always far below EventBridge's 256 KB.
+"""Completion events as EventBridge receives them (pure): each detail type's detail (its
+JSON Schema is in docs/operations.md), PutEvents' entries and batches, what its answer means.
+Every field is read from the outbox row and bounded here, whoever wrote the row: texts
+redacted and cut, numbers checked, unknown fields left out; an entry stays far below 256 KB.
 """
 
 from __future__ import annotations

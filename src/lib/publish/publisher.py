@@ -1,11 +1,7 @@
-"""The archive function's publisher: a container publishes the completion events its own
-statements wrote, right after the conclusion, in one PutEvents (with any it still holds),
-and remembers which went out for its next claim to delete (no round trip of its own).
-
-Whatever happens here never fails, delays or retries the record: the record is concluded
-before, a call is one try with short timeouts, only made with time to spare, and after a
-failed call the container leaves its events to the sweeper for a while. The outbox keeps
-every event until a publication is recorded, so nothing here is the only copy.
+"""The archive function's publisher: the completion events a container's statements wrote,
+in one PutEvents right after the conclusion; the ones that went out are deleted by its next
+claim. Never in the record's way: it is concluded before, a call is one short try made with
+time to spare, and a failed call quiets the container for a while (the outbox keeps all).
 """
 
 from __future__ import annotations

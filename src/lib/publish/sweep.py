@@ -1,9 +1,7 @@
-"""The sweeper's part of the completion events: what the functions left in the outbox (a
-PutEvents that failed, was throttled or refused an entry, a container that died between
-its conclusion and its call, or one that published and has not claimed since) is published
-once older than the grace period, in pages of bounded size; what went out leaves the
-outbox, what EventBridge refuses for good is dropped after a few tries; and the outbox's
-oldest age is reported (EventsUnpublished, its alarm).
+"""The sweeper's part of the completion events: what the functions left in the outbox is
+published once older than the grace period, in bounded pages; what went out leaves it, what
+EventBridge refuses for good is dropped after a few tries; the outbox's oldest age is
+reported (EventsUnpublished, its alarm).
 """
 
 from __future__ import annotations

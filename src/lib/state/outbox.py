@@ -5,6 +5,7 @@ shows, and a record's events still waiting for `show`. lib.publish publishes the
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -107,6 +108,30 @@ def published_params(published: Sequence[Publication], by: Actor) -> dict[str, A
         "published_at": [p.at for p in published],
         "by": str(by),
     }
+
+
+class Written:
+    """The completion events a container's statements wrote, for its publisher to take
+    (lib.publish). publish: events are on; the statements write them only then."""
+
+    def __init__(self, publish: bool) -> None:
+        self.publish = publish
+        self._events: list[OutboxEvent] = []
+
+    def event_id(self) -> str | None:
+        """A new event's id for a statement to write, or None when events are off."""
+        return str(uuid.uuid4()) if self.publish else None
+
+    def add(self, record_id: int, row: Sequence[Any]) -> None:
+        """(event_id, detail_type, detail, created_at) as a statement returned them."""
+        event = outbox_event(record_id, row)
+        if event is not None:
+            self._events.append(event)
+
+    def take(self) -> list[OutboxEvent]:
+        """The events written since the last call."""
+        taken, self._events = self._events, []
+        return taken
 
 
 class OutboxStore(Statements):

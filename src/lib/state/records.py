@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import enum
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,7 +23,7 @@ from lib.state.claim import (
 )
 from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
-from lib.state.outbox import OutboxEvent, Publication, outbox_event, published_params
+from lib.state.outbox import Publication, Written, published_params
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
 
@@ -46,29 +45,12 @@ class Recorded(enum.StrEnum):
 
 
 class ArchiveRecords(Statements):
-    """The archive's state machine in PostgreSQL, one round trip per call.
-
-    publish: completion events are published (ARCHIVE_EVENT_BUS): the statements that
-    conclude a record write its event into the outbox, and each one a statement wrote is
-    kept in `outboxed` for the container's publisher (lib.publish) to take."""
+    """The archive's state machine in PostgreSQL, one round trip per call. publish:
+    completion events are on; each one a statement writes is kept in `written`."""
 
     def __init__(self, db: Database, *, publish: bool = False) -> None:
         super().__init__(db)
-        self.publish = publish
-        self.outboxed: list[OutboxEvent] = []
-
-    def take_outboxed(self) -> list[OutboxEvent]:
-        """The events written since the last call (the publisher's intake)."""
-        taken, self.outboxed = self.outboxed, []
-        return taken
-
-    def _event_id(self) -> str | None:
-        return str(uuid.uuid4()) if self.publish else None
-
-    def _outboxed(self, record_id: int, row: Sequence[Any]) -> None:
-        event = outbox_event(record_id, row)
-        if event is not None:
-            self.outboxed.append(event)
+        self.written = Written(publish)
 
     def claim(
         self,
@@ -101,11 +83,11 @@ class ArchiveRecords(Statements):
             message_id=outside_text(message_id, MESSAGE_ID_LIMIT),
             receive_count=max(0, min(receive_count, 2**31 - 1)),
             queue_mark=queue_mark,
-            publish=self.publish,
+            publish=self.written.publish,
             event_id=None,
             **published_params(published, Actor.WORKER),
         )
-        self._outboxed(record_id, row[25:29])
+        self.written.add(record_id, row[25:29])
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
@@ -162,7 +144,7 @@ class ArchiveRecords(Statements):
         URL and `altered`).
         size: the image's bytes, for its completion event (None: not known).
         """
-        event_id = self._event_id()
+        event_id = self.written.event_id()
         key = response.get("key")
         # The completion event's fields the worker knows (lib.publish.entries reads them);
         # the statement adds the record, its attempts and what it replaced.
@@ -189,7 +171,7 @@ class ArchiveRecords(Statements):
         )
         if not rows:
             return Recorded.ROW_GONE
-        self._outboxed(task.record_id, rows[0][3:7])
+        self.written.add(task.record_id, rows[0][3:7])
         held_lock, written, same_url = (bool(value) for value in rows[0][:3])
         if written:
             return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
@@ -256,7 +238,7 @@ class ArchiveRecords(Statements):
         params = _staged_params(staged)
         del params["forget_staged"]
         kept = outside_text(error, ERROR_LIMIT)
-        event_id = self._event_id()
+        event_id = self.written.event_id()
         story = {
             "by": Actor.WORKER,
             "error": kept,
@@ -279,7 +261,7 @@ class ArchiveRecords(Statements):
             **_story(task, events, {**story, **(detail or {})}),
         )
         if rows:
-            self._outboxed(task.record_id, rows[0][1:5])
+            self.written.add(task.record_id, rows[0][1:5])
         return bool(rows)
 
     def release(
