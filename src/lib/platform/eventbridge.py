@@ -15,28 +15,23 @@ if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
 
 
+# One try of at most about the two timeouts: made after a record's conclusion, so short.
+CONNECT_TIMEOUT_SECONDS = 1.0
+READ_TIMEOUT_SECONDS = 2.0
+
+
 class EventBus:
-    def __init__(
-        self,
-        name: str,
-        *,
-        connect_timeout: float = 1,
-        read_timeout: float = 2,
-        max_attempts: int = 1,
-    ) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self._connect_timeout = connect_timeout
-        self._read_timeout = read_timeout
-        self._max_attempts = max_attempts
 
     @cached_property
     def client(self) -> EventBridgeClient:
         # AWS_ENDPOINT_URL_EVENTBRIDGE (boto3 reads it) points it at a local EventBridge.
         events: EventBridgeClient = aws.client(
             "events",
-            connect_timeout=self._connect_timeout,
-            read_timeout=self._read_timeout,
-            max_attempts=self._max_attempts,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            max_attempts=1,
             # The entries are ours, built and bounded by lib.publish.entries: botocore's
             # check of them would only cost every call its time.
             parameter_validation=False,
