@@ -444,3 +444,37 @@ def test_a_claim_that_fails_an_expired_last_attempt_publishes_its_event(
     [event] = bus.received(1)
     assert event["detail-type"] == "Image Archive Failed"
     assert event["detail"]["error"] == "lock expired after the last attempt"
+
+
+def test_the_record_s_story_tells_where_its_event_is(
+    events_on: World, bus: Bus, gate: EventBridgeGate, pg_dsn: str
+) -> None:
+    """`archive-ctl show`'s story: the event waiting (its tries, its last error), then
+    published by the sweeper, each in its place after the conclusion."""
+    from lib.cli.show_events import describe
+    from lib.state.stories import StoryRecords
+
+    world = events_on
+    world.settings(ARCHIVE_EVENT_BUS=bus.name)
+    gate.script(Behaviour.throttled())
+    world.record(28)
+    world.deliver(28)
+    grace_over(world.db)
+    gate.script(Behaviour.throttled())
+    sweep()  # a second refusal, now the sweeper's: a try counted with its error
+    stories = StoryRecords(Database(DatabaseConfig(url=pg_dsn)))
+    try:
+        story = stories.story(28, lock_ttl_seconds=180, limit=30)
+        *_, archived, waiting = story.events
+        assert (archived.kind, waiting.kind) == ("archived", "publishing")
+        words = describe(waiting, story.row.now if story.row else waiting.at)
+        assert words.startswith(f"Image Archived {archived.detail['event_id']} not published")
+        assert "1 failed tries; last: ThrottlingException" in words
+        sweep()
+        bus.received(1)
+        *_, archived, published = stories.story(28, lock_ttl_seconds=180, limit=30).events
+        assert published.kind == "published"
+        assert published.at >= archived.at
+        assert describe(published, published.at).endswith("on EventBridge, by the sweeper")
+    finally:
+        stories.db.close()
