@@ -83,6 +83,7 @@ INDEXES = set(ARCHIVE_INDEXES) | {
     "image_archive_uploads_record_idx",
     "image_archive_events_record_idx",
     "image_archive_events_concluded_idx",
+    "image_archive_outbox_created_idx",
 }
 
 
