@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -228,9 +229,14 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
         claim = {
             "record_id": RECORDS + 1, "owner": "bench", "lock_ttl": 180, "max_attempts": 3,
             "early_slack": 5, "capture_while_paused": False, "message_id": "m", "receive_count": 1,
-            "queue_mark": None,
+            "queue_mark": None, "publish": True, "event_id": None,
+            "published": [str(uuid.uuid4())], "published_at": [datetime.now(UTC)],
+            "by": "archive function",
         }  # fmt: skip
-        lost = {"limit": 100, "grace": 300, "lost_before": datetime.now(UTC), "after": "-infinity"}
+        lost = {
+            "limit": 100, "grace": 300, "lost_before": datetime.now(UTC), "after": "-infinity",
+            "publish": True, "event_id": None,
+        }  # fmt: skip
         plans = {
             name: [t for t in scans(conn, QUERIES[name], **params) if t == EVENTS]
             for name, params in (

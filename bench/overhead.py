@@ -43,7 +43,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     from lib.archive import runtime  # noqa: PLC0415
 
     with roundtrips.counted() as trips:
-        per_message = _archive_each(args["record_ids"], trips)
+        per_message = _archive_each(args["record_ids"], trips, args.get("alternate_on"))
     db = runtime.archive_worker().records.db
     check = connect(args["dsn"])
     try:
@@ -60,7 +60,9 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _archive_each(record_ids: list[int], trips: Any) -> list[dict[str, Any]]:
+def _archive_each(
+    record_ids: list[int], trips: Any, alternate_on: str | None = None
+) -> list[dict[str, Any]]:
     """Each record's message sent, received and handled; its time, statements, round trips."""
     import boto3  # noqa: PLC0415
 
@@ -68,11 +70,21 @@ def _archive_each(record_ids: list[int], trips: Any) -> list[dict[str, Any]]:
     from devkit.sqs import create_queue_pair, receive_as_lambda_event  # noqa: PLC0415
     from handlers.archive import lambda_handler  # noqa: PLC0415
     from lib.archive import runtime  # noqa: PLC0415
+    from lib.platform.eventbridge import EventBus  # noqa: PLC0415
 
     sqs = boto3.client("sqs")
     queues = create_queue_pair(sqs, f"bench-{int(time.time() * 1000)}")
     per_message: list[dict[str, Any]] = []
-    for record_id in record_ids:
+    # With a bus to alternate on (bench.events), every second warm message publishes its
+    # completion event (the container's records and publisher switched on and off): the two
+    # kinds interleaved in one container, so that a machine's drift weighs on both alike.
+    bus = EventBus(alternate_on) if alternate_on else None
+    for index, record_id in enumerate(record_ids):
+        events = bus is not None and index % 2 == 1
+        if bus is not None and index:
+            worker = runtime.archive_worker()
+            worker.records.written.publish = events
+            worker.publisher.bus = bus if events else None
         sqs.send_message(QueueUrl=queues.url, MessageBody=f'{{"recordId": "{record_id}"}}')
         event = receive_as_lambda_event(sqs, queues, wait_seconds=2)
         if len(event["Records"]) != 1:
@@ -90,6 +102,7 @@ def _archive_each(record_ids: list[int], trips: Any) -> list[dict[str, Any]]:
         per_message.append(
             {
                 "record_id": record_id,
+                "events": events,
                 "seconds": seconds,
                 "statements": db.statements_run - statements0,
                 "round_trips": trips.waits - waits0,

@@ -15,7 +15,18 @@ import sys
 import time
 from collections.abc import Callable
 
-from bench import audit, coldstart, history, lane, memory, migrate, overhead, sweep, transfer
+from bench import (
+    audit,
+    coldstart,
+    events,
+    history,
+    lane,
+    memory,
+    migrate,
+    overhead,
+    sweep,
+    transfer,
+)
 from bench.common import RESULTS, Row, as_dict, machine, revision, write_results
 from bench.services import Services
 
@@ -24,6 +35,7 @@ NEEDS_SERVICES: dict[str, Callable[[Services], list[Row]]] = {
     "memory": memory.run,
     "transfer": transfer.run,
     "overhead": overhead.run,
+    "events": events.run,
     "sweep": sweep.run,
     "lane": lane.run,
     "migrate": migrate.run,

@@ -269,6 +269,7 @@ class Services:
             "AWS_SECRET_ACCESS_KEY": "testing",
         }
         env["AWS_ENDPOINT_URL_SQS"] = env["AWS_ENDPOINT_URL_S3"] = endpoint
+        env["AWS_ENDPOINT_URL_EVENTBRIDGE"] = endpoint
         env["ARCHIVE_STAGING_BUCKET"] = STAGING_BUCKET
         env.update(extra)
         return python_env(env)

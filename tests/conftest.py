@@ -110,7 +110,8 @@ def db(pg_dsn: str) -> Iterator[Any]:
     try:
         conn.run(
             "TRUNCATE users, image_generation_records, image_archive_events,"
-            " image_archive_audits, image_archive_originals, image_archive_restores"
+            " image_archive_audits, image_archive_originals, image_archive_restores,"
+            " image_archive_outbox"
             " RESTART IDENTITY CASCADE"
         )
         reset_audit_walk(conn)  # the walk starts from the first record
@@ -131,7 +132,7 @@ def db(pg_dsn: str) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
-    """moto's SQS and S3 on 127.0.0.1, with the AWS_* environment pointing at it."""
+    """moto's SQS, S3 and EventBridge on 127.0.0.1, with the AWS_* environment pointing at it."""
     try:
         server = start_moto_server()
     except Exception as exc:
@@ -139,6 +140,7 @@ def moto() -> Iterator[MotoServer]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL_SQS", server.endpoint_url)
         env.setenv("AWS_ENDPOINT_URL_S3", server.endpoint_url)
+        env.setenv("AWS_ENDPOINT_URL_EVENTBRIDGE", server.endpoint_url)
         env.setenv("AWS_ACCESS_KEY_ID", "testing")
         env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
         env.setenv("AWS_DEFAULT_REGION", DEFAULT_REGION)

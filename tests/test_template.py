@@ -101,6 +101,7 @@ READ_BY_LIBRARIES = {
     "POWERTOOLS_TRACE_DISABLED",  # Powertools Tracer
     "AWS_ENDPOINT_URL_SQS",  # botocore
     "AWS_ENDPOINT_URL_S3",  # botocore
+    "AWS_ENDPOINT_URL_EVENTBRIDGE",  # botocore
 }
 # Set by the Lambda runtime (or sam local), never by the template.
 RUNTIME_ENV = {
@@ -598,7 +599,13 @@ def test_each_function_gets_its_contract_environment(function: str) -> None:
     assert not missing, f"{function} lacks {sorted(missing)}"
     assert declared["POWERTOOLS_METRICS_NAMESPACE"] == "ImageArchive"
     # Values only sam local/tests provide are declared empty, never given a value.
-    for name in ("DATABASE_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_S3", "LSKY_TOKEN"):
+    for name in (
+        "DATABASE_URL",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL_EVENTBRIDGE",
+        "LSKY_TOKEN",
+    ):
         if name in declared:
             assert declared[name] == "", f"{function}: {name} must be empty in the template"
     # Optional values are plain parameters whose default is empty (the code treats empty
@@ -1007,6 +1014,8 @@ def test_env_json_points_at_local_test_services() -> None:
     # One moto server serves every AWS service on one port (devkit.sqs.start_moto_server).
     assert archive["AWS_ENDPOINT_URL_S3"] == endpoint
     assert archive["ARCHIVE_STAGING_BUCKET"] == f"{stack}-staging"
+    for local in (archive, sweeper):
+        assert local["AWS_ENDPOINT_URL_EVENTBRIDGE"] == local["AWS_ENDPOINT_URL_SQS"]
     endpoint = sweeper["AWS_ENDPOINT_URL_SQS"]
     assert sweeper["ARCHIVE_QUEUE_URL"] == f"{endpoint}/123456789012/{stack}-queue"
 
@@ -1210,6 +1219,56 @@ def test_each_function_can_touch_only_its_own_queues_and_secrets() -> None:
     assert sweeper["logs:PutLogEvents"] == [{"Fn::GetAtt": ["SweeperLogGroup", "Arn"]}]
 
 
+BUS_ARN = {
+    "Fn::Sub": "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}"
+    ":event-bus/${EventBusName}"
+}
+
+
+@pytest.mark.parametrize("role", ["ArchiveFunctionRole", "SweeperFunctionRole"])
+def test_each_function_may_put_events_on_the_one_bus_only_when_events_are_on(role: str) -> None:
+    """events:PutEvents on EventBusName's ARN (as source image-archive), nothing else of
+    EventBridge, and only under PublishEvents: off, the role cannot publish at all."""
+    granted = _grants(role)
+    assert {a for a in granted if a.startswith("events:")} == {"events:PutEvents"}
+    assert granted["events:PutEvents"] == [BUS_ARN]
+    statements = resource(role)["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    [(condition, statement, otherwise)] = [
+        s["Fn::If"]
+        for s in statements
+        if "Fn::If" in s and s["Fn::If"][1].get("Action") == "events:PutEvents"
+    ]
+    assert (condition, otherwise) == ("EventsOn", {"Ref": "AWS::NoValue"})
+    assert statement["Condition"] == {"StringEquals": {"events:source": "image-archive"}}
+    assert template()["Conditions"]["EventsOn"] == {
+        "Fn::Equals": [{"Ref": "PublishEvents"}, "true"]
+    }
+    assert parameter("PublishEvents")["Default"] == "false"
+    assert parameter("EventBusName")["Default"] == "default"
+    # The functions learn the bus from ARCHIVE_EVENT_BUS: the bus when on, empty (off) else.
+    function = role.removesuffix("Role")
+    assert props(function)["Environment"]["Variables"]["ARCHIVE_EVENT_BUS"] == {
+        "Fn::If": ["EventsOn", {"Ref": "EventBusName"}, ""]
+    }
+    # The audit publishes nothing (a restore's event is the archive function's).
+    assert "ARCHIVE_EVENT_BUS" not in declared_env("AuditFunction")
+
+
+def test_the_outbox_s_oldest_age_has_an_alarm_with_the_events() -> None:
+    alarm = resource("EventsUnpublishedAlarm")
+    assert alarm["Condition"] == "EventsOn"
+    properties = alarm["Properties"]
+    assert (properties["Namespace"], properties["MetricName"]) == (
+        "ImageArchive",
+        "EventsUnpublished",
+    )
+    assert properties["Threshold"] == {"Ref": "EventsUnpublishedAlarmSeconds"}
+    assert properties["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+    dropped = resource("EventsDroppedAlarm")
+    assert dropped["Condition"] == "EventsOn"
+    assert dropped["Properties"]["MetricName"] == "EventsDropped"
+
+
 def test_secret_permissions_are_conditional_on_the_parameters() -> None:
     conditions = template()["Conditions"]
     statements = resource("ArchiveFunctionRole")["Properties"]["Policies"][0]["PolicyDocument"]
@@ -1347,9 +1406,9 @@ def test_own_faults_raise_an_alarm() -> None:
 
 def dashboard_json() -> dict[str, Any]:
     """The dashboard body with its substitutions filled in (numbers for the thresholds,
-    nothing for the staging alarms, which exist only with StagingEnabled)."""
+    nothing for the staging and event alarms, which exist only with their feature on)."""
     body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
-    body = body.replace("${StagingAlarms}", "")
+    body = body.replace("${StagingAlarms}", "").replace("${EventAlarms}", "")
     body = re.sub(r"\$\{(PendingAgeAlarmSeconds|LanePausedAlarmSeconds)\}", "0", body)
     return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))  # type: ignore[no-any-return]
 
@@ -1366,14 +1425,16 @@ def test_the_dashboard_shows_every_alarm() -> None:
     body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
     [widget] = [w for w in dashboard_json()["widgets"] if w["type"] == "alarm"]
     shown = set(re.findall(r"\$\{(\w+)\.Arn\}", body))
-    # The staging alarms come in through a variable, present exactly when they exist.
-    condition, staging, otherwise = variables["StagingAlarms"]["Fn::If"]
-    assert (condition, otherwise) == ("StagingOn", "")
-    conditional = {
-        part["Fn::GetAtt"][0] for part in staging["Fn::Join"][1] if isinstance(part, dict)
-    }
-    for name in conditional:
-        assert resource(name).get("Condition") == "StagingOn", name
+    # The staging and event alarms come in through a variable each, present exactly when
+    # they exist.
+    conditional: set[str] = set()
+    for variable, feature in (("StagingAlarms", "StagingOn"), ("EventAlarms", "EventsOn")):
+        condition, alarms, otherwise = variables[variable]["Fn::If"]
+        assert (condition, otherwise) == (feature, "")
+        names = {part["Fn::GetAtt"][0] for part in alarms["Fn::Join"][1] if isinstance(part, dict)}
+        for name in names:
+            assert resource(name).get("Condition") == feature, name
+        conditional |= names
     assert shown | conditional == set(alarm_names())
     assert len(widget["properties"]["alarms"]) == len(shown)
 

@@ -3,10 +3,12 @@ prose, tables, headings and the sample blocks the docs mark for tests/docs/test_
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
@@ -100,3 +102,15 @@ def samples() -> list[Sample]:
         for doc, text in every_doc().items()
         for m in SAMPLE.finditer(text)
     ]
+
+
+# `<!-- schema: NAME -->` right above a ```json block: a JSON Schema the code is tested
+# against (the completion events' detail: tests/integration/test_completion_events.py).
+SCHEMA = re.compile(r"^<!-- schema: ([\w-]+) -->\n```json\n(.*?)^```", re.S | re.M)
+
+
+def json_schema(name: str, doc: str = "docs/operations.md") -> dict[str, Any]:
+    """The JSON Schema a doc shows under `<!-- schema: NAME -->`."""
+    [body] = [m.group(2) for m in SCHEMA.finditer(read(doc)) if m.group(1) == name]
+    schema: dict[str, Any] = json.loads(body)
+    return schema

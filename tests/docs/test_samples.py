@@ -152,6 +152,15 @@ def _status(stage: Stage) -> Iterator[None]:
         detail="每小时内你最多可以上传 100 张图片",
     )
     uploads(db, 90, since="14 minutes 50 seconds", until="14 minutes 10 seconds")
+    # Two completion events EventBridge throttled, left to the sweeper.
+    for record_id, age in ((14, "6 minutes 20 seconds"), (15, "2 minutes")):
+        db.run(
+            "INSERT INTO image_archive_outbox (event_id, record_id, detail_type, detail,"
+            " created_at, tries, last_error) VALUES (gen_random_uuid(), :id, 'Image Archived',"
+            " '{}', now() - CAST(:age AS interval), 1, 'ThrottlingException: Rate exceeded')",
+            id=record_id,
+            age=age,
+        )
     for record_id in (1, 2, 3):
         stage.send(stage.queue, json.dumps({"recordId": str(record_id)}))
     stage.send(stage.dlq, '{"record": 7}', reason="body has no recordId")
@@ -303,6 +312,7 @@ def ago(db: Any, interval: str) -> str:
 
 
 MESSAGE, OWNER = "897df595-f524-4654-90bb-d863ac05435f", "aeac4c53-02d5-4936-baa5-2c44f18921a9"
+EVENT = "0b3f6a5c-2f1e-4f7a-9a59-5d3b8c1e7f20"
 SWEEPER_FAILED, REDRIVE = "lock expired after the last attempt", "archive-ctl redrive-dlq"
 UPSTREAM_503 = "upstream answered HTTP 503 for https://cdn.example.com/gen/123.png?[redacted]"
 
@@ -394,7 +404,21 @@ def _show_redriven(stage: Stage) -> Iterator[None]:
             "looked_up",
             {"why": why, "adopted": "plFOv8", "refused": [], "duplicates": []},
         ),
-        ("10 minutes", 1, "archived", {"key": "plFOv8", "url": hosted, "adopted": True}),
+        (
+            "10 minutes",
+            1,
+            "archived",
+            {
+                "key": "plFOv8",
+                "url": hosted,
+                "adopted": True,
+                "event_id": EVENT,
+                # What the container's next claim noted: its event went out.
+                "published_at": ago(stage.db, "10 minutes"),
+                "published_by": "archive function",
+                "detail_type": "Image Archived",
+            },
+        ),
     )
     yield
 

@@ -25,6 +25,7 @@ from lib.state.claim import KeptOriginal, SentImage, StagedCopy
 from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
+from lib.state.outbox import OutboxStore, Publication
 from lib.state.privileges import RolePrivileges
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
@@ -113,8 +114,14 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
     seed_record(db, 9, image_url=URL, archive_status=None)
     seed_record(db, 10, image_url=URL, archive_status="FAILED", attempts=3)
     database = RecordingDatabase(role_dsn)
-    records = ArchiveRecords(database)
-    sweeps, lanes, ops = SweepRecords(database), LaneStore(database), OperatorRecords(database)
+    # Completion events on: the statements write them, the outbox's are run too.
+    records = ArchiveRecords(database, publish=True)
+    sweeps, lanes, ops = (
+        SweepRecords(database, publish=True),
+        LaneStore(database),
+        OperatorRecords(database),
+    )
+    outbox = OutboxStore(database)
     try:
         tasks = {}
         for record_id in (1, 2, 3, 4):
@@ -138,6 +145,15 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         )
         assert records.fail(tasks[3], owner="o", error="HTTP 404")
         assert records.release(tasks[4], owner="o", delay_seconds=5, wait_reason=WaitReason.NO_TIME)
+        archived, failed = records.written.take()  # records 1 and 3
+        # A claim records the publication of what its container published.
+        published = [Publication(archived.event_id, archived.created_at)]
+        assert (
+            records.claim(
+                10, owner="o2", lock_ttl_seconds=180, max_attempts=3, published=published
+            ).task
+            is None
+        )
 
         assert [
             r.record_id
@@ -209,8 +225,16 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         # The story: a DLQ redrive, `show`, and the retention (nothing old enough here).
         assert ops.mark_redriven([(3, "message-3")]) == {3: "PENDING"}  # requeued above
         story = StoryRecords(database).story(1, lock_ttl_seconds=180, limit=10)
-        assert [e.kind for e in story.events][-1] == "archived"
+        assert [e.kind for e in story.events][-2:] == ["archived", "published"]
+        story = StoryRecords(database).story(3, lock_ttl_seconds=180, limit=30)
+        assert "publishing" in [e.kind for e in story.events]  # its event still waits
         assert sweeps.expire_events(retention_seconds=86_400, limit=10) == {}
+        # The sweeper's part of the completion events.
+        page = outbox.take(grace_seconds=1, lease_seconds=60, limit=10, own=[failed.event_id])
+        assert [e.event_id for e in page.events] == [failed.event_id]
+        done = [Publication(failed.event_id, failed.created_at)]
+        assert outbox.settle(published=done, missed=[], dropped=[]).published == 1
+        assert outbox.summary().waiting == 0
         # The audit: the walk, the rotation, a batch's verdicts, an original, a restore.
         audits = AuditRecords(database)
         assert audits.walk(batch=100, period_seconds=86_400).walking

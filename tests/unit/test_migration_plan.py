@@ -3,6 +3,7 @@ a catalog to it, the legacy status mapping and the retry pauses."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,7 @@ from lib.cli import legacy_status
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
+from lib.publish.entries import DetailType
 from lib.state.events import EventKind
 from lib.state.status import ArchiveStatus
 
@@ -97,7 +99,13 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
         "image_archive_uploads",
         "image_archive_events",
         "image_archive_audits",
+        "image_archive_outbox",
     }
+    # The completion events' detail types, like the events' kinds, are the CREATE TABLE's.
+    outbox = next(t for t in d.tables if t.name == "image_archive_outbox")
+    types = re.search(r"CHECK \(\s*detail_type IN \((.*?)\)\)", outbox.sql, re.S)
+    assert types is not None
+    assert re.findall(r"'([^']+)'", types.group(1)) == [str(t) for t in DetailType]
     # image_archive_uploads' CHECK on state is part of its CREATE TABLE, not a constraint
     # migrate adds and validates on its own; the events' kinds are (a release adds kinds).
     constraint, kinds_check = d.constraints

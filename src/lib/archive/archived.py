@@ -3,6 +3,7 @@ stores (Lsky's `data` and our note), and the warnings and counts it deserves."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ from lib.state.records import Recorded
 # 40 a page), each cut to this length (a key is 6 characters on Lsky; the host's text).
 LOGGED_KEYS = 100
 KEY_LIMIT = 64
+# Lsky's size column is DECIMAL(8,2) KB: a larger one is not its.
+MAX_KILOBYTES = 999_999.99
 
 
 def stored_response(copied: Copied) -> dict[str, Any]:
@@ -31,6 +34,20 @@ def stored_response(copied: Copied) -> dict[str, Any]:
         # The look-up for an earlier attempt's upload could not be answered.
         ours["duplicate_possible"] = True
     return {**copied.hosted.data, RESPONSE_KEY: ours}
+
+
+def image_bytes(copied: Copied) -> int | None:
+    """The image's size for its completion event: the bytes uploaded, or, for an image an
+    earlier attempt had stored, Lsky's stored size (KB, a float) in bytes; None when
+    neither is known."""
+    if not copied.adopted:
+        return copied.size
+    kilobytes = copied.hosted.data.get("size")
+    if isinstance(kilobytes, bool) or not isinstance(kilobytes, int | float):
+        return None
+    if not math.isfinite(kilobytes) or not 0 <= kilobytes <= MAX_KILOBYTES:
+        return None
+    return round(kilobytes * 1024)
 
 
 def report_copy(copied: Copied) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive import schedule, story
-from lib.archive.archived import report_copy, report_recorded, stored_response
+from lib.archive.archived import image_bytes, report_copy, report_recorded, stored_response
 from lib.archive.outcome import Message, Outcome, Result, Verdict
 from lib.archive.staging import Staging
 from lib.platform.aws import error_code
@@ -195,8 +195,7 @@ class Concluder:
     # -- the statement -----------------------------------------------------------------
 
     def _write(self, write: Write, verdict: Verdict, ctx: Context) -> bool:
-        """Run the outcome's statement, which writes the attempt's events too; False when
-        the row's lock had passed on (the statement notes that as well)."""
+        """Run the outcome's statement (it writes the attempt's events); False: lock lost."""
         written = self._run_write(write, verdict, ctx)
         if write is not Write.NONE:
             ctx.events.written()
@@ -272,6 +271,7 @@ class Concluder:
             log_upload=not copied.adopted,
             events=ctx.events.pending(),
             detail=story.archived_detail(copied),
+            size=image_bytes(copied),
         )
         # Published (or the row concluded meanwhile): the staged copy has done its job.
         self.staging.discard(task.staged_key)

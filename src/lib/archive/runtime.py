@@ -20,10 +20,12 @@ from lib.platform.config import (
     load_sweeper_settings,
 )
 from lib.platform.db import Database
+from lib.platform.eventbridge import EventBus
 from lib.platform.s3 import StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
 from lib.state.lane_store import LaneStore
+from lib.state.outbox import OutboxStore
 from lib.state.records import ArchiveRecords
 from lib.state.sweeps import SweepRecords
 
@@ -40,6 +42,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     from lib.archive.staging import Staging  # noqa: PLC0415
     from lib.archive.transfer import Transfer  # noqa: PLC0415
     from lib.archive.worker import ArchiveWorker  # noqa: PLC0415
+    from lib.publish.publisher import Publisher  # noqa: PLC0415
     from lib.transfer.download import Downloader  # noqa: PLC0415
     from lib.transfer.lsky import LskyClient  # noqa: PLC0415
 
@@ -68,7 +71,9 @@ def build_worker(settings: Settings) -> ArchiveWorker:
         max_image_bytes=settings.max_image_bytes,
         host_timezone=ZoneInfo(settings.lsky_timezone),
     )
-    records = ArchiveRecords(db)
+    # Completion events (lib.publish): the statements write them only when published.
+    bus = EventBus(settings.event_bus) if settings.event_bus else None
+    records = ArchiveRecords(db, publish=bus is not None)
     queue = Queue()
     if settings.rate_limits:
         # Paced, most messages of a backlog are held: the first hold is not late by the
@@ -84,6 +89,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
             staging=staging,
             dlq_url=settings.dlq_url,
         ),
+        publisher=Publisher(bus),
     )
 
 
@@ -91,10 +97,12 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     from lib.archive.sweeper import Sweeper  # noqa: PLC0415
 
     db = Database(settings.database, application_name="image-archive-sweeper")
+    bus = EventBus(settings.event_bus) if settings.event_bus else None
     # Queue's short default timeouts keep a send failure inside the run's time budget.
     return Sweeper(
         settings=settings,
-        records=SweepRecords(db),
+        records=SweepRecords(db, publish=bus is not None),
+        events=None if bus is None else (OutboxStore(db), bus),
         lanes=LaneStore(db),
         queue=Queue(),
         probe=_probe(settings),

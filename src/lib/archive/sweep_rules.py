@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -256,6 +256,8 @@ class SweepSummary:
     stories_expired: int = 0  # concluded records whose events the retention removed
     events_removed: int = 0  # and how many events that was
     staged: StagedSummary | None = None  # copies in the staging bucket, as the rows say
+    # Completion events (lib.publish.sweep.PublishReport.as_dict); empty when events are off.
+    events: dict[str, Any] = field(default_factory=dict)
     duration_ms: float = 0.0
 
     @property
@@ -279,6 +281,7 @@ class SweepSummary:
             "stories_expired": self.stories_expired,
             "events_removed": self.events_removed,
             "staged_waiting": None if self.staged is None else self.staged.waiting,
+            **self.events,
             "pages": self.pages,
             "claimed": self.claimed,
             "stopped_early": self.stopped_early,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
@@ -37,13 +38,16 @@ from lib.archive.sweep_rules import (
     probe_deadline,
 )
 from lib.platform.config import SweeperSettings
+from lib.platform.eventbridge import EventBus
 from lib.platform.grants import is_permission_denied
 from lib.platform.observability import logger, metrics
 from lib.platform.redact import outside_text
 from lib.platform.sqs import Queue, QueueCounts
+from lib.publish.sweep import publish_leftovers
 from lib.state.events import Actor
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
+from lib.state.outbox import OutboxStore
 from lib.state.privileges import explain_denial
 from lib.state.sweeps import SweepRecords, SweptRow
 
@@ -58,22 +62,26 @@ class Sweeper:
         queue: Queue,
         page_size: int = PAGE_SIZE,
         probe: Callable[[float], bool] | None = None,
+        events: tuple[OutboxStore, EventBus] | None = None,
     ) -> None:
-        """probe: whether the host account is healthy again (Lsky's profile endpoint),
-        known by the deadline it is given (time.monotonic())."""
+        """probe: whether the host account is healthy again (Lsky's profile endpoint), known
+        by the deadline it is given. events: the outbox and its bus (None: events off)."""
         self.settings = settings
         self.records = records
         self.lanes = lanes
         self.queue = queue
         self.probe = probe
+        self.events = events
         self._lane_open = True
         self._lost_before = NEVER  # set by each run
+        self.own_events: list[str] = []  # completion events this run's statements wrote
         self.page_size = page_size
 
     def run(self, *, remaining_ms: Callable[[], int]) -> SweepSummary:
         """One sweep; stops early (leaving the rest to the next run) when time runs short."""
         started = time.monotonic()
         summary = SweepSummary()
+        self.own_events = []
         try:
             dated = self.records.date_undated(limit=self.settings.max_rows)
             summary.dated = len(dated)
@@ -90,6 +98,7 @@ class Sweeper:
                     summary.stop_reason = stop
                     break
             self._expire_events(summary, remaining_ms)
+            summary.events = _publish(self, remaining_ms)
             summary.oldest_pending_age_seconds = self.records.oldest_pending_age_seconds()
             summary.staged = self.records.staged_summary()
         except Exception as error:
@@ -229,6 +238,7 @@ class Sweeper:
     def _concluded(self, step: Step, rows: list[SweptRow], summary: SweepSummary) -> None:
         if not step.sends_waiting_rows:
             summary.expired_locks += len(rows)
+        self.own_events += [row.event_id for row in rows if row.event_id is not None]
         failed = [row.record_id for row in rows if not row.to_send]
         if not failed:
             return
@@ -338,6 +348,21 @@ class Sweeper:
                 unit=MetricUnit.Seconds,
                 value=summary.oldest_pending_age_seconds,
             )
+
+
+def _publish(sweeper: Sweeper, remaining_ms: Callable[[], int]) -> dict[str, Any]:
+    """The completion events left in the outbox, and those this run's statements wrote,
+    published (lib.publish.sweep); nothing when events are off."""
+    if sweeper.events is None:
+        return {}
+    outbox, bus = sweeper.events
+    return publish_leftovers(
+        outbox,
+        bus,
+        grace_seconds=sweeper.settings.grace_seconds,
+        own=sweeper.own_events,
+        remaining_ms=remaining_ms,
+    ).as_dict()
 
 
 def queue_view(queue: Queue, queue_url: str, records: SweepRecords) -> QueueView:

@@ -23,6 +23,7 @@ from lib.platform.config import Settings
 from lib.platform.grants import is_permission_denied
 from lib.platform.observability import log_unexpected, logger, metrics
 from lib.platform.redact import outside_text
+from lib.publish.publisher import Publisher
 from lib.state.lane import LaneState
 from lib.state.privileges import explain_denial
 from lib.state.records import ArchiveRecords
@@ -36,11 +37,14 @@ class ArchiveWorker:
         records: ArchiveRecords,
         transfer: Transfer,
         concluder: Concluder,
+        publisher: Publisher | None = None,
     ) -> None:
         self.settings = settings
         self.records = records
         self.transfer = transfer
         self.concluder = concluder
+        # Completion events (lib.publish); off unless ARCHIVE_EVENT_BUS names a bus.
+        self.publisher = publisher or Publisher(None)
 
     def process(self, message: Message, *, owner: str, remaining_ms: Callable[[], int]) -> Result:
         started = time.monotonic()
@@ -55,6 +59,7 @@ class ArchiveWorker:
             result = self._conclusion_failed(verdict, ctx, error)
         finally:
             logger.remove_keys(["record_id", "attempt"])
+        self._publish(remaining_ms)
         metrics.add_metric(
             name="ArchiveDuration",
             unit=MetricUnit.Milliseconds,
@@ -72,6 +77,7 @@ class ArchiveWorker:
         too_late = schedule.too_late_to_start(remaining_ms())
         if too_late is not None:
             return too_late
+        published = self.publisher.unrecorded()
         claim = self.records.claim(
             ctx.record_id,
             owner=ctx.owner,
@@ -81,7 +87,9 @@ class ArchiveWorker:
             message_id=message.message_id,
             receive_count=message.receive_count,
             queue_mark=message.queue_mark,
+            published=published,
         )
+        self.publisher.recorded(published)
         if claim.task is None:
             return schedule.not_claimed(claim.snapshot, message)
         ctx.task = claim.task
@@ -89,6 +97,15 @@ class ArchiveWorker:
         lane = claim.snapshot.lane or LaneState(now=datetime.now(UTC))
         ctx.events.start(lane.now)
         return self.transfer.run(claim.task, lane, message, remaining_ms(), ctx.events)
+
+    def _publish(self, remaining_ms: Callable[[], int]) -> None:
+        """The completion events this message's statements wrote, published now: after
+        the conclusion, never in its way (lib.publish.publisher)."""
+        try:
+            self.publisher.collect(self.records.written.take())
+            self.publisher.publish(remaining_ms())
+        except Exception as error:  # noqa: BLE001 - the outbox keeps them for the sweeper
+            log_unexpected("could not publish completion events", error)
 
     def _fault(self, error: Exception, ctx: Context) -> Verdict:
         verdict = self._fault_verdict(error, ctx)

@@ -124,6 +124,21 @@ def _slot(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     return f"{answer} for {_at(d.get('at'), now)}" if d.get("at") else answer
 
 
+def _event(d: dict[str, Any]) -> str:
+    """A completion event: its detail-type and eventId."""
+    return f"{_text(d, 'detail_type') or 'event'} {_text(d, 'event_id')}"
+
+
+def _publication(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
+    if event.kind == "published":
+        return f"{_event(d)} on EventBridge, by the {_text(d, 'published_by') or '?'}"
+    if event.kind == "event_dropped":
+        return f"{_event(d)} after {d.get('tries', '?')} tries: {_text(d, 'dropped_because')}"
+    tries = d.get("tries") or 0
+    last = f"; last: {_text(d, 'last_error')}" if d.get("last_error") else ""
+    return f"{_event(d)} not published yet ({tries} failed tries{last})"
+
+
 def _by(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     return f"by {_text(d, 'by') or '?'}" + (f": {_text(d, 'why')}" if d.get("why") else "")
 
@@ -191,6 +206,10 @@ _WORDS: dict[str, Callable[[dict[str, Any], StoredEvent, datetime], str]] = {
         f"{_text(d, 'verdict')}, with no original and no source to restore it from"
         + (f" ({_text(d, 'provider')})" if d.get("provider") else "")
     ),
+    # A completion event's fate (lib.state.stories): no rows of their own.
+    "published": _publication,
+    "event_dropped": _publication,
+    "publishing": _publication,
 }
 
 

@@ -27,6 +27,7 @@ from lib.platform.config import lock_ttl_seconds, pacing_limits
 from lib.platform.grants import is_permission_denied
 from lib.state.audits import AuditCoverage, AuditFindings
 from lib.state.operations import AlteredCounts, LiveCounts, OperatorRecords
+from lib.state.outbox import OutboxStore, OutboxSummary
 from lib.state.sweeps import StagedSummary
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Status:
     backlog: Backlog | None = None
     staged: StagedSummary | None = None  # images captured to the staging bucket
     audit: AuditCoverage | None = None  # the audit's and the originals' coverage
+    outbox: OutboxSummary | None = None  # completion events not published yet
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -159,6 +161,12 @@ def render(status: Status) -> str:
             f"{_age(staged.oldest_age_seconds) if staged.waiting else '-'}, "
             f"FAILED keeping a copy: {staged.failed_keeping_copy}"
         )
+    if (outbox := status.outbox) is not None:
+        lines.append(
+            f"  outbox      {_count(outbox.waiting, outbox.limit):>8}   completion events not "
+            f"published yet, oldest waiting for: "
+            f"{_age(outbox.oldest_age_seconds) if outbox.waiting else '-'}"
+        )
     if (audit := status.audit) is not None:
         lines += _audit_lines(audit)
     if a.all_states is not None:
@@ -201,6 +209,7 @@ def run(ctx: Context) -> int:
         archive=archive_counts(records, lock_ttl_seconds=lock_ttl, include_all=args.all),
         staged=ctx.sweeps().staged_summary(),
         audit=AuditFindings(ctx.database()).coverage(),
+        outbox=OutboxStore(ctx.database()).summary(),
     )
     code = EXIT_OK
     limits = pacing_limits()

@@ -20,6 +20,7 @@ from lib.platform.env_values import (
     MAX_SWEEP_ROWS,
     MAX_SWEEP_SECONDS,
     IPNetwork,
+    event_bus,
     lsky_base_url,
     networks,
     optional_id,
@@ -103,6 +104,8 @@ class Settings:
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # LSKY_TIMEZONE: the zone Lsky lists an image's `date` in (its config/app.php).
     lsky_timezone: str = DEFAULT_LSKY_TIMEZONE
+    # ARCHIVE_EVENT_BUS: where completion events are published (lib.publish); None = none.
+    event_bus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,8 @@ class SweeperSettings:
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # ARCHIVE_EVENT_RETENTION_DAYS: how long a concluded record's story is kept.
     event_retention_days: int = DEFAULT_EVENT_RETENTION_DAYS
+    # Shared with the archive function: the sweeper publishes what it left unpublished.
+    event_bus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +247,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         staging_bucket=staging_bucket(env),
         max_retry_after_seconds=max_retry_after_seconds(env),
         lsky_timezone=time_zone(env, "LSKY_TIMEZONE"),
+        event_bus=event_bus(env),
     )
 
 
@@ -272,6 +278,7 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
             DEFAULT_EVENT_RETENTION_DAYS,
             MAX_EVENT_RETENTION_DAYS,
         ),
+        event_bus=event_bus(env),
     )
 
 

@@ -231,3 +231,19 @@ def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET")
     ):
         raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
     return raw
+
+
+# An EventBridge bus of this account and region, by name (EventBridge's pattern and length;
+# the template's EventBusName takes the same, and grants PutEvents on that bus alone).
+_BUS_NAME = re.compile(r"[/.\-_A-Za-z0-9]{1,256}")
+
+
+def event_bus(env: Mapping[str, str], name: str = "ARCHIVE_EVENT_BUS") -> str | None:
+    """The bus completion events go to; None (unset or empty): none are published. A value
+    that cannot be a bus name is a ConfigError: the operator expects the events."""
+    raw = text(env, name)
+    if raw is None:
+        return None
+    if not _BUS_NAME.fullmatch(raw):
+        raise ConfigError(f"{name} must be an EventBridge bus name (letters, digits, /._-)")
+    return raw

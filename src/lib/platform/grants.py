@@ -61,9 +61,10 @@ NEEDS: tuple[Need, ...] = (
     ),
     Need(
         "image_archive_events",
-        ("SELECT", "INSERT", "DELETE"),
+        ("SELECT", "INSERT", "UPDATE", "DELETE"),
         (),
         "every record's story: the statements that change a record add its events, "
+        "a conclusion's is marked when its completion event is published, "
         "`archive-ctl show` reads them, the sweeper removes them after the retention",
     ),
     Need(
@@ -98,6 +99,13 @@ NEEDS: tuple[Need, ...] = (
         ("SELECT", "UPDATE"),
         (),
         "the auditor's walk over older archives: its position",
+    ),
+    Need(
+        "image_archive_outbox",
+        ("SELECT", "INSERT", "UPDATE", "DELETE"),
+        (),
+        "completion events: a conclusion writes its event, the archive function's next claim "
+        "and the sweeper delete the published ones, the sweeper retries the rest",
     ),
 )
 

@@ -250,6 +250,31 @@ CREATE TABLE IF NOT EXISTS image_archive_queue (
 
 INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) DO NOTHING;
 
+-- Completion events waiting to be published on EventBridge (lib.publish; docs/operations.md,
+-- "Completion events"). The statement that concludes a record (archived, failed) writes its
+-- event here in the same statement; the archive function publishes it right after and its
+-- next claim deletes it, and the sweeper publishes what is still here after the grace
+-- period. Only pending events stay: a published or dropped one is deleted, and the story's
+-- conclusion event notes it. The detail types mirror lib.publish.entries.DetailType.
+-- tries: publications that failed; rejections: those EventBridge refused for good (an
+-- entry is dropped after a few); retry_at: a sweeper holds it until then while it publishes.
+CREATE TABLE IF NOT EXISTS image_archive_outbox (
+    event_id UUID PRIMARY KEY,
+    record_id BIGINT NOT NULL,
+    detail_type TEXT NOT NULL CONSTRAINT image_archive_outbox_detail_type_check CHECK (
+        detail_type IN ('Image Archived', 'Image Archive Failed', 'Image Restored')),
+    detail JSONB NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    tries INT NOT NULL DEFAULT 0,
+    rejections INT NOT NULL DEFAULT 0,
+    last_error TEXT,
+    retry_at TIMESTAMPTZ
+);
+
+-- The sweeper takes the oldest first, `status` and the EventsUnpublished metric read the
+-- oldest: one index entry.
+CREATE INDEX IF NOT EXISTS image_archive_outbox_created_idx ON image_archive_outbox (created_at);
+
 -- Data steps `archive-ctl migrate` has begun and not finished, one row each: noted before
 -- the schema change that calls for it, its keyset progress kept batch by batch, deleted
 -- when done. A run that stops half-way (a lost connection, Ctrl-C, a step that gave up)

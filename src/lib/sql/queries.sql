@@ -113,7 +113,7 @@ exhausted AS (
       AND r.archive_locked_by IS DISTINCT FROM :owner
       AND {{lock_expired}}
       AND r.archive_attempts >= :max_attempts
-    RETURNING r.id
+    RETURNING r.id, r.archive_attempts, r.archive_error
 ),
 vanished AS (
     -- The ledger: a slot an earlier attempt took is an upload Lsky may have counted (that
@@ -131,6 +131,13 @@ unbooked AS (
     WHERE u.record_id = x.id AND u.state = 'booked'
     RETURNING 1
 ),
+-- The completion event of a record `exhausted` failed (:publish: events are on).
+failures AS (SELECT id, archive_attempts, archive_error FROM exhausted),
+outboxed AS ({{outbox_failed}}),
+-- The events this container published since its last claim (:published, with when) leave
+-- the outbox, and their conclusions' story says so: no round trip of their own.
+published AS ({{outbox_published}}),
+told AS ({{note_publication}}),
 noted AS (
     -- The story (docs/history.md): the message received, and the claim's own change. A
     -- re-run with the same owner (after a lost reply) writes nothing twice.
@@ -168,6 +175,7 @@ noted AS (
         SELECT now(), 3, target.archive_attempts, 'failed',
                jsonb_build_object('by', 'archive function',
                                   'error', 'lock expired after the last attempt')
+               || {{event_of_failure}}
         FROM exhausted
     ) AS e
     WHERE target.archive_locked_by IS DISTINCT FROM :owner
@@ -181,6 +189,7 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        lane.pause_detail, lane.paused_since, booking.queue_end,
        claimed.archive_staged_key, claimed.archive_staged_sha256, claimed.archive_staged_bytes,
        claimed.archive_first_claimed_at, booking.mine, claimed.archive_sent,
+       outboxed.event_id, outboxed.detail_type, outboxed.detail, outboxed.created_at,
        -- A restore (image_archive_restores): the copy it replaces, and the original it
        -- publishes again (none: the source, which the auditor found unchanged).
        restore.record_id IS NOT NULL, restore.old_key,
@@ -191,6 +200,7 @@ LEFT JOIN booking ON true
 LEFT JOIN target ON true
 LEFT JOIN claimed ON true
 LEFT JOIN exhausted ON true
+LEFT JOIN outboxed ON true
 LEFT JOIN users AS u ON u.id = claimed.user_id
 LEFT JOIN image_archive_restores AS restore ON restore.record_id = claimed.id
 LEFT JOIN image_archive_originals AS o ON o.record_id = restore.record_id;
@@ -200,8 +210,13 @@ LEFT JOIN image_archive_originals AS o ON o.record_id = restore.record_id;
 -- the row): the picture is hosted, so record it rather than upload it again. Returns
 -- whether we still held the lock, whether this statement wrote the row, and whether
 -- the row already holds this very URL (a re-run after a lost reply).
+-- The completion event (:event_id, NULL when none is published) goes into the outbox only
+-- when this statement wrote the row, so a re-run after a lost reply writes none:
+-- `Image Restored` when the row held another hosted URL (a repair re-published it),
+-- `Image Archived` otherwise (outbox_archived).
 WITH before AS (
-    SELECT id, archive_status, archive_locked_by, hosted_image_url
+    SELECT id, archive_status, archive_locked_by, hosted_image_url,
+           hosted_response ->> 'key' AS hosted_key
     FROM image_generation_records
     WHERE id = :record_id
     FOR UPDATE
@@ -226,7 +241,7 @@ written AS (
         archive_sent = NULL
     FROM before
     WHERE r.id = before.id AND before.archive_status IN ('PENDING', 'RUNNING', 'FAILED')
-    RETURNING r.id
+    RETURNING r.id, r.archive_attempts
 ),
 restored AS (
     -- A restore (image_archive_restores) is done once the new copy is recorded: the old
@@ -244,6 +259,7 @@ audited AS (
     ON CONFLICT (record_id) DO UPDATE SET due_at = now(), lost = false
     RETURNING 1
 ),
+outboxed AS ({{outbox_archived}}),
 concluded AS (
     -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
     -- :counted false, sent nothing: its slot, if it took one, is given back).
@@ -265,8 +281,9 @@ noted AS (
     FROM ({{attempt_events}}
           UNION ALL
           SELECT now(), jsonb_array_length(CAST(:events AS jsonb)) + 1, 'archived',
-                 CAST(:detail AS jsonb)
-                 -- Only what went otherwise than usual: not recorded, or after the lock passed.
+                 -- Only what went otherwise than usual: not recorded (then no completion
+                 -- event either), or after the lock passed.
+                 (CAST(:detail AS jsonb) - CASE WHEN written.id IS NULL THEN 'event_id' ELSE '' END)
                  || CASE WHEN written.id IS NULL
                          THEN jsonb_build_object('recorded', false) ELSE '{}' END
                  || CASE WHEN before.archive_locked_by IS DISTINCT FROM :owner
@@ -282,9 +299,11 @@ noted AS (
 )
 SELECT before.archive_locked_by IS NOT DISTINCT FROM :owner,
        written.id IS NOT NULL,
-       before.hosted_image_url IS NOT DISTINCT FROM :hosted_url
+       before.hosted_image_url IS NOT DISTINCT FROM :hosted_url,
+       outboxed.event_id, outboxed.detail_type, outboxed.detail, outboxed.created_at
 FROM before
-LEFT JOIN written ON true;
+LEFT JOIN written ON true
+LEFT JOIN outboxed ON true;
 
 -- name: retry
 -- :may_be_hosted: whether this attempt may have left an image on Lsky (an upload whose
@@ -339,11 +358,17 @@ WITH concluded AS (
                                          THEN CAST(:staged_bytes AS bigint)
                                     ELSE archive_staged_bytes END
     WHERE id = :record_id AND archive_locked_by = :owner AND archive_status = 'RUNNING'
-    RETURNING id, archive_next_run_at
+    RETURNING id, archive_next_run_at, archive_attempts, archive_error
 ),
 {{settle_ledger}},
+-- The completion event (:event_id; NULL: none published), only when the row was ours.
+failures AS (SELECT id, archive_attempts, archive_error FROM concluded),
+outboxed AS ({{outbox_failed}}),
 noted AS ({{note_conclusion}})
-SELECT id FROM concluded;
+SELECT concluded.id, outboxed.event_id, outboxed.detail_type, outboxed.detail,
+       outboxed.created_at
+FROM concluded
+LEFT JOIN outboxed ON true;
 
 -- name: release
 -- Give the row back without spending the attempt: nothing was fetched yet, or our own
@@ -416,6 +441,7 @@ CROSS JOIN LATERAL (
            CASE WHEN target.archive_status = 'FAILED' THEN 'failed' ELSE 'enqueued' END,
            CASE WHEN target.archive_status = 'FAILED'
                 THEN jsonb_build_object('by', 'sweeper', 'error', target.archive_error)
+                     || {{event_of_failure}}
                 ELSE jsonb_build_object('by', 'sweeper', 'why', 'lock expired') END
 ) AS e
 
@@ -431,6 +457,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ),
 swept AS ({{recover_picked}}),
+{{outbox_swept}},
 -- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
 concluded AS (SELECT id FROM swept),
 {{settle_ledger}},
@@ -447,6 +474,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ),
 swept AS ({{recover_picked}}),
+{{outbox_swept}},
 -- The attempt vanished: its slot is an upload Lsky may have counted, its booking goes.
 concluded AS (SELECT id FROM swept),
 {{settle_ledger}},
@@ -539,6 +567,7 @@ CROSS JOIN LATERAL (
            CASE WHEN target.archive_status = 'FAILED' THEN 'failed' ELSE 'enqueued' END,
            CASE WHEN target.archive_status = 'FAILED'
                 THEN jsonb_build_object('by', 'sweeper', 'error', target.archive_error)
+                     || {{event_of_failure}}
                 WHEN target.previous_enqueued_at IS NULL
                      AND target.archive_wait_reason IS NOT NULL
                 THEN jsonb_build_object('by', 'sweeper', 'why', 'parked',
@@ -547,11 +576,19 @@ CROSS JOIN LATERAL (
                                         'last_sent', target.previous_enqueued_at) END
 ) AS e
 
+-- name: outbox_swept
+-- The completion events of the rows a sweeper statement failed (`swept`).
+failures AS (SELECT id, archive_attempts, archive_error FROM swept
+             WHERE archive_status = 'FAILED'),
+outboxed AS ({{outbox_failed}})
+
 -- name: swept_rows
--- What a sweeper statement returns of its rows (lib.state.sweeps.SweptRow).
-SELECT id, archive_status, previous_enqueued_at, archive_enqueued_at, archive_next_run_at,
-       archive_backfilled
+-- What a sweeper statement returns of its rows (lib.state.sweeps.SweptRow), with the
+-- completion event of a row it failed.
+SELECT swept.id, swept.archive_status, swept.previous_enqueued_at, swept.archive_enqueued_at,
+       swept.archive_next_run_at, swept.archive_backfilled, outboxed.event_id
 FROM swept
+LEFT JOIN outboxed ON outboxed.record_id = swept.id
 
 -- name: take_lost
 -- Live rows' lost messages, then rows we parked as soon as they are due: two range reads,
@@ -577,6 +614,7 @@ picked AS (
     SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
 ),
 swept AS ({{take_picked}}),
+{{outbox_swept}},
 noted AS ({{note_taken}})
 {{swept_rows}};
 
@@ -603,6 +641,7 @@ picked AS (
     SELECT * FROM lost UNION ALL SELECT * FROM parked LIMIT :limit
 ),
 swept AS ({{take_picked}}),
+{{outbox_swept}},
 noted AS ({{note_taken}})
 {{swept_rows}};
 
@@ -1395,6 +1434,71 @@ FROM ({{attempt_events}}
                                              (SELECT archive_next_run_at FROM concluded))
                   ELSE jsonb_build_object('write', CAST(:kind AS text)) END) AS e
 
+-- name: outbox_archived
+-- succeed's completion event (docs/operations.md, "Completion events"): of the row it wrote
+-- (`written`), `Image Restored` when the row held another hosted URL before (`before`: a
+-- repair re-published the record; the detail keeps the old URL and Lsky key), else `Image
+-- Archived`. :event_detail is what the worker knows (URL, type, size, key); :event_id is
+-- NULL when events are off. ON CONFLICT: an event id is written once, whatever happens.
+INSERT INTO image_archive_outbox (event_id, record_id, detail_type, detail)
+SELECT CAST(:event_id AS uuid), written.id,
+       CASE WHEN was.restored THEN 'Image Restored' ELSE 'Image Archived' END,
+       CAST(:event_detail AS jsonb)
+       || jsonb_build_object('recordId', CAST(written.id AS text),
+                             'attempts', written.archive_attempts)
+       || CASE WHEN was.restored
+               THEN jsonb_build_object('previousHostedUrl', left(before.hosted_image_url, 4096),
+                                       'previousKey', left(before.hosted_key, 200))
+               ELSE '{}' END
+FROM written
+CROSS JOIN before
+CROSS JOIN LATERAL (
+    SELECT before.hosted_image_url IS NOT NULL
+           AND before.hosted_image_url IS DISTINCT FROM CAST(:hosted_url AS text) AS restored
+) AS was
+WHERE CAST(:event_id AS uuid) IS NOT NULL
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id, detail_type, detail, created_at
+
+-- name: outbox_failed
+-- The completion event of the rows a statement made FAILED (`failures`: id,
+-- archive_attempts, archive_error): the worker's `fail` (its :event_id) and the claim's and
+-- the sweeper's (an id minted here), written only when events are published (:publish).
+INSERT INTO image_archive_outbox (event_id, record_id, detail_type, detail)
+SELECT COALESCE(CAST(:event_id AS uuid), gen_random_uuid()), f.id, 'Image Archive Failed',
+       jsonb_build_object('recordId', CAST(f.id AS text), 'attempts', f.archive_attempts,
+                          'error', f.archive_error)
+FROM failures AS f
+WHERE CAST(:publish AS boolean)
+RETURNING event_id, record_id, detail_type, detail, created_at
+
+-- name: event_of_failure
+-- What a `failed` event of the story adds when its completion event was written (`target`
+-- the failed row, `outboxed` the events): the event's id, which its publication is noted by.
+COALESCE((SELECT jsonb_build_object('event_id', o.event_id) FROM outboxed AS o
+          WHERE o.record_id = target.id), '{}')
+
+-- name: outbox_published
+-- Events published (:published, each with :published_at, when PutEvents answered) leave the
+-- outbox, with the note their conclusion's story gets (note_publication). :by published them.
+DELETE FROM image_archive_outbox AS o
+USING unnest(CAST(:published AS uuid[]), CAST(:published_at AS timestamptz[])) AS p (event_id, at)
+WHERE o.event_id = p.event_id
+RETURNING o.record_id, o.event_id,
+          jsonb_build_object('published_at', p.at, 'published_by', CAST(:by AS text),
+                             'detail_type', o.detail_type) AS note
+
+-- name: note_publication
+-- The story of a completion event (`published`: record_id, event_id, note): its note is
+-- added to the conclusion event (archived, failed) that carries its id. A conclusion's
+-- events are never many: a range of the record's index.
+UPDATE image_archive_events AS e
+SET detail = e.detail || n.note
+FROM published AS n
+WHERE e.record_id = n.record_id AND e.kind IN ('archived', 'failed')
+  AND e.detail ->> 'event_id' = CAST(n.event_id AS text)
+RETURNING 1
+
 -- name: forget_staged
 -- SET items for a row whose staged copy is published or dropped.
 archive_staged_key = NULL,
@@ -1412,6 +1516,79 @@ SELECT count(*) FILTER (WHERE archive_status IN ('PENDING', 'RUNNING')),
        count(*) FILTER (WHERE archive_status = 'FAILED')
 FROM image_generation_records
 WHERE archive_staged_key IS NOT NULL;
+
+-- name: outbox_take
+-- The sweeper's page of completion events to publish (lib.publish.sweep): those older than
+-- the grace period (their container published them and has not claimed since, or never
+-- could), oldest first, and those this run's own statements wrote (:own). Each is held for
+-- :lease seconds (retry_at), so a second sweeper passes it by while this one publishes.
+-- Two range reads of the created_at index, not the table.
+WITH due AS (
+    SELECT event_id FROM image_archive_outbox
+    WHERE created_at < now() - make_interval(secs => :grace)
+      AND (retry_at IS NULL OR retry_at <= now())
+    ORDER BY created_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+),
+own AS (
+    SELECT event_id FROM image_archive_outbox
+    WHERE event_id = ANY(CAST(:own AS uuid[])) AND (retry_at IS NULL OR retry_at <= now())
+    FOR UPDATE SKIP LOCKED
+),
+picked AS (SELECT event_id FROM due UNION SELECT event_id FROM own)
+UPDATE image_archive_outbox AS o
+SET retry_at = now() + make_interval(secs => :lease)
+FROM picked
+WHERE o.event_id = picked.event_id
+RETURNING o.event_id, o.record_id, o.detail_type, o.detail, o.created_at, o.tries,
+          o.rejections, now()
+
+-- name: outbox_settle
+-- What the sweeper's PutEvents calls came to, in one statement: the published events
+-- (:published, :published_at) leave the outbox; the missed ones (:missed, each with its
+-- :errors and whether it was :rejected for good) count a try and are free for the next
+-- sweep; the :dropped ones (refused for good too often, :dropped_errors) leave it too. Each
+-- conclusion's story notes what became of its event.
+WITH published_rows AS ({{outbox_published}}),
+missed AS (
+    UPDATE image_archive_outbox AS o
+    SET tries = o.tries + 1,
+        rejections = o.rejections + CASE WHEN m.rejected THEN 1 ELSE 0 END,
+        last_error = m.error,
+        retry_at = NULL
+    FROM unnest(CAST(:missed AS uuid[]), CAST(:errors AS text[]),
+                CAST(:rejected AS boolean[])) AS m (event_id, error, rejected)
+    WHERE o.event_id = m.event_id
+    RETURNING 1
+),
+dropped AS (
+    DELETE FROM image_archive_outbox AS o
+    USING unnest(CAST(:dropped AS uuid[]), CAST(:dropped_errors AS text[])) AS d (event_id, error)
+    WHERE o.event_id = d.event_id
+    RETURNING o.record_id, o.event_id,
+              jsonb_build_object('dropped_at', now(), 'dropped_because', d.error,
+                                 'tries', o.tries + 1, 'detail_type', o.detail_type) AS note
+),
+published AS (SELECT * FROM published_rows UNION ALL SELECT * FROM dropped),
+told AS ({{note_publication}})
+SELECT (SELECT count(*) FROM published_rows), (SELECT count(*) FROM missed),
+       (SELECT count(*) FROM dropped);
+
+-- name: outbox_summary
+-- `archive-ctl status` and the sweeper's metrics: events waiting to be published (counted
+-- up to :limit) and how long the oldest has waited (0 when none): index reads.
+SELECT (SELECT count(*) FROM (SELECT 1 FROM image_archive_outbox LIMIT :limit) AS waiting),
+       CAST(COALESCE(EXTRACT(EPOCH FROM now() - (SELECT min(created_at)
+                                                  FROM image_archive_outbox)), 0)
+            AS double precision);
+
+-- name: record_outbox
+-- `archive-ctl show`: the record's completion events not published yet.
+SELECT event_id, detail_type, created_at, tries, last_error
+FROM image_archive_outbox
+WHERE event_id = ANY(CAST(:event_ids AS uuid[]))
+ORDER BY created_at;
 
 -- ---------------------------------------------------------------------------------------
 -- `archive-ctl migrate` (lib.cli.migrate) and `archive-ctl grants` (lib.cli.grants): the

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from lib.platform.db import Database
 from lib.platform.redact import outside_text
 from lib.state.claim import (
     EARLY_SLACK_SECONDS,
@@ -24,6 +25,7 @@ from lib.state.claim import (
 )
 from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
+from lib.state.outbox import Publication, Written, published_params
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
 
@@ -45,7 +47,12 @@ class Recorded(enum.StrEnum):
 
 
 class ArchiveRecords(Statements):
-    """The archive's state machine in PostgreSQL, one round trip per call."""
+    """The archive's state machine in PostgreSQL, one round trip per call. publish:
+    completion events are on; each one a statement writes is kept in `written`."""
+
+    def __init__(self, db: Database, *, publish: bool = False) -> None:
+        super().__init__(db)
+        self.written = Written(publish)
 
     def claim(
         self,
@@ -58,12 +65,15 @@ class ArchiveRecords(Statements):
         message_id: str = "",
         receive_count: int = 0,
         queue_mark: datetime | None = None,
+        published: Sequence[Publication] = (),
     ) -> ClaimResult:
         """capture_while_paused (staging on): a paused lane still lets a row that is not
         staged yet be claimed, to be captured; a staged row waits for the lane.
         message_id, receive_count: the message's, for the story's `received` event.
         queue_mark: the message's SentTimestamp on its first receive (Message.queue_mark),
-        which moves the queue's receive mark on in the same statement."""
+        which moves the queue's receive mark on in the same statement.
+        published: the events this container published since its last claim, which leave
+        the outbox in the same statement (lib.publish)."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -75,14 +85,18 @@ class ArchiveRecords(Statements):
             message_id=outside_text(message_id, MESSAGE_ID_LIMIT),
             receive_count=max(0, min(receive_count, 2**31 - 1)),
             queue_mark=queue_mark,
+            publish=self.written.publish,
+            event_id=None,
+            **published_params(published, Actor.WORKER),
         )
+        self.written.add(record_id, row[25:29])
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
         lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
-        restoring, old_key = row[25:27]
-        bucket, key, version, sha256, size, mime, source = row[27:34]
+        restoring, old_key = row[29:31]
+        bucket, key, version, sha256, size, mime, source = row[31:38]
         original = (
             None
             if key is None
@@ -130,6 +144,7 @@ class ArchiveRecords(Statements):
         altered: bool | None = None,
         events: Sequence[Event] = (),
         detail: Mapping[str, Any] | None = None,
+        size: int | None = None,
     ) -> Recorded:
         """Record the hosted image; says what the row held before (see Recorded).
 
@@ -137,7 +152,19 @@ class ArchiveRecords(Statements):
         log_upload: the upload goes into the ledger (an adoption sent nothing: False).
         events: the attempt's, written before its `archived` (whose `detail` adds to the
         URL and `altered`).
+        size: the image's bytes, for its completion event (None: not known).
         """
+        event_id = self.written.event_id()
+        key = response.get("key")
+        # The completion event's fields the worker knows (lib.publish.entries reads them);
+        # the statement adds the record, its attempts and what it replaced.
+        event = {
+            "hostedUrl": hosted_url,
+            "mimeType": mime_type or None,
+            "size": size,
+            "key": key if isinstance(key, str) else None,
+        }
+        story = {"url": hosted_url, "altered": altered, "event_id": event_id, **(detail or {})}
         rows = self._run(
             "succeed",
             record_id=task.record_id,
@@ -147,12 +174,15 @@ class ArchiveRecords(Statements):
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
             altered=altered,
+            event_id=event_id,
+            event_detail=json.dumps(event, ensure_ascii=False),
             **settled(counted=log_upload),
-            **_story(task, events, {"url": hosted_url, "altered": altered, **(detail or {})}),
+            **_story(task, events, story),
         )
         if not rows:
             return Recorded.ROW_GONE
-        held_lock, written, same_url = (bool(value) for value in rows[0])
+        self.written.add(task.record_id, rows[0][3:7])
+        held_lock, written, same_url = (bool(value) for value in rows[0][:3])
         if written:
             return Recorded.UNDER_LOCK if held_lock else Recorded.AFTER_LOCK_PASSED
         return Recorded.ALREADY_THIS if same_url else Recorded.ALREADY_OTHER
@@ -218,7 +248,13 @@ class ArchiveRecords(Statements):
         params = _staged_params(staged)
         del params["forget_staged"]
         kept = outside_text(error, ERROR_LIMIT)
-        story = {"by": Actor.WORKER, "error": kept, "keeps_staged_copy": keep_staged}
+        event_id = self.written.event_id()
+        story = {
+            "by": Actor.WORKER,
+            "error": kept,
+            "keeps_staged_copy": keep_staged,
+            "event_id": event_id,
+        }
         rows = self._run(
             "fail",
             record_id=task.record_id,
@@ -228,10 +264,14 @@ class ArchiveRecords(Statements):
             keep_staged=keep_staged,
             sent=_sent(sent),
             kind=str(EventKind.FAILED),
+            event_id=event_id,
+            publish=event_id is not None,
             **params,
             **settled(counted=counted),
             **_story(task, events, {**story, **(detail or {})}),
         )
+        if rows:
+            self.written.add(task.record_id, rows[0][1:5])
         return bool(rows)
 
     def release(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from lib.state.events import CONCLUDING
+from lib.state.outbox import OutboxStore
 from lib.state.queries import Statements
 
 
@@ -79,6 +81,7 @@ class StoryRecords(Statements):
             for at, attempt, kind, detail, _ in found
         ]
         total = int(found[0][4]) if found else 0
+        events = self._with_publications(events, None if not rows else rows[0][20])
         if row is not None:
             row = RecordRow(
                 **{
@@ -92,3 +95,58 @@ class StoryRecords(Statements):
                 }
             )
         return Story(record_id, row, events, total)
+
+    def _with_publications(
+        self, events: list[StoredEvent], now: datetime | None
+    ) -> list[StoredEvent]:
+        """The story with each completion event's fate in its place: published or dropped
+        (noted on its conclusion), or still waiting in the outbox (as of now)."""
+        found = list(events)
+        waiting: list[tuple[str, StoredEvent]] = []
+        for event in events:
+            event_id = event.detail.get("event_id")
+            if event.kind not in CONCLUDING or not isinstance(event_id, str):
+                continue
+            fate = _publication(event, event_id)
+            if fate is not None:
+                found.append(fate)
+            else:
+                waiting.append((event_id, event))
+        if waiting:
+            still = {w.event_id: w for w in OutboxStore(self.db).waiting([i for i, _ in waiting])}
+            for event_id, event in waiting:
+                if (pending := still.get(event_id)) is not None:
+                    detail = {
+                        "event_id": event_id,
+                        "detail_type": pending.detail_type,
+                        "tries": pending.tries,
+                        "last_error": pending.last_error,
+                    }
+                    at = max(now or event.at, event.at)
+                    found.append(StoredEvent(at, event.attempt, PUBLISHING, detail))
+        return sorted(found, key=lambda e: e.at)
+
+
+# Lines of the story that are no rows of image_archive_events: a completion event's fate,
+# noted on the conclusion that wrote it (lib.publish), or read from the outbox.
+PUBLISHED, DROPPED, PUBLISHING = "published", "event_dropped", "publishing"
+
+
+def _publication(event: StoredEvent, event_id: str) -> StoredEvent | None:
+    """The conclusion's note of what became of its event, as a line of its own."""
+    d = event.detail
+    for kind, at_key in ((PUBLISHED, "published_at"), (DROPPED, "dropped_at")):
+        if not isinstance(d.get(at_key), str):
+            continue
+        try:
+            at = datetime.fromisoformat(d[at_key])
+        except ValueError:
+            continue
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        detail = {"event_id": event_id, **{k: v for k, v in d.items() if k in _NOTED}}
+        return StoredEvent(max(at, event.at), event.attempt, kind, detail)
+    return None
+
+
+_NOTED = ("detail_type", "published_by", "dropped_because", "tries")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lib.platform.db import Database
 from lib.state.lane import settled
 from lib.state.queries import Statements
 from lib.state.status import ArchiveStatus
@@ -25,6 +26,7 @@ class SweptRow:
     enqueued_at: datetime | None  # the statement's stamp (its now())
     next_run_at: datetime | None = None
     backfilled: bool = False  # queued by a backfill: sent after the live rows
+    event_id: str | None = None  # the completion event of a row it failed (events on)
 
     @property
     def to_send(self) -> bool:
@@ -49,8 +51,9 @@ def _swept(rows: list[list[Any]]) -> list[SweptRow]:
             enqueued_at=stamp,
             next_run_at=due if isinstance(due, datetime) else None,
             backfilled=bool(backfilled),
+            event_id=None if event_id is None else str(event_id),
         )
-        for record_id, status, previous, stamp, due, backfilled in rows
+        for record_id, status, previous, stamp, due, backfilled, event_id in rows
     ]
 
 
@@ -60,6 +63,16 @@ _VANISHED = settled(counted=True, vanished=True)
 
 
 class SweepRecords(Statements):
+    """publish: completion events are published (ARCHIVE_EVENT_BUS): a row a sweep fails
+    gets its event in the outbox, in the same statement (SweptRow.event_id)."""
+
+    def __init__(self, db: Database, *, publish: bool = False) -> None:
+        super().__init__(db)
+        self.publish = publish
+
+    def _events(self) -> dict[str, Any]:
+        return {"publish": self.publish, "event_id": None}
+
     def take_expired_locks(
         self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
     ) -> list[SweptRow]:
@@ -70,12 +83,19 @@ class SweepRecords(Statements):
                 lock_ttl=lock_ttl_seconds,
                 max_attempts=max_attempts,
                 **_VANISHED,
+                **self._events(),
             )
         )
 
     def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
         return _swept(
-            self._run("recover_lockless", limit=limit, max_attempts=max_attempts, **_VANISHED)
+            self._run(
+                "recover_lockless",
+                limit=limit,
+                max_attempts=max_attempts,
+                **_VANISHED,
+                **self._events(),
+            )
         )
 
     def take_lost(
@@ -95,6 +115,7 @@ class SweepRecords(Statements):
             "grace": grace_seconds,
             "lost_before": lost_before,
             "after": BEGINNING if after is None else after,
+            **self._events(),
         }
         if backfilled:
             return _swept(self._run("take_lost_backfilled", **params))
