@@ -18,14 +18,16 @@ from lib.cli.show_events import TEXT_LIMIT, describe
 from lib.cli.show_wait import Timing, Wait, waiting_for, when
 from lib.platform import config
 from lib.platform.redact import outside_text
+from lib.state.events import CONCLUDING
 from lib.state.lane import LaneState
-from lib.state.status import GENERATION_SUCCEEDED
+from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 from lib.state.stories import Story, StoryRecords
 from lib.transfer.lsky_upload import MAX_HOSTED_URL
 
 # Events shown by default: with the header, one screen.
 DEFAULT_EVENTS = 30
 MAX_EVENTS = 1_000
+RETENTION_SETTING = "ARCHIVE_EVENT_RETENTION_DAYS"
 
 # -- the report ----------------------------------------------------------------------------
 
@@ -68,6 +70,7 @@ class Shown:
                 "backfilled": row.backfilled,
             }
         data["events_total"] = self.story.total
+        data["events_note"] = story_note(self.story)
         data["events"] = [
             {
                 "at": event.at.isoformat(),
@@ -124,14 +127,38 @@ def render(shown: Shown) -> str:
     for event in story.events:
         ago = duration((now - event.at).total_seconds())
         lines.append(f"  {ago:>9} ago  #{event.attempt:<2} {event.kind:<15} {describe(event, now)}")
-    if not story.events and row is not None and row.archive_status is not None:
-        lines.append(
-            f"  (none yet: queued {when(row.enqueued_at or row.next_run_at, now)} by the "
-            "producer, inferred from the row; its first claim writes that down)"
-        )
+    if (note := story_note(story)) is not None:
+        lines.append(f"  ({note})")
     if shown.logs is not None:
         lines += _logs_lines(shown.logs)
     return "\n".join(lines)
+
+
+def story_note(story: Story) -> str | None:
+    """What the events alone would tell wrongly (pure): a record nothing has touched yet,
+    or a concluded record whose story the retention removed (all of it, or, as an older
+    release left it, all but what came after its conclusion)."""
+    row = story.row
+    if row is None or row.archive_status is None:
+        return None
+    concluded = row.archive_status in (ArchiveStatus.SUCCEEDED, ArchiveStatus.FAILED)
+    if not story.events:
+        if concluded:
+            return (
+                f"none: removed by the retention ({RETENTION_SETTING} after its conclusion), "
+                "or never written (a release before stories were kept concluded it)"
+            )
+        return (
+            f"none yet: queued {when(row.enqueued_at or row.next_run_at, row.now)} by the "
+            "producer, inferred from the row; its first claim writes that down"
+        )
+    kinds = {event.kind for event in story.events}
+    if concluded and story.total == len(story.events) and not kinds & set(CONCLUDING):
+        return (
+            f"its story up to its conclusion ({row.archive_status}) is gone, removed by the "
+            f"retention ({RETENTION_SETTING}) or never written; these events came after it"
+        )
+    return None
 
 
 def _logs_lines(logs: logs_insights.LogsReport) -> list[str]:

@@ -45,7 +45,10 @@ def _received(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     words = f"message {_text(d, 'message_id') or '?'}, receive {d.get('receive_count', '?')}"
     if d.get("claimed") is not False:
         return words
-    why = [f"archive {d.get('archive_status') or 'never queued'}"]
+    status = d.get("archive_status")
+    why = [f"archive {status or 'never queued'}"]
+    if status in ("SUCCEEDED", "FAILED"):
+        why[0] += ": a duplicate or late message"
     due_in = d.get("due_in_seconds")
     if d.get("lane_paused"):
         why.append("the lane paused")

@@ -171,6 +171,13 @@ noted AS (
         FROM exhausted
     ) AS e
     WHERE target.archive_locked_by IS DISTINCT FROM :owner
+      -- A message for a record that is not live (archived, failed, never queued) is told
+      -- in its story only while the story holds a conclusion, which the retention removes
+      -- it with: after the retention it would start a story of its own, never removed
+      -- and read as a record just queued (docs/history.md).
+      AND (target.archive_status IN ('PENDING', 'RUNNING')
+           OR EXISTS (SELECT 1 FROM image_archive_events AS told
+                      WHERE told.record_id = target.id AND told.kind IN ('archived', 'failed')))
 )
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
@@ -1108,11 +1115,14 @@ SELECT id, was FROM marked ORDER BY id;
 -- Retention (docs/history.md), run by the sweeper: the oldest conclusions (archived,
 -- failed) older than :retention seconds, :limit at most, of records that are not live
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
--- are removed. A live record keeps every event: requeued since, it is PENDING or RUNNING,
--- and the rows are share-locked, so a requeue waits for the delete or the delete passes
--- the row by. A range of the conclusions' partial index, each record looked up by its
--- key (scalar subqueries: an anti-join would read the whole table once), then a range of
--- its own index. Returns (record id, events removed).
+-- are removed, and when that is its last conclusion, the events after it too (a
+-- duplicate's or a late message's `received`, a vanished attempt's `lock_lost`): written
+-- after the record concluded, they have no conclusion of their own to go with. A live
+-- record keeps every event: requeued since, it is PENDING or RUNNING, and the rows are
+-- share-locked, so a requeue waits for the delete or the delete passes the row by. A
+-- range of the conclusions' partial index, each record looked up by its key (scalar
+-- subqueries: an anti-join would read the whole table once), then a range of its own
+-- index. Returns (record id, events removed).
 WITH oldest AS (
     SELECT e.record_id, e.at
     FROM image_archive_events AS e
@@ -1138,10 +1148,17 @@ chapters AS (
                         WHERE r.id = o.record_id), false)
     GROUP BY o.record_id
 ),
+ends AS (
+    SELECT c.record_id, c.upto,
+           NOT EXISTS (SELECT 1 FROM image_archive_events AS later
+                       WHERE later.record_id = c.record_id
+                         AND later.kind IN ('archived', 'failed') AND later.at > c.upto) AS last
+    FROM chapters AS c
+),
 removed AS (
     DELETE FROM image_archive_events AS e
-    USING chapters AS c
-    WHERE e.record_id = c.record_id AND e.at <= c.upto
+    USING ends AS c
+    WHERE e.record_id = c.record_id AND (e.at <= c.upto OR c.last)
     RETURNING e.record_id
 )
 SELECT record_id, count(*) FROM removed GROUP BY record_id ORDER BY record_id;
