@@ -146,15 +146,23 @@ def run(ctx: Context) -> int:
         backfill.run(on_first_look=announce(display, limits, backfill))
     except PageInterrupted as stopped:
         display.finish()
-        _report(backfill, interrupted=True, put_back=stopped.put_back)
+        _report(backfill, stopped=stopped)
         if stopped.put_back:
             ctx.say(
-                f"{len(stopped.put_back)} rows of the page being sent were put back: never "
-                "queued, the next run takes them"
+                f"{rows(len(stopped.put_back))} of the page being sent "
+                f"{'was' if len(stopped.put_back) == 1 else 'were'} put back: never queued, "
+                "the next run takes them"
+            )
+        if stopped.uncertain:
+            ctx.say(
+                f"{rows(len(stopped.uncertain))} of that page {uncertain_words(stopped)}: "
+                "left PENDING, not put back; the sweeper sends any whose message did not "
+                "arrive (its lost-message rule)"
             )
         if stopped.left_pending:
             ctx.say(
-                f"{len(stopped.left_pending)} rows of that page are PENDING without a "
+                f"{rows(len(stopped.left_pending))} of that page "
+                f"{'is' if len(stopped.left_pending) == 1 else 'are'} PENDING without a "
                 "message: the sweeper sends them"
             )
         return _interrupted(ctx)
@@ -173,30 +181,42 @@ def _interrupted(ctx: Context) -> int:
     return EXIT_INTERRUPTED
 
 
+def rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def uncertain_words(stopped: PageInterrupted) -> str:
+    verb = "was" if len(stopped.uncertain) == 1 else "were"
+    return f"{verb} in the batch whose answer never came (SQS may have taken it)"
+
+
 def _report(
-    backfill: Backfill, *, interrupted: bool = False, put_back: list[int] | None = None
+    backfill: Backfill, *, interrupted: bool = False, stopped: PageInterrupted | None = None
 ) -> int:
     ctx = backfill.ctx
     outcome = backfill.outcome
     sent = backfill.meter.done
     limit = backfill.args.limit
     limit_reached = limit is not None and outcome.taken >= limit
+    uncertain = [] if stopped is None else stopped.uncertain
     ctx.answer(
         {
             "queued": sent,
             "unsent": {str(k): v for k, v in outcome.unsent.items()},
+            "uncertain": uncertain,
             "finished": outcome.finished,
             "limit_reached": limit_reached,
             "left": outcome.left,
             "uncounted": outcome.uncounted,
-            "interrupted": interrupted,
-            "put_back": put_back or [],
+            "interrupted": interrupted or stopped is not None,
+            "put_back": [] if stopped is None else stopped.put_back,
         }
     )
     for record_id, reason in outcome.unsent.items():
         ctx.say(f"{'NOT SENT':<9} {record_id}: {reason}")
     scope = _describe_scope(backfill.scope)
-    ctx.say(f"{sent} queued{scope}, {len(outcome.unsent)} not sent")
+    maybe = f", {len(uncertain)} uncertain (sent or not: its answer never came)" * bool(uncertain)
+    ctx.say(f"{sent} queued{scope}, {len(outcome.unsent)} not sent{maybe}")
     code = EXIT_OK
     if outcome.finished:
         ctx.say(f"no never-queued SUCCEEDED generations left{scope} (counted again)")
