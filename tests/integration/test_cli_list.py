@@ -239,6 +239,40 @@ def test_requeue_by_id_reports_every_id(
     assert fetch_record(db, 2)["archive_status"] == "FAILED"
 
 
+def test_requeue_dry_run_reports_every_id_as_the_real_run_does(
+    archive_ctl: ArchiveCtl, db: Any, sqs: Any, queues: Any
+) -> None:
+    seed_failure(db, 1, failed=60, started=600)
+    seed_record(db, 2, image_url=URL, archive_status="SUCCEEDED")
+    seed_record(db, 3, image_url=URL, archive_status="PENDING")
+    argv = ("requeue", "--id", "1", "2", "3", "99")
+
+    dry = archive_ctl(*argv, "--dry-run")
+    answer = archive_ctl.json(*argv, "--dry-run", code=EXIT_PARTIAL)
+
+    assert fetch_record(db, 1)["archive_status"] == "FAILED"  # nothing changed
+    assert [r["id"] for r in answer["records"]] == [1]
+    assert answer["skipped"] == {
+        "2": "already archived",
+        "3": "archive is PENDING: not FAILED, its attempts go on",
+    }
+    assert answer["missing"] == [99]
+    assert "would requeue 1, skip 2; 1 not found" in dry.stdout
+    real = archive_ctl(*argv)
+    assert record_ids(drain(sqs, queues.url)) == [1]
+
+    def left(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(("skipped", "missing"))]
+
+    assert left(dry.stdout) == [
+        "skipped   2: already archived",
+        "skipped   3: archive is PENDING: not FAILED, its attempts go on",
+        "missing   99: no such record",
+    ]
+    assert left(real.stdout) == left(dry.stdout)
+    assert dry.returncode == real.returncode == EXIT_PARTIAL
+
+
 def test_requeue_by_error_class_and_range(
     archive_ctl: ArchiveCtl, db: Any, sqs: Any, queues: Any
 ) -> None:

@@ -185,7 +185,15 @@ def requeue_failed(
         _send(records, sender, queue_url, ids, stamp=rows[0][1], report=report, by=Actor.REQUEUE)
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
-    taken = {*report.sent, *report.unsent}
+    not_taken(records, selection, {*report.sent, *report.unsent}, report)
+    return report
+
+
+def not_taken(
+    records: OperatorRecords, selection: Selection, taken: set[int], report: EnqueueReport
+) -> None:
+    """The ids the selection names that a requeue did not take (or, dry, would not), in
+    `report`: missing, or skipped with their state."""
     left = [record_id for record_id in dict.fromkeys(selection.ids) if record_id not in taken]
     for row in records.record_states(left) if left else []:
         if not row.exists:
@@ -194,7 +202,6 @@ def requeue_failed(
             report.skipped[row.record_id] = _left_alone(
                 row.status, row.archive_status, requeue=True
             )
-    return report
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from lib.cli.context import (
 )
 from lib.cli.pacing import Limits, backfill_capacity
 from lib.cli.progress import Display
+from lib.cli.words import plural, verb
 from lib.platform.config import pacing_limits
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
@@ -147,23 +148,23 @@ def run(ctx: Context) -> int:
     except PageInterrupted as stopped:
         display.finish()
         _report(backfill, stopped=stopped)
-        if stopped.put_back:
+        if put_back := len(stopped.put_back):
             ctx.say(
-                f"{rows(len(stopped.put_back))} of the page being sent "
-                f"{'was' if len(stopped.put_back) == 1 else 'were'} put back: never queued, "
-                "the next run takes them"
+                f"{plural(put_back, 'row')} of the page being sent "
+                f"{verb(put_back, 'was', 'were')} put back: never queued, the next run takes "
+                f"{verb(put_back, 'it', 'them')}"
             )
-        if stopped.uncertain:
+        if uncertain := len(stopped.uncertain):
             ctx.say(
-                f"{rows(len(stopped.uncertain))} of that page {uncertain_words(stopped)}: "
-                "left PENDING, not put back; the sweeper sends any whose message did not "
-                "arrive (its lost-message rule)"
+                f"{plural(uncertain, 'row')} of that page {verb(uncertain, 'was', 'were')} in "
+                "the batch whose answer never came (SQS may have taken it): left PENDING, not "
+                "put back; the sweeper sends any whose message did not arrive (its "
+                "lost-message rule)"
             )
-        if stopped.left_pending:
+        if pending := len(stopped.left_pending):
             ctx.say(
-                f"{rows(len(stopped.left_pending))} of that page "
-                f"{'is' if len(stopped.left_pending) == 1 else 'are'} PENDING without a "
-                "message: the sweeper sends them"
+                f"{plural(pending, 'row')} of that page {verb(pending, 'is', 'are')} PENDING "
+                f"without a message: the sweeper sends {verb(pending, 'it', 'them')}"
             )
         return _interrupted(ctx)
     except KeyboardInterrupt:
@@ -179,15 +180,6 @@ def _interrupted(ctx: Context) -> int:
     ctx.say(f"interrupted: run the same `{PROG} backfill` again to go on (no row is queued twice)")
     print(f"{PROG}: interrupted", file=sys.stderr, flush=True)
     return EXIT_INTERRUPTED
-
-
-def rows(count: int) -> str:
-    return f"{count} row" if count == 1 else f"{count} rows"
-
-
-def uncertain_words(stopped: PageInterrupted) -> str:
-    verb = "was" if len(stopped.uncertain) == 1 else "were"
-    return f"{verb} in the batch whose answer never came (SQS may have taken it)"
 
 
 def _report(
