@@ -64,6 +64,24 @@ def ago(seconds: float) -> datetime:
         ({"archive_status": "FAILED", "staged_key": "staged/7/a.png", "failed_at": ago(120)},
          OPEN, "nothing", None, "nothing: FAILED 11:58:00 (2 min ago); `archive-ctl requeue "
          "--id 7` gives it new attempts from its staged copy"),
+        ({"archive_status": "FAILED", "failed_class": "permanent",
+          "error": "download failed (HTTP 404): upstream answered HTTP 404 [attempt 1/3]"},
+         OPEN, "nothing", None, "it failed for good: the provider's answer will not change (its "
+         "URL gone or refused, or not an image), so `archive-ctl requeue --id 7` would fail the "
+         "same way unless the source has changed"),
+        # No `failed` event (expired): failed before its last attempt, only a permanent one does.
+        ({"archive_status": "FAILED", "error": "download failed: not an image [attempt 1/3]"},
+         OPEN, "nothing", None, "it failed for good: the provider's answer will not change"),
+        ({"archive_status": "FAILED", "failed_class": "permanent", "staged_key": "s/7.png",
+          "error": "upload failed (HTTP 413): Lsky answered HTTP 413 [attempt 1/3]"},
+         OPEN, "nothing", None, "fix that on the Lsky side (the group's size limit or file "
+         "types, the storage strategy, the quota, the token), then `archive-ctl requeue --id 7` "
+         "from its staged copy"),
+        ({"archive_status": "FAILED", "failed_class": "transient",
+          "error": "download failed (HTTP 503): upstream answered HTTP 503 [attempt 3/3]"},
+         OPEN, "nothing", None, "`archive-ctl requeue --id 7` gives it new attempts"),
+        ({"archive_status": "FAILED", "error": "lock expired after the last attempt"},
+         OPEN, "nothing", None, "`archive-ctl requeue --id 7` gives it new attempts"),
         ({"archive_status": "FAILED", "failed_at": ago(60), "failed_at_estimated": True}, OPEN,
          "nothing", None, "FAILED 11:59:00 (60 s ago) (estimated: an older release did not "),
         ({"archive_status": "RUNNING", "locked_by": "inv", "locked_at": ago(30)}, OPEN, "lock",

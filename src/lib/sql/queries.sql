@@ -1164,8 +1164,9 @@ removed AS (
 SELECT record_id, count(*) FROM removed GROUP BY record_id ORDER BY record_id;
 
 -- name: record_story
--- `archive-ctl show`: one record's row as the story needs it, its booked upload slot, and
--- how many events it has (a count of its index range).
+-- `archive-ctl show`: one record's row as the story needs it, its booked upload slot, how
+-- many events it has (a count of its index range), and a FAILED record's error class as
+-- its last `failed` event says it (permanent: a requeue would fail the same way).
 SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_at,
        r.archive_wait_reason, r.archive_enqueued_at, r.archive_locked_by, r.archive_locked_at,
        r.archive_status = 'RUNNING' AND {{lock_expired}}, r.archive_error, r.archived_at,
@@ -1175,7 +1176,11 @@ SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_
          WHERE u.record_id = r.id AND u.state = 'booked'),
        (SELECT count(*) FROM image_archive_events AS e WHERE e.record_id = r.id),
        CASE WHEN r.archive_status = 'FAILED' THEN {{failed_time}} END,
-       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL
+       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL,
+       CASE WHEN r.archive_status = 'FAILED'
+            THEN (SELECT e.detail ->> 'error_class' FROM image_archive_events AS e
+                  WHERE e.record_id = r.id AND e.kind = 'failed'
+                  ORDER BY e.at DESC, e.seq DESC LIMIT 1) END
 FROM image_generation_records AS r
 WHERE r.id = :record_id;
 
