@@ -6,6 +6,7 @@ filter served by an index (EXPLAIN on a table of 60,000 rows)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
@@ -409,3 +410,31 @@ def test_list_prints_json_that_round_trips(archive_ctl: ArchiveCtl, db: Any) -> 
     [record] = json.loads(result.stdout)["records"]
     assert record["state"] == "FAILED"
     assert "abc123def" not in json.dumps(record)  # redacted on its way out too
+
+
+def test_list_fits_the_error_to_the_terminal_s_width_and_never_cuts_json(
+    archive_ctl: ArchiveCtl, db: Any
+) -> None:
+    error = (
+        "upload failed (HTTP 200): Lsky answered status false: 图片上传失败 "
+        + "while the storage strategy wrote the file "
+        + "[attempt 3/3]"
+    )
+    seed_failure(db, 1, failed=60, started=600, archive_error=error)
+
+    def line(columns: str | None) -> str:
+        result = archive_ctl("list", "--state", "FAILED", env={"COLUMNS": columns})
+        [listed] = [text for text in result.stdout.splitlines() if text.startswith("   ")]
+        return listed
+
+    wide = line("250")
+    assert wide.endswith(error)  # the whole of it: [attempt 3/3] included
+    assert line(None).endswith(error)  # a pipe: nothing cut
+    narrow = line("140")
+    assert narrow.endswith("...")
+    cells = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in narrow)
+    assert 130 < cells <= 140  # the Chinese characters take two columns each
+    assert "[attempt" not in line("60")  # however narrow, the error keeps 40 columns
+    assert line("60").endswith("...")
+    listed = archive_ctl("list", "--state", "FAILED", "--json", env={"COLUMNS": "60"})
+    assert json.loads(listed.stdout)["records"][0]["error"] == error

@@ -127,7 +127,7 @@ def _dry_requeue(ctx: Context, selection: Selection, bounds: str) -> int:
         f"{plural(total, 'FAILED record')}{bounds} of SUCCEEDED generations, newest failure "
         f"first; --limit {args.limit}"
     )
-    for line in listing.lines(shown):
+    for line in listing.lines(shown, width=listing.terminal_width()):
         ctx.say(line)
     if min(total, args.limit) > len(shown):
         ctx.say(f"  ... and {min(total, args.limit) - len(shown)} more")
