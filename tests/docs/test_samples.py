@@ -524,7 +524,6 @@ def argv_of(command: str) -> tuple[dict[str, str], list[str]]:
 def run(command: str, stage: Stage, capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> str:
     env, argv = argv_of(command)
     with monkeypatch.context() as scoped:
-        scoped.delenv("COLUMNS", raising=False)  # a sample is what a pipe gets: nothing cut
         for name, value in {**stage.env, **env}.items():
             scoped.setenv(name, value)
         capsys.readouterr()

@@ -4,7 +4,6 @@ list_records). `requeue --dry-run` prints its records the same way."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import unicodedata
@@ -28,10 +27,11 @@ MIN_ERROR_SHOWN = 40
 
 def terminal_width() -> int | None:
     """The width a text line is fitted to: the terminal's (COLUMNS when set, as shutil
-    reads it); None when stdout is no terminal and COLUMNS is unset: nothing is cut."""
-    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+    reads it); None when stdout is no terminal and COLUMNS is unset, or is not the
+    process's own (a caller's capture): nothing is cut."""
+    if sys.stdout is not sys.__stdout__:
         return None
-    return shutil.get_terminal_size().columns
+    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
 
 
 def run(ctx: Context) -> int:
