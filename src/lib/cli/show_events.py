@@ -10,6 +10,7 @@ from typing import Any
 from lib.cli.progress import duration
 from lib.cli.show_wait import when
 from lib.platform.redact import outside_text
+from lib.state.status import ArchiveStatus
 from lib.state.stories import StoredEvent
 
 TEXT_LIMIT = 160  # a line's outside text (an error, a host's answer) at most
@@ -47,7 +48,7 @@ def _received(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
         return words
     status = d.get("archive_status")
     why = [f"archive {status or 'never queued'}"]
-    if status in ("SUCCEEDED", "FAILED"):
+    if status in (ArchiveStatus.SUCCEEDED, ArchiveStatus.FAILED):
         why[0] += ": a duplicate or late message"
     due_in = d.get("due_in_seconds")
     if d.get("lane_paused"):

@@ -1,9 +1,8 @@
 """Text from outside (a host's answer, a driver's error, a message body), made safe to keep.
 
 Secrets are redacted first, then the length is bounded: a cut made first could leave
-the start of a token behind, where no pattern and no known secret matches it any more.
-Every text an archive keeps passes here (each field of each event), so a pattern runs
-only on a text holding what every match of it must hold (a `|`, `bearer`, a secret word).
+the start of a token behind. Every text an archive keeps passes here, so a pattern runs
+only on a text holding what its matches must hold (a `|`, `bearer`, a secret word).
 """
 
 from __future__ import annotations
