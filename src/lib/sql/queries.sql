@@ -769,15 +769,16 @@ noted AS (
 SELECT id, archive_enqueued_at FROM requeued;
 
 -- name: live_counts
--- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED).
+-- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED). The
+-- oldest due row's age is NULL when no row is due (none to tell, not "0 s").
 SELECT
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'PENDING'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'PENDING'
         AND (archive_next_run_at IS NULL OR archive_next_run_at <= now())),
-    (SELECT CAST(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0)
-                 AS double precision)
-       FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT CAST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)) AS double precision)
+       FROM image_generation_records
+      WHERE archive_status = 'PENDING' AND archive_next_run_at <= now()),
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'RUNNING' AND {{lock_expired}}),
