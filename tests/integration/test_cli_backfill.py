@@ -450,8 +450,8 @@ def test_a_row_held_all_along_is_reported_not_called_done(
     assert ctl("backfill", "--page-size", "10") == EXIT_PARTIAL, ctl.err
     assert sorted(ctl.lane.received) == [1, 3, 4, 5]
     assert "no never-queued SUCCEEDED generations left" not in ctl.out
-    assert "1 never-queued SUCCEEDED generations still left started before " in ctl.out
-    assert "another transaction held them each time" in ctl.out
+    assert "1 never-queued SUCCEEDED generation still left started before " in ctl.out
+    assert "another transaction held it each time" in ctl.out
     assert len(ctl.time.sleeps) <= 15  # a bounded number of looks, a second apart
     assert states(db)[2] is None
 

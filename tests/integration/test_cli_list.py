@@ -428,6 +428,8 @@ def test_list_fits_the_error_to_the_terminal_s_width_and_never_cuts_json(
         return listed
 
     wide = line("250")
+    said = archive_ctl("list", "--state", "FAILED").stdout
+    assert said.startswith("1 record matches; newest failure first\n")
     assert wide.endswith(error)  # the whole of it: [attempt 3/3] included
     assert line(None).endswith(error)  # a pipe: nothing cut
     narrow = line("140")

@@ -409,7 +409,7 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
         if world.archive.visible(queues.dlq_url):
             break
     assert ctl("redrive-dlq", "--dry-run") == EXIT_OK
-    assert "1 messages looked at" in ctl.out
+    assert "1 message looked at" in ctl.out
 
     text, data = shown(ctl, 8)
     assert (data["state"], data["waiting"]["for"]) == ("FAILED", "nothing")
@@ -436,7 +436,7 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
     assert world.state(8) == ("SUCCEEDED", 1)
 
     text, _ = shown(ctl, 8)
-    assert re.search(r"enqueued\s+by archive-ctl redrive-dlq, was FAILED after 1 attempts", text)
+    assert re.search(r"enqueued\s+by archive-ctl redrive-dlq, was FAILED after 1 attempt,", text)
     assert re.search(r"#1\s+failed\s+by sweeper: lock expired after the last attempt", text)
 
 

@@ -86,7 +86,8 @@ def dry_run(ctx: Context, records: OperatorRecords, scope: BackfillScope, limits
         }
     )
     limit = "" if args.limit is None else f"; --limit {args.limit}"
-    ctx.say(f"{total} SUCCEEDED generations never queued{_describe_scope(scope)}{limit}")
+    never = plural(total, "SUCCEEDED generation")
+    ctx.say(f"{never} never queued{_describe_scope(scope)}{limit}")
     ctx.say(f"would queue {would}, {args.page_size} a page, oldest generation first")
     for record_id, started, user_id in rows:
         ctx.say(f"  {record_id:>12}  {_iso(started)}  user {user_id}")
@@ -216,9 +217,10 @@ def _report(
         ctx.say(f"--limit {limit} reached")
     elif outcome.left is not None:
         ctx.say(
-            f"{outcome.left} never-queued SUCCEEDED generations still left{scope}: another "
-            "transaction held them each time they were looked for; run the same backfill "
-            "again to take them"
+            f"{plural(outcome.left, 'never-queued SUCCEEDED generation')} still left{scope}: "
+            f"another transaction held {verb(outcome.left, 'it', 'them')} each time "
+            f"{verb(outcome.left, 'it was', 'they were')} looked for; run the same backfill "
+            f"again to take {verb(outcome.left, 'it', 'them')}"
         )
         code = EXIT_PARTIAL
     elif outcome.uncounted:

@@ -15,6 +15,7 @@ from lib.archive.error_classes import error_class
 from lib.cli.args import selection_of
 from lib.cli.context import EXIT_OK, Context, UsageError
 from lib.cli.progress import duration
+from lib.cli.words import plural, verb
 from lib.platform.redact import ELLIPSIS, outside_text
 from lib.state.records import ERROR_LIMIT
 from lib.state.selection import NEVER_QUEUED, Cursor, ListedRecord, Selection
@@ -55,7 +56,9 @@ def run(ctx: Context) -> int:
         }
     )
     if matched is not None:
-        ctx.say(f"{matched} records match; newest failure first")
+        ctx.say(
+            f"{plural(matched, 'record')} {verb(matched, 'matches', 'match')}; newest failure first"
+        )
     for line in lines(page, width=terminal_width()):
         ctx.say(line)
     if not page:

@@ -16,6 +16,7 @@ from lib.cli.context import EXIT_NOT_FOUND, EXIT_OK, Context
 from lib.cli.progress import duration
 from lib.cli.show_events import TEXT_LIMIT, describe
 from lib.cli.show_wait import Timing, Wait, waiting_for, when
+from lib.cli.words import plural
 from lib.platform import config
 from lib.platform.redact import outside_text
 from lib.state.events import CONCLUDING
@@ -170,7 +171,7 @@ def _logs_lines(logs: logs_insights.LogsReport) -> list[str]:
     if logs.why_not:
         lines.append(f"  not run: {logs.why_not}" if not logs.ran else f"  {logs.why_not}")
     if logs.ran:
-        lines.append(f"  {len(logs.results)} lines")
+        lines.append(f"  {plural(len(logs.results), 'line')}")
         lines += [logs_insights.result_line(row) for row in logs.results]
     return lines
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from lib.cli.progress import duration
 from lib.cli.show_wait import when
+from lib.cli.words import plural
 from lib.platform.redact import outside_text
 from lib.state.status import ArchiveStatus
 from lib.state.stories import StoredEvent
@@ -36,7 +37,9 @@ def _enqueued(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     if d.get("why"):
         words += f": {_text(d, 'why')}"
     if d.get("was"):
-        words += f", was {_text(d, 'was')} after {d.get('attempts', '?')} attempts"
+        attempts = d.get("attempts")
+        count = plural(attempts, "attempt") if isinstance(attempts, int) else "? attempts"
+        words += f", was {_text(d, 'was')} after {count}"
     if d.get("message_id"):
         words += f", message {_text(d, 'message_id')}"
     return words
