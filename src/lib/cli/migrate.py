@@ -253,8 +253,7 @@ class Migration:
                 if self.ctx.clock() + delay > deadline:
                     raise CommandError(
                         f"{step.summary}: {step.table} stayed busy for {self.retry_for:.0f} s"
-                        f" ({holders}); {'each of ' if attempt > 1 else ''}"
-                        f"{plural(attempt, 'try', 'tries')} gave up after"
+                        f" ({holders}); {plural(attempt, 'try', 'tries')}, each given up after"
                         f" {MIGRATION_LOCK_TIMEOUT_MS} ms, so its users waited no longer than"
                         f" that. Nothing of this step was applied. {SAFE_AGAIN}"
                     ) from None
@@ -329,7 +328,7 @@ class Migration:
             if batch % PROGRESS_EVERY_BATCHES == 0:
                 looked = batch * BATCH_ROWS
                 self.ctx.progress(
-                    f"    {step.action.words}: {plural(looked, 'row')} looked at, {changed} changed"
+                    f"    {step.action.words}: {looked} rows looked at, {changed} changed"
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
