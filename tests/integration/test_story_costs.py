@@ -56,10 +56,19 @@ def test_the_archive_path_keeps_its_round_trips_and_statements(world: World, out
 
 
 def age_events(db: Any, record_id: int, days: float) -> None:
-    """`days` pass for the record's story (its events move back)."""
+    """`days` pass for the record's story: its events, and the row's conclusion time with
+    them, move back."""
     db.run(
         "UPDATE image_archive_events SET at = at - make_interval(days => CAST(:d AS int))"
         " WHERE record_id = :id",
+        d=days,
+        id=record_id,
+    )
+    db.run(
+        "UPDATE image_generation_records"
+        " SET archived_at = archived_at - make_interval(days => CAST(:d AS int)),"
+        "     archive_failed_at = archive_failed_at - make_interval(days => CAST(:d AS int))"
+        " WHERE id = :id",
         d=days,
         id=record_id,
     )

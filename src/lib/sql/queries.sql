@@ -1118,12 +1118,14 @@ SELECT id, was FROM marked ORDER BY id;
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
 -- are removed, and when that is its last conclusion, the events after it too (a
 -- duplicate's or a late message's `received`, a vanished attempt's `lock_lost`): written
--- after the record concluded, they have no conclusion of their own to go with. A live
--- record keeps every event: requeued since, it is PENDING or RUNNING, and the rows are
--- share-locked, so a requeue waits for the delete or the delete passes the row by. A
--- range of the conclusions' partial index, each record looked up by its key (scalar
--- subqueries: an anti-join would read the whole table once), then a range of its own
--- index. Returns (record id, events removed).
+-- after the record concluded, they have no conclusion of their own to go with. It is the
+-- last when the row's own conclusion time (archived_at, archive_failed_at: the same now()
+-- as its event) is not later, or the row is gone; a row without one (an older release's,
+-- never queued again) keeps what came after. A live record keeps every event: requeued
+-- since, it is PENDING or RUNNING, and the rows are share-locked, so a requeue waits for
+-- the delete or the delete passes the row by. A range of the conclusions' partial index,
+-- each record looked up by its key (scalar subqueries: an anti-join would read the whole
+-- table once), then a range of its own index. Returns (record id, events removed).
 WITH oldest AS (
     SELECT e.record_id, e.at
     FROM image_archive_events AS e
@@ -1135,30 +1137,27 @@ WITH oldest AS (
     LIMIT :limit
 ),
 concluded AS (
-    SELECT r.id
+    SELECT r.id, CASE r.archive_status WHEN 'SUCCEEDED' THEN r.archived_at
+                                       WHEN 'FAILED' THEN r.archive_failed_at END AS at
     FROM image_generation_records AS r
     WHERE r.id IN (SELECT record_id FROM oldest)
       AND (r.archive_status IS NULL OR r.archive_status IN ('SUCCEEDED', 'FAILED'))
     FOR SHARE SKIP LOCKED
 ),
 chapters AS (
-    SELECT o.record_id, max(o.at) AS upto
+    -- Its last conclusion when the row's is not later, or the row is gone (not joined).
+    SELECT o.record_id, max(o.at) AS upto,
+           bool_or(k.id IS NULL) OR COALESCE(max(k.at) <= max(o.at), false) AS last
     FROM oldest AS o
-    WHERE o.record_id IN (SELECT id FROM concluded)
+    LEFT JOIN concluded AS k ON k.id = o.record_id
+    WHERE k.id IS NOT NULL
        OR NOT COALESCE((SELECT true FROM image_generation_records AS r
                         WHERE r.id = o.record_id), false)
     GROUP BY o.record_id
 ),
-ends AS (
-    SELECT c.record_id, c.upto,
-           NOT EXISTS (SELECT 1 FROM image_archive_events AS later
-                       WHERE later.record_id = c.record_id
-                         AND later.kind IN ('archived', 'failed') AND later.at > c.upto) AS last
-    FROM chapters AS c
-),
 removed AS (
     DELETE FROM image_archive_events AS e
-    USING ends AS c
+    USING chapters AS c
     WHERE e.record_id = c.record_id AND (e.at <= c.upto OR c.last)
     RETURNING e.record_id
 )
