@@ -113,7 +113,8 @@ def assert_doc_samples(out: str, data_dir: Path) -> None:
     found = [s for s in samples() if s.name.startswith("make-local")]
     assert len(found) >= 2, found
     for sample in found:
-        runs = commands(sample.body) or [("make local ARGS=--short", sample.body)]
+        runs = commands(sample.body)
+        assert runs, (sample.doc, sample.name, "names no run")
         for command, printed in runs:
             assert command == "make local ARGS=--short", (sample.name, command)
             lines = re.sub(r"archive-\d", "archive-N", printed)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from devkit.demo.scenario import MAX_ATTEMPTS
+from lib.cli.words import plural
 
 STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED")
 
@@ -103,8 +104,8 @@ def print_summary(summary: Summary, printer: Printer) -> None:
     printer.plain("  " + "  ".join(str(v).rjust(w) for v, w in zip(values, widths, strict=True)))
     if summary.duplicates or summary.function_errors:
         printer.plain(
-            f"  also: {summary.duplicates} duplicate deliveries acknowledged, "
-            f"{summary.function_errors} function errors"
+            f"  also: {plural(summary.duplicates, 'duplicate delivery', 'duplicate deliveries')}"
+            f" acknowledged, {plural(summary.function_errors, 'function error')}"
         )
     if summary.files:
         printer.plain()

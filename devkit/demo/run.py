@@ -19,6 +19,7 @@ from devkit.demo.report import STATES, Printer, Summary, describe_log, print_sum
 from devkit.demo.scenario import MAX_ATTEMPTS, NORMAL, SHORT, Expected, Profile, Sample, plan
 from devkit.demo.seeding import seed
 from devkit.demo.services import Services, function_environment, start_services
+from lib.cli.words import plural
 
 if TYPE_CHECKING:
     from devkit.containers import Container
@@ -285,8 +286,9 @@ class Demo:
 
         printer, args = self.printer, self.args
         printer.plain(
-            f"image-archive, locally: {len(self.samples)} records, {args.concurrency} archive "
-            f"containers (BatchSize {args.batch_size}, MaximumConcurrency {args.concurrency}), "
+            f"image-archive, locally: {plural(len(self.samples), 'record')}, "
+            f"{plural(args.concurrency, 'archive container')} "
+            f"(BatchSize {args.batch_size}, MaximumConcurrency {args.concurrency}), "
             f"sweeper every {self.profile.sweep_every:g} s; Ctrl-C stops everything"
         )
         services = start_services(self.stack, self.data_dir, args.database_url)
@@ -326,7 +328,7 @@ class Demo:
         expected = Expected.of(self.samples)
         self.printer.line(
             "seed",
-            f"{len(self.samples)} records, {sent} messages (1 malformed); "
+            f"{plural(len(self.samples), 'record')}, {plural(sent, 'message')} (1 malformed); "
             f"{expected.swept} left for the sweeper (a lost message, an expired lock); "
             f"backoff {','.join(map(str, profile.retry_delays))} s, {MAX_ATTEMPTS} attempts",
         )

@@ -248,6 +248,7 @@ def _list(stage: Stage) -> Iterator[None]:
 def _requeue(stage: Stage) -> Iterator[None]:
     _failures(stage.db)
     yield
+    yield  # the dry run by id: what the real run then does
     yield
 
 

@@ -254,6 +254,23 @@ def test_status_counts_live_states_and_queue_depths(
     assert "SUCCEEDED" not in ctl.out  # the full scan is opt-in
 
 
+def test_status_json_has_no_age_where_there_is_nothing_to_age(ctl: Ctl, db: Any) -> None:
+    seed_record(db, 1, image_url=URL, archive_status="PENDING", next_run_at=-300)  # not due
+
+    assert ctl("status", "--json") == EXIT_OK
+    report = json.loads(ctl.out)
+    assert (report["archive"]["pending"], report["archive"]["pending_due"]) == (1, 0)
+    assert report["archive"]["oldest_pending_age_seconds"] is None  # not 0.0
+    assert report["staged"] == {
+        "waiting": 0,
+        "oldest_age_seconds": None,
+        "failed_keeping_copy": 0,
+    }
+    assert ctl("status") == EXIT_OK
+    assert "due now: 0, oldest due for: -" in ctl.out
+    assert "oldest staged for: -," in ctl.out
+
+
 def test_status_counts_the_archives_lsky_altered(ctl: Ctl, db: Any) -> None:
     archived = {"archive_status": "SUCCEEDED", "image_url": URL}
     seed_record(db, 1, **archived, archive_altered=True)

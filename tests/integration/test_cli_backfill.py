@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import pty
 import re
@@ -21,6 +22,7 @@ import pytest
 
 from devkit.postgres import connect
 from devkit.sqs import QueuePair
+from lib.archive import enqueue
 from lib.cli import main as cli
 from lib.cli.context import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_PARTIAL, Context
 from lib.platform.sqs import Queue
@@ -251,10 +253,13 @@ def raise_interrupt() -> None:
 
 
 @pytest.mark.parametrize(
-    ("page_size", "sent_first"),
+    ("cut", "uncertain"),
     [
-        (10, 10),  # between pages: page 1 went out, page 2 is cut off before its first batch
-        (20, 10),  # inside a page: its first batch went out, its second is cut off
+        # Between two calls: the first batch went out, the second was never asked for.
+        ("between", []),
+        # In a call (in the test before it reached SQS, which the run cannot know): its
+        # rows stay PENDING, SQS may have taken them.
+        ("in_call", list(range(11, 21))),
     ],
 )
 def test_an_interrupted_page_is_settled_and_a_rerun_sends_every_row_once(
@@ -263,27 +268,73 @@ def test_an_interrupted_page_is_settled_and_a_rerun_sends_every_row_once(
     sqs: Any,
     queues: QueuePair,
     monkeypatch: pytest.MonkeyPatch,
-    page_size: int,
-    sent_first: int,
+    cut: str,
+    uncertain: list[int],
 ) -> None:
-    seed_never_queued(db, range(1, 26))
+    seed_never_queued(db, range(1, 36))
     set_uploads(db, 600, within_seconds=60)  # a fast lane: room for every page at once
     ctl.lane.speed = 0  # nothing taken meanwhile: the queue shows what was sent
     with monkeypatch.context() as patch:
-        failing_sender(patch, after_calls=1, action=raise_interrupt)
-        assert ctl("backfill", "--page-size", str(page_size)) == EXIT_INTERRUPTED
+        if cut == "in_call":
+            failing_sender(patch, after_calls=1, action=raise_interrupt)
+        else:
+            real_encode = enqueue.encode
+
+            def encode(record_id: int) -> str:
+                if record_id == 11:  # the second call's entries, before it is made
+                    raise KeyboardInterrupt
+                return real_encode(record_id)
+
+            patch.setattr(enqueue, "encode", encode)
+        assert ctl("backfill", "--page-size", "30") == EXIT_INTERRUPTED
     first = record_ids(drain(sqs, queues.url))
-    assert first == list(range(1, sent_first + 1))
-    # Sent rows stay PENDING; the rest of the cut page is never-queued again.
-    assert queued(db) == first
-    assert fetch_record(db, sent_first + 1)["archive_backfilled"] is False
-    assert "10 rows of the page being sent were put back" in ctl.out
+    assert first == list(range(1, 11))
+    # Sent rows stay PENDING, and so do the cut call's; the rest of the page is
+    # never-queued again.
+    assert queued(db) == first + uncertain
+    assert fetch_record(db, 21)["archive_backfilled"] is False
+    assert f"{20 - len(uncertain)} rows of the page being sent were put back" in ctl.out
     assert ctl.err.endswith("archive-ctl: interrupted\n")
 
-    assert ctl("backfill", "--page-size", str(page_size)) == EXIT_OK, ctl.err
+    assert ctl("backfill", "--page-size", "30") == EXIT_OK, ctl.err
     second = record_ids(drain(sqs, queues.url))
-    assert second == list(range(sent_first + 1, 26))  # every remaining row, none twice
-    assert queued(db) == list(range(1, 26))
+    # Every row put back, none twice; the uncertain ones are the sweeper's (lost messages).
+    assert second == [i for i in range(11, 36) if i not in uncertain]
+    assert queued(db) == list(range(1, 36))
+
+
+def test_a_batch_sqs_took_whose_answer_never_came_is_not_sent_again(
+    ctl: Ctl, db: Any, sqs: Any, queues: QueuePair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A double Ctrl-C during SendMessageBatch, after SQS accepted the batch: its rows were
+    put back as never queued, and the next run sent them a second message."""
+    seed_never_queued(db, range(1, 31))
+    set_uploads(db, 600, within_seconds=60)
+    ctl.lane.speed = 0
+    real = Queue.send_batch
+    calls: list[int] = []
+
+    def accepted_then_interrupted(self: Queue, queue_url: str, entries: Any) -> dict[str, str]:
+        failed = real(self, queue_url, entries)  # SQS took the batch ...
+        calls.append(len(entries))
+        if len(calls) == 2:  # ... and Ctrl-C twice before its answer was read
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return failed
+
+    monkeypatch.setattr(Queue, "send_batch", accepted_then_interrupted)
+    with sigint(signal.default_int_handler):
+        assert ctl("backfill", "--page-size", "30") == EXIT_INTERRUPTED
+    assert record_ids(drain(sqs, queues.url)) == list(range(1, 21))
+    assert "10 queued" in ctl.out
+    assert "10 uncertain (sent or not: its answer never came)" in ctl.out
+    assert "10 rows of that page were in the batch whose answer never came" in ctl.out
+    assert "10 rows of the page being sent were put back" in ctl.out
+    assert queued(db) == list(range(1, 21))  # the uncertain ones stay PENDING
+
+    assert ctl("backfill", "--page-size", "30", "--json") == EXIT_OK, ctl.err
+    assert record_ids(drain(sqs, queues.url)) == list(range(21, 31))  # none of 11-20 again
+    assert json.loads(ctl.out)["queued"] == 10
 
 
 @contextlib.contextmanager
@@ -399,8 +450,8 @@ def test_a_row_held_all_along_is_reported_not_called_done(
     assert ctl("backfill", "--page-size", "10") == EXIT_PARTIAL, ctl.err
     assert sorted(ctl.lane.received) == [1, 3, 4, 5]
     assert "no never-queued SUCCEEDED generations left" not in ctl.out
-    assert "1 never-queued SUCCEEDED generations still left started before " in ctl.out
-    assert "another transaction held them each time" in ctl.out
+    assert "1 never-queued SUCCEEDED generation still left started before " in ctl.out
+    assert "another transaction held it each time" in ctl.out
     assert len(ctl.time.sleeps) <= 15  # a bounded number of looks, a second apart
     assert states(db)[2] is None
 

@@ -141,6 +141,34 @@ def test_shared_flags_go_before_or_after_the_command(
     assert result.returncode == EXIT_OK, result.stdout
 
 
+def test_verbose_logs_each_statement_and_aws_call_with_its_time(
+    archive_ctl: ArchiveCtl, db: Any
+) -> None:
+    seed_record(db, 1, image_url=URL, archive_status="PENDING")
+
+    def debug_lines(*argv: str) -> list[dict[str, Any]]:
+        result = archive_ctl(*argv)
+        assert result.returncode == EXIT_OK, result.stderr
+        logged = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+        return [line for line in logged if line["level"] == "DEBUG"]
+
+    assert debug_lines("status") == []
+    logged = debug_lines("-v", "status")
+    statements = {line["statement"]: line for line in logged if line["message"] == "statement run"}
+    assert {"live_counts", "lane_state"} <= set(statements)
+    assert statements["live_counts"]["rows"] == 1
+    assert statements["live_counts"]["ms"] >= 0
+    calls = [line for line in logged if line["message"] == "AWS call"]
+    assert "sqs.GetQueueAttributes" in {call["operation"] for call in calls}
+    assert {call["http_status"] for call in calls} == {200}
+    # The name, the time and the counts only: no parameters, no headers.
+    assert all(
+        set(line) <= {"level", "location", "message", "timestamp", "service", "statement", "ms",
+                      "rows", "operation", "http_status", "retries", "error"}
+        for line in logged
+    ), logged  # fmt: skip
+
+
 def test_version(archive_ctl: ArchiveCtl) -> None:
     result = archive_ctl("--version")
     assert result.returncode == EXIT_OK

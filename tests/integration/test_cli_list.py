@@ -6,6 +6,7 @@ filter served by an index (EXPLAIN on a table of 60,000 rows)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
@@ -239,6 +240,40 @@ def test_requeue_by_id_reports_every_id(
     assert fetch_record(db, 2)["archive_status"] == "FAILED"
 
 
+def test_requeue_dry_run_reports_every_id_as_the_real_run_does(
+    archive_ctl: ArchiveCtl, db: Any, sqs: Any, queues: Any
+) -> None:
+    seed_failure(db, 1, failed=60, started=600)
+    seed_record(db, 2, image_url=URL, archive_status="SUCCEEDED")
+    seed_record(db, 3, image_url=URL, archive_status="PENDING")
+    argv = ("requeue", "--id", "1", "2", "3", "99")
+
+    dry = archive_ctl(*argv, "--dry-run")
+    answer = archive_ctl.json(*argv, "--dry-run", code=EXIT_PARTIAL)
+
+    assert fetch_record(db, 1)["archive_status"] == "FAILED"  # nothing changed
+    assert [r["id"] for r in answer["records"]] == [1]
+    assert answer["skipped"] == {
+        "2": "already archived",
+        "3": "archive is PENDING: not FAILED, its attempts go on",
+    }
+    assert answer["missing"] == [99]
+    assert "would requeue 1, skip 2; 1 not found" in dry.stdout
+    real = archive_ctl(*argv)
+    assert record_ids(drain(sqs, queues.url)) == [1]
+
+    def left(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(("skipped", "missing"))]
+
+    assert left(dry.stdout) == [
+        "skipped   2: already archived",
+        "skipped   3: archive is PENDING: not FAILED, its attempts go on",
+        "missing   99: no such record",
+    ]
+    assert left(real.stdout) == left(dry.stdout)
+    assert dry.returncode == real.returncode == EXIT_PARTIAL
+
+
 def test_requeue_by_error_class_and_range(
     archive_ctl: ArchiveCtl, db: Any, sqs: Any, queues: Any
 ) -> None:
@@ -375,3 +410,33 @@ def test_list_prints_json_that_round_trips(archive_ctl: ArchiveCtl, db: Any) -> 
     [record] = json.loads(result.stdout)["records"]
     assert record["state"] == "FAILED"
     assert "abc123def" not in json.dumps(record)  # redacted on its way out too
+
+
+def test_list_fits_the_error_to_the_terminal_s_width_and_never_cuts_json(
+    archive_ctl: ArchiveCtl, db: Any
+) -> None:
+    error = (
+        "upload failed (HTTP 200): Lsky answered status false: 图片上传失败 "
+        + "while the storage strategy wrote the file "
+        + "[attempt 3/3]"
+    )
+    seed_failure(db, 1, failed=60, started=600, archive_error=error)
+
+    def line(columns: str | None) -> str:
+        result = archive_ctl("list", "--state", "FAILED", env={"COLUMNS": columns})
+        [listed] = [text for text in result.stdout.splitlines() if text.startswith("   ")]
+        return listed
+
+    wide = line("250")
+    said = archive_ctl("list", "--state", "FAILED").stdout
+    assert said.startswith("1 record matches; newest failure first\n")
+    assert wide.endswith(error)  # the whole of it: [attempt 3/3] included
+    assert line(None).endswith(error)  # a pipe: nothing cut
+    narrow = line("140")
+    assert narrow.endswith("...")
+    cells = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in narrow)
+    assert 130 < cells <= 140  # the Chinese characters take two columns each
+    assert "[attempt" not in line("60")  # however narrow, the error keeps 40 columns
+    assert line("60").endswith("...")
+    listed = archive_ctl("list", "--state", "FAILED", "--json", env={"COLUMNS": "60"})
+    assert json.loads(listed.stdout)["records"][0]["error"] == error

@@ -409,7 +409,7 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
         if world.archive.visible(queues.dlq_url):
             break
     assert ctl("redrive-dlq", "--dry-run") == EXIT_OK
-    assert "1 messages looked at" in ctl.out
+    assert "1 message looked at" in ctl.out
 
     text, data = shown(ctl, 8)
     assert (data["state"], data["waiting"]["for"]) == ("FAILED", "nothing")
@@ -436,8 +436,31 @@ def test_failed_then_redriven_from_the_dlq_and_archived(
     assert world.state(8) == ("SUCCEEDED", 1)
 
     text, _ = shown(ctl, 8)
-    assert re.search(r"enqueued\s+by archive-ctl redrive-dlq, was FAILED after 1 attempts", text)
+    assert re.search(r"enqueued\s+by archive-ctl redrive-dlq, was FAILED after 1 attempt,", text)
     assert re.search(r"#1\s+failed\s+by sweeper: lock expired after the last attempt", text)
+
+
+@pytest.mark.parametrize(
+    ("route", "says"),
+    [
+        ({"status": 404}, "the provider's answer will not change"),
+        ({"content_type": "text/html"}, "the provider's answer will not change"),  # not an image
+    ],
+)
+def test_show_says_a_permanent_failure_would_fail_again_and_what_to_do(
+    world: World, ctl: Ctl, route: dict[str, Any], says: str
+) -> None:
+    body = b"<html>gone</html>" if route.get("content_type") else b"not found"
+    world.record(9, body, route=route)
+    world.deliver(9)
+    assert world.state(9) == ("FAILED", 1)
+
+    text, data = shown(ctl, 9)
+
+    assert "gives it new attempts" not in text
+    assert f"it failed for good: {says}" in text
+    assert "`archive-ctl requeue --id 9` would fail the same way unless the source has" in text
+    assert "have it generated again" in data["waiting"]["words"]
 
 
 # -- show's edges ---------------------------------------------------------------------------

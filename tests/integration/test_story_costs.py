@@ -56,10 +56,19 @@ def test_the_archive_path_keeps_its_round_trips_and_statements(world: World, out
 
 
 def age_events(db: Any, record_id: int, days: float) -> None:
-    """`days` pass for the record's story (its events move back)."""
+    """`days` pass for the record's story: its events, and the row's conclusion time with
+    them, move back."""
     db.run(
         "UPDATE image_archive_events SET at = at - make_interval(days => CAST(:d AS int))"
         " WHERE record_id = :id",
+        d=days,
+        id=record_id,
+    )
+    db.run(
+        "UPDATE image_generation_records"
+        " SET archived_at = archived_at - make_interval(days => CAST(:d AS int)),"
+        "     archive_failed_at = archive_failed_at - make_interval(days => CAST(:d AS int))"
+        " WHERE id = :id",
         d=days,
         id=record_id,
     )
@@ -122,3 +131,37 @@ def test_retention_works_in_bounded_batches(world: World, monkeypatch: pytest.Mo
     assert sweep()["stories_expired"] == 4  # two batches of two
     assert sweep()["stories_expired"] == 2
     assert world.db.run("SELECT count(*) FROM image_archive_events") == [[0]]
+
+
+def test_retention_takes_what_came_after_the_last_conclusion_with_it(world: World) -> None:
+    world.settings(ARCHIVE_EVENT_RETENTION_DAYS="30")
+    for record_id in (1, 2, 3):
+        world.record(record_id)
+        world.deliver(record_id)
+        world.deliver(record_id)  # a duplicate: received, not claimed (archived)
+    # 1: archived and its duplicate 31 days ago. 2: archived 40 days ago, a duplicate
+    # today. 3: the same, then requeued: live, it keeps all of it.
+    age_events(world.db, 1, 31)
+    age_events(world.db, 2, 40)
+    world.deliver(2)
+    age_events(world.db, 3, 40)
+    world.deliver(3)
+    world.db.run(
+        "UPDATE image_generation_records SET archive_status = 'PENDING', archive_attempts = 0,"
+        " archive_next_run_at = now(), archive_enqueued_at = now() WHERE id = 3"
+    )
+    assert [kind for kind, _ in story(world.db, 2)][-3:] == ["archived", "received", "received"]
+    kept = story(world.db, 3)
+
+    summary = sweep()
+
+    assert story(world.db, 1) == []
+    assert story(world.db, 2) == []  # today's duplicate went with the chapter it came after
+    assert story(world.db, 3) == kept
+    assert summary["stories_expired"] == 2
+    # A stray message once the story is gone writes none: it would begin a story that no
+    # conclusion ends (the producer's enqueue inferred 40 days back, then this message).
+    world.deliver(2)
+    assert world.state(2) == ("SUCCEEDED", 1)
+    assert story(world.db, 2) == []
+    assert sweep()["stories_expired"] == 0

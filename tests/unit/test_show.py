@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from lib.cli import logs_insights
-from lib.cli.show import Timing, describe, waiting_for
+from lib.cli.show import Timing, describe, story_note, waiting_for
 from lib.state.events import EventKind
 from lib.state.lane import LaneState
-from lib.state.stories import RecordRow, StoredEvent
+from lib.state.stories import RecordRow, StoredEvent, Story
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 TIMING = Timing(max_attempts=3, lock_ttl_seconds=180, grace_seconds=300, interval_seconds=900)
@@ -64,6 +64,24 @@ def ago(seconds: float) -> datetime:
         ({"archive_status": "FAILED", "staged_key": "staged/7/a.png", "failed_at": ago(120)},
          OPEN, "nothing", None, "nothing: FAILED 11:58:00 (2 min ago); `archive-ctl requeue "
          "--id 7` gives it new attempts from its staged copy"),
+        ({"archive_status": "FAILED", "failed_class": "permanent",
+          "error": "download failed (HTTP 404): upstream answered HTTP 404 [attempt 1/3]"},
+         OPEN, "nothing", None, "it failed for good: the provider's answer will not change (its "
+         "URL gone or refused, or not an image), so `archive-ctl requeue --id 7` would fail the "
+         "same way unless the source has changed"),
+        # No `failed` event (expired): failed before its last attempt, only a permanent one does.
+        ({"archive_status": "FAILED", "error": "download failed: not an image [attempt 1/3]"},
+         OPEN, "nothing", None, "it failed for good: the provider's answer will not change"),
+        ({"archive_status": "FAILED", "failed_class": "permanent", "staged_key": "s/7.png",
+          "error": "upload failed (HTTP 413): Lsky answered HTTP 413 [attempt 1/3]"},
+         OPEN, "nothing", None, "fix that on the Lsky side (the group's size limit or file "
+         "types, the storage strategy, the quota, the token), then `archive-ctl requeue --id 7` "
+         "from its staged copy"),
+        ({"archive_status": "FAILED", "failed_class": "transient",
+          "error": "download failed (HTTP 503): upstream answered HTTP 503 [attempt 3/3]"},
+         OPEN, "nothing", None, "`archive-ctl requeue --id 7` gives it new attempts"),
+        ({"archive_status": "FAILED", "error": "lock expired after the last attempt"},
+         OPEN, "nothing", None, "`archive-ctl requeue --id 7` gives it new attempts"),
         ({"archive_status": "FAILED", "failed_at": ago(60), "failed_at_estimated": True}, OPEN,
          "nothing", None, "FAILED 11:59:00 (60 s ago) (estimated: an older release did not "),
         ({"archive_status": "RUNNING", "locked_by": "inv", "locked_at": ago(30)}, OPEN, "lock",
@@ -203,3 +221,42 @@ def test_a_result_row_in_a_line() -> None:
     )
     bare = logs_insights.result_line({"@message": "Bearer 1|secretsecret"})
     assert bare == "  -  -        Bearer [redacted]"
+
+
+def story_of(record: RecordRow | None, *stored: StoredEvent, total: int | None = None) -> Story:
+    return Story(7, record, list(stored), len(stored) if total is None else total)
+
+
+@pytest.mark.parametrize(
+    ("record", "stored", "total", "note"),
+    [
+        (row(), (), None, "none yet: queued 11:59:50 (10 s ago) by the producer"),
+        (row(archive_status="SUCCEEDED"), (), None, "none: removed by the retention"),
+        (row(archive_status="FAILED"), (), None, "none: removed by the retention"),
+        # An older release's stray message after the retention: its inferred enqueue and
+        # the message, with no conclusion before them.
+        (row(archive_status="SUCCEEDED"),
+         (event("enqueued", 0, by="producer", inferred=True),
+          event("received", 1, claimed=False, archive_status="SUCCEEDED")),
+         None, "its story up to its conclusion (SUCCEEDED) is gone"),
+        (row(archive_status="SUCCEEDED"), (event("archived"), event("received")), None, None),
+        (row(archive_status="SUCCEEDED"), (event("received"),), 40, None),  # older ones unshown
+        (row(archive_status="PENDING"), (event("received"),), None, None),
+        (row(archive_status=None), (), None, None),
+        (None, (), None, None),
+    ],
+)  # fmt: skip
+def test_what_the_events_alone_would_tell_wrongly_is_said(
+    record: RecordRow | None, stored: tuple[StoredEvent, ...], total: int | None, note: str | None
+) -> None:
+    said = story_note(story_of(record, *stored, total=total))
+    assert (said is None) == (note is None), said
+    assert note is None or note in str(said)
+
+
+def test_a_message_for_a_concluded_record_is_said_to_be_a_duplicate_or_late() -> None:
+    late = event("received", 1, message_id="m", receive_count=1, claimed=False,
+                 archive_status="SUCCEEDED")  # fmt: skip
+    assert describe(late, NOW) == (
+        "message m, receive 1; not claimed (archive SUCCEEDED: a duplicate or late message)"
+    )

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from lib.archive.naming import hosted_file_name
+from lib.cli.words import plural, verb
 from lib.platform.config import DatabaseConfig
 from lib.platform.errors import ConfigError
 from lib.platform.secrets import database_params, parse_database_secret, parse_database_url
@@ -211,3 +212,20 @@ def test_a_token_secret_is_read_plain_or_as_json_and_a_broken_one_is_a_config_er
         return
     with pytest.raises(ConfigError, match=error):
         secrets.lsky_token(None, "arn:aws:secretsmanager:x")
+
+
+@pytest.mark.parametrize(
+    ("count", "one", "many", "said"),
+    [
+        (1, "FAILED record", None, "1 FAILED record"),
+        (0, "FAILED record", None, "0 FAILED records"),
+        (2, "message", None, "2 messages"),
+        (1, "try", "tries", "1 try"),
+        (3, "try", "tries", "3 tries"),
+    ],
+)
+def test_a_count_in_words_agrees_with_its_noun(
+    count: int, one: str, many: str | None, said: str
+) -> None:
+    assert plural(count, one, many) == said
+    assert verb(count, "is", "are") == ("is" if count == 1 else "are")

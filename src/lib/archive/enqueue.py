@@ -187,7 +187,15 @@ def requeue_failed(
         )
         if report.unsent:
             break  # SQS trouble: leave the rest FAILED rather than reset it unsent
-    taken = {*report.sent, *report.unsent}
+    not_taken(records, selection, {*report.sent, *report.unsent}, report)
+    return report
+
+
+def not_taken(
+    records: OperatorRecords, selection: Selection, taken: set[int], report: EnqueueReport
+) -> None:
+    """The ids the selection names that a requeue did not take (or, dry, would not), in
+    `report`: missing, or skipped with their state."""
     left = [record_id for record_id in dict.fromkeys(selection.ids) if record_id not in taken]
     for row in records.record_states(left) if left else []:
         if not row.exists:
@@ -196,7 +204,6 @@ def requeue_failed(
             report.skipped[row.record_id] = _left_alone(
                 row.status, row.archive_status, requeue=True
             )
-    return report
 
 
 @dataclass(frozen=True)
@@ -219,25 +226,41 @@ class BackfillPage:
 class PageInterrupted(KeyboardInterrupt):
     """Ctrl-C arrived while a backfill page was being sent; the page was settled first."""
 
-    def __init__(self, sent: list[int], put_back: list[int], left_pending: list[int]) -> None:
+    def __init__(
+        self,
+        sent: list[int],
+        put_back: list[int],
+        left_pending: list[int],
+        uncertain: Sequence[int] = (),
+    ) -> None:
         super().__init__("interrupted while sending a backfill page")
         self.sent = sent  # messages that went out: those rows stay PENDING
         self.put_back = put_back  # not sent, never-queued again: the next run takes them
         # Not sent and not put back (touched meanwhile, or the database failed): PENDING,
         # so the sweeper sends them.
         self.left_pending = left_pending
+        # In the batch whose answer never came: SQS may have taken their messages, so they
+        # stay PENDING (put back, a re-run would send them twice); the sweeper's
+        # lost-message rule sends any whose message did not arrive.
+        self.uncertain = list(uncertain)
 
 
 class _SentRecorder:
-    """A BatchSender that remembers which ids went out, for when the send loop is cut off."""
+    """A BatchSender that remembers which ids went out, and which were in the call that
+    was cut off (its answer never came), for when the send loop is cut off."""
 
     def __init__(self, sender: BatchSender) -> None:
         self._sender = sender
         self.sent: set[int] = set()
+        self.in_flight: set[int] = set()
 
     def send_batch(self, queue_url: str, entries: Sequence[tuple[str, str]]) -> dict[str, str]:
+        self.in_flight = {int(entry_id) for entry_id, _ in entries}
         failed = self._sender.send_batch(queue_url, entries)
+        # Sent first, then out of flight: an interrupt in between leaves them uncertain
+        # (PENDING), never unsent.
         self.sent.update(int(entry_id) for entry_id, _ in entries if entry_id not in failed)
+        self.in_flight = set()
         return failed
 
 
@@ -256,6 +279,8 @@ def backfill_page(
 
     A KeyboardInterrupt during the send becomes PageInterrupted once the rows that were
     not sent are never-queued again, so a re-run takes them and no row is queued twice.
+    The rows of a call cut off before its answer came are left PENDING: SQS may have
+    taken them (the sweeper sends any that it did not).
     """
     rows = records.mark_backfill_page(
         since=scope.since, until=scope.until, user_id=scope.user_id, after=after, limit=limit
@@ -271,7 +296,8 @@ def backfill_page(
             records, recorder, queue_url, ids, stamp=stamp, report=report, by=Actor.BACKFILL
         )
     except KeyboardInterrupt:
-        unsent = [i for i in ids if i not in recorder.sent]
+        uncertain = recorder.in_flight - recorder.sent
+        unsent = [i for i in ids if i not in recorder.sent and i not in uncertain]
         try:
             put_back = records.unmark_backfill(unsent, stamp=stamp) if unsent else []
         except Exception:  # noqa: BLE001 - still PENDING then: the sweeper sends them
@@ -280,6 +306,7 @@ def backfill_page(
             sent=sorted(recorder.sent),
             put_back=sorted(put_back),
             left_pending=sorted(set(unsent) - set(put_back)),
+            uncertain=sorted(uncertain),
         ) from None
     last = max((started, record_id) for record_id, started, _ in rows)
     return BackfillPage(ids, report, last)

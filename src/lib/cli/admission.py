@@ -19,6 +19,7 @@ from lib.cli.pacing import (
     window_uses,
 )
 from lib.cli.progress import duration
+from lib.cli.words import plural
 from lib.state.lane import LedgerEntry
 from lib.state.operations import LaneDemand
 
@@ -109,7 +110,7 @@ def decide(view: LaneView, *, page_size: int, ahead_seconds: float, room_left: i
         return Step(
             0,
             LOOK_SECONDS,
-            f"waiting: {demand.backfill_queued} backfilled records queued, at most "
+            f"waiting: {plural(demand.backfill_queued, 'backfilled record')} queued, at most "
             f"{ahead} ahead of live records (--ahead-seconds {ahead_seconds:g})",
         )
     rows = min(page_size, free, page_size if room_left is None else room_left)
@@ -137,7 +138,8 @@ def _window_wait(view: LaneView) -> Step:
     if use.room > 0:
         demand = view.demand
         held = demand.backfill_unslotted + demand.live_due
-        return _wait(f"the room pacing leaves is taken by {held} records in the lane", opens_in)
+        taken = f"the room pacing leaves is taken by {plural(held, 'record')} in the lane"
+        return _wait(taken, opens_in)
     return _wait(
         f"pacing: the {window_name(use.seconds)} window holds {use.used} of {use.limit} "
         f"({use.live} live, {use.margin} kept free for live)",

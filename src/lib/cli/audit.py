@@ -12,6 +12,7 @@ from lib.audit.auditor import Auditor, AuditSummary, Choice
 from lib.audit.repair import Restorer
 from lib.cli.args import parse_since, positive
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, Context, UsageError
+from lib.cli.words import plural
 from lib.platform import config
 from lib.state.audits import AuditFindings, AuditRecords
 from lib.state.events import Actor
@@ -77,10 +78,6 @@ def add_restore_arguments(p: argparse.ArgumentParser) -> None:
         "--altered", action="store_true", help="every record the audit last found altered"
     )
     p.add_argument("--dry-run", action="store_true", help="list what would be restored")
-
-
-def plural(count: int, word: str, words: str | None = None) -> str:
-    return f"{count} {word if count == 1 else words or word + 's'}"
 
 
 def _auditor(ctx: Context, *, dry_run: bool) -> Auditor:

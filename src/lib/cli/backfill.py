@@ -25,6 +25,7 @@ from lib.cli.context import (
 )
 from lib.cli.pacing import Limits, backfill_capacity
 from lib.cli.progress import Display
+from lib.cli.words import plural, verb
 from lib.platform.config import pacing_limits
 from lib.state.lane import PauseReason
 from lib.state.lane_store import LaneStore
@@ -85,7 +86,8 @@ def dry_run(ctx: Context, records: OperatorRecords, scope: BackfillScope, limits
         }
     )
     limit = "" if args.limit is None else f"; --limit {args.limit}"
-    ctx.say(f"{total} SUCCEEDED generations never queued{_describe_scope(scope)}{limit}")
+    never = plural(total, "SUCCEEDED generation")
+    ctx.say(f"{never} never queued{_describe_scope(scope)}{limit}")
     ctx.say(f"would queue {would}, {args.page_size} a page, oldest generation first")
     for record_id, started, user_id in rows:
         ctx.say(f"  {record_id:>12}  {_iso(started)}  user {user_id}")
@@ -146,16 +148,24 @@ def run(ctx: Context) -> int:
         backfill.run(on_first_look=announce(display, limits, backfill))
     except PageInterrupted as stopped:
         display.finish()
-        _report(backfill, interrupted=True, put_back=stopped.put_back)
-        if stopped.put_back:
+        _report(backfill, stopped=stopped)
+        if put_back := len(stopped.put_back):
             ctx.say(
-                f"{len(stopped.put_back)} rows of the page being sent were put back: never "
-                "queued, the next run takes them"
+                f"{plural(put_back, 'row')} of the page being sent "
+                f"{verb(put_back, 'was', 'were')} put back: never queued, the next run takes "
+                f"{verb(put_back, 'it', 'them')}"
             )
-        if stopped.left_pending:
+        if uncertain := len(stopped.uncertain):
             ctx.say(
-                f"{len(stopped.left_pending)} rows of that page are PENDING without a "
-                "message: the sweeper sends them"
+                f"{plural(uncertain, 'row')} of that page {verb(uncertain, 'was', 'were')} in "
+                "the batch whose answer never came (SQS may have taken it): left PENDING, not "
+                "put back; the sweeper sends any whose message did not arrive (its "
+                "lost-message rule)"
+            )
+        if pending := len(stopped.left_pending):
+            ctx.say(
+                f"{plural(pending, 'row')} of that page {verb(pending, 'is', 'are')} PENDING "
+                f"without a message: the sweeper sends {verb(pending, 'it', 'them')}"
             )
         return _interrupted(ctx)
     except KeyboardInterrupt:
@@ -174,29 +184,32 @@ def _interrupted(ctx: Context) -> int:
 
 
 def _report(
-    backfill: Backfill, *, interrupted: bool = False, put_back: list[int] | None = None
+    backfill: Backfill, *, interrupted: bool = False, stopped: PageInterrupted | None = None
 ) -> int:
     ctx = backfill.ctx
     outcome = backfill.outcome
     sent = backfill.meter.done
     limit = backfill.args.limit
     limit_reached = limit is not None and outcome.taken >= limit
+    uncertain = [] if stopped is None else stopped.uncertain
     ctx.answer(
         {
             "queued": sent,
             "unsent": {str(k): v for k, v in outcome.unsent.items()},
+            "uncertain": uncertain,
             "finished": outcome.finished,
             "limit_reached": limit_reached,
             "left": outcome.left,
             "uncounted": outcome.uncounted,
-            "interrupted": interrupted,
-            "put_back": put_back or [],
+            "interrupted": interrupted or stopped is not None,
+            "put_back": [] if stopped is None else stopped.put_back,
         }
     )
     for record_id, reason in outcome.unsent.items():
         ctx.say(f"{'NOT SENT':<9} {record_id}: {reason}")
     scope = _describe_scope(backfill.scope)
-    ctx.say(f"{sent} queued{scope}, {len(outcome.unsent)} not sent")
+    maybe = f", {len(uncertain)} uncertain (sent or not: its answer never came)" * bool(uncertain)
+    ctx.say(f"{sent} queued{scope}, {len(outcome.unsent)} not sent{maybe}")
     code = EXIT_OK
     if outcome.finished:
         ctx.say(f"no never-queued SUCCEEDED generations left{scope} (counted again)")
@@ -204,9 +217,10 @@ def _report(
         ctx.say(f"--limit {limit} reached")
     elif outcome.left is not None:
         ctx.say(
-            f"{outcome.left} never-queued SUCCEEDED generations still left{scope}: another "
-            "transaction held them each time they were looked for; run the same backfill "
-            "again to take them"
+            f"{plural(outcome.left, 'never-queued SUCCEEDED generation')} still left{scope}: "
+            f"another transaction held {verb(outcome.left, 'it', 'them')} each time "
+            f"{verb(outcome.left, 'it was', 'they were')} looked for; run the same backfill "
+            f"again to take {verb(outcome.left, 'it', 'them')}"
         )
         code = EXIT_PARTIAL
     elif outcome.uncounted:

@@ -202,7 +202,8 @@ class Backfill:
                     limit=rows,
                 )
             except PageInterrupted as stopped:
-                self.outcome.taken += len(stopped.sent) + len(stopped.left_pending)
+                kept = len(stopped.sent) + len(stopped.left_pending) + len(stopped.uncertain)
+                self.outcome.taken += kept
                 self.meter.add(len(stopped.sent), self.ctx.clock())
                 raise
         self.outcome.taken += len(page.marked)

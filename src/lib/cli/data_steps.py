@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 import pg8000.exceptions
 
 from lib.cli.context import CommandError
+from lib.cli.words import plural
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform.db import Database
@@ -41,7 +42,7 @@ def mark_may_be_hosted(migration: Steps, step: mp.Step, *, after: int | None) ->
     done = QUERIES["finish_migration_step"]
     migration.brief(step, functools.partial(migration.db.run, done, step=mp.MARK_STEP))
     resumed = "" if after is None else f", resumed after id {after}"
-    return f": {marked} rows marked{resumed}"
+    return f": {plural(marked, 'row')} marked{resumed}"
 
 
 def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
@@ -50,9 +51,9 @@ def would_mark(db: Database, catalog: mp.Catalog, after: int | None) -> str:
         return "(not counted: archive_attempts is added in the same run)"
     if not catalog.has_column(mf.RECORDS, mp.MAY_BE_HOSTED_COLUMN):
         [[count]] = db.run(QUERIES["count_may_have_uploaded"])
-        return f"{count} rows would be marked"
+        return f"{plural(count, 'row')} would be marked"
     [[count]] = db.run(QUERIES["count_left_to_mark"], after=FIRST_ID if after is None else after)
-    return f"{count} rows would be marked (the rest of an earlier run's marking)"
+    return f"{plural(count, 'row')} would be marked (the rest of an earlier run's marking)"
 
 
 def unfinished_steps(db: Database, catalog: mp.Catalog) -> tuple[dict[str, int | None], mp.Catalog]:

@@ -12,6 +12,7 @@ from lib.cli.context import (
     Context,
     note,
 )
+from lib.cli.words import plural
 from lib.platform import grants
 
 
@@ -48,13 +49,14 @@ def run(ctx: Context) -> int:
         ctx.say(f"-- {missing} does not exist: run `archive-ctl migrate` first")
     if verdict.complete:
         ctx.say(
-            f"-- role {role} has all {len(check.needed)} privileges this release needs on "
-            f"{tables} tables"
+            f"-- role {role} has all {plural(len(check.needed), 'privilege')} this release "
+            f"needs on {plural(tables, 'table')}"
         )
         return EXIT_OK
     if statements:
         ctx.say(
-            f"-- role {role} lacks {len(verdict.missing)} of the {len(check.needed)} privileges"
+            f"-- role {role} lacks {len(verdict.missing)} of the "
+            f"{plural(len(check.needed), 'privilege')}"
             " this release needs; run as the tables' owner:"
         )
         for statement in statements:

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from lib.archive.sweep_rules import named_ids
 from lib.cli.context import EXIT_OK, Context
 from lib.cli.progress import duration
+from lib.cli.words import plural, verb
 from lib.platform.redact import outside_text
 from lib.state.events import Actor
 from lib.state.lane import LaneState, PauseReason
@@ -129,8 +130,9 @@ def run_clear(ctx: Context) -> int:
     if unparked:
         ctx.say(f"  unparked: {named_ids(unparked)}")
     ctx.say(
-        f"{len(unparked)} rows parked by the pause are due now (spread over "
-        f"{UNPARK_SPREAD_SECONDS:.0f} s): the sweeper sends them on its next run; new "
+        f"{plural(len(unparked), 'row')} parked by the pause {verb(len(unparked), 'is', 'are')} "
+        f"due now (spread over {UNPARK_SPREAD_SECONDS:.0f} s): the sweeper sends "
+        f"{verb(len(unparked), 'it', 'them')} on its next run; new "
         "attempts start as messages arrive; `archive-ctl status` shows the lane"
     )
     return EXIT_OK

@@ -4,6 +4,9 @@ list_records). `requeue --dry-run` prints its records the same way."""
 
 from __future__ import annotations
 
+import shutil
+import sys
+import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -12,13 +15,24 @@ from lib.archive.error_classes import error_class
 from lib.cli.args import selection_of
 from lib.cli.context import EXIT_OK, Context, UsageError
 from lib.cli.progress import duration
-from lib.platform.redact import outside_text
+from lib.cli.words import plural, verb
+from lib.platform.redact import ELLIPSIS, outside_text
 from lib.state.records import ERROR_LIMIT
 from lib.state.selection import NEVER_QUEUED, Cursor, ListedRecord, Selection
 from lib.state.status import ArchiveStatus
 
-# How much of an error a text line shows (--json has all of it).
-ERROR_SHOWN = 100
+# On a terminal, a line's error takes the rest of its width, and at least this much of it
+# however narrow the terminal (--json, a pipe or a file have all of it).
+MIN_ERROR_SHOWN = 40
+
+
+def terminal_width() -> int | None:
+    """The width a text line is fitted to: the terminal's (COLUMNS when set, as shutil
+    reads it); None when stdout is no terminal and COLUMNS is unset, or is not the
+    process's own (a caller's capture): nothing is cut."""
+    if sys.stdout is not sys.__stdout__:
+        return None
+    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
 
 
 def run(ctx: Context) -> int:
@@ -42,8 +56,10 @@ def run(ctx: Context) -> int:
         }
     )
     if matched is not None:
-        ctx.say(f"{matched} records match; newest failure first")
-    for line in lines(page):
+        ctx.say(
+            f"{plural(matched, 'record')} {verb(matched, 'matches', 'match')}; newest failure first"
+        )
+    for line in lines(page, width=terminal_width()):
         ctx.say(line)
     if not page:
         ctx.say("no records match")
@@ -75,20 +91,44 @@ def as_json(record: ListedRecord) -> dict[str, Any]:
     }
 
 
-def lines(records: Sequence[ListedRecord], *, now: datetime | None = None) -> list[str]:
-    """One line a record: id, state, attempts, its time, its error."""
+def lines(
+    records: Sequence[ListedRecord], *, now: datetime | None = None, width: int | None = None
+) -> list[str]:
+    """One line a record: id, state, attempts, its time, its error; the error cut to fit
+    `width` (at least MIN_ERROR_SHOWN of it), or whole (as stored) when `width` is None."""
     moment = now or datetime.now(UTC)
     result = []
     for r in records:
-        error = "" if r.error is None else outside_text(r.error, ERROR_SHOWN)
+        head = (
+            f"  {r.record_id:>12}  {(r.archive_status or NEVER_QUEUED):<9}  "
+            f"attempts {r.attempts}  {_when(r, moment)}  "
+        )
         if r.audit is not None:
             # The damaged copy's key: for an operator to delete on the host.
-            error = f"audit: {r.audit}, key {outside_text(r.hosted_key or '?', 64)} {error}"
-        result.append(
-            f"  {r.record_id:>12}  {(r.archive_status or NEVER_QUEUED):<9}  "
-            f"attempts {r.attempts}  {_when(r, moment)}  {error}".rstrip()
-        )
+            head += f"audit: {r.audit}, key {outside_text(r.hosted_key or '?', 64)}  "
+        error = "" if r.error is None else outside_text(r.error, ERROR_LIMIT)
+        if width is not None:
+            error = _fit(error, max(width - len(head), MIN_ERROR_SHOWN))
+        result.append(f"{head}{error}".rstrip())
     return result
+
+
+def _cells(char: str) -> int:
+    """The columns a character takes on a terminal: two for the wide ones (Lsky's Chinese)."""
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _fit(text: str, cells: int) -> str:
+    """`text` in at most `cells` terminal columns, cut with "..." when it needs more."""
+    if sum(map(_cells, text)) <= cells:
+        return text
+    kept, used = [], len(ELLIPSIS)
+    for char in text:
+        used += _cells(char)
+        if used > cells:
+            break
+        kept.append(char)
+    return "".join(kept) + ELLIPSIS
 
 
 def _when(record: ListedRecord, now: datetime) -> str:

@@ -11,12 +11,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import NoReturn
 
 import pg8000.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
+from lib.cli import verbose
 from lib.cli.context import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -82,7 +83,10 @@ def _run_command(
     config.use_aws_region()
     ctx = make_context(args)
     handler: Callable[[Context], int] = args.handler
-    with _terminal_logging(args.verbose):
+    with (
+        _terminal_logging(args.verbose),
+        verbose.aws_calls_logged() if args.verbose else nullcontext(),
+    ):
         try:
             return handler(ctx)
         except UsageError as usage:

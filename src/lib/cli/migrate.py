@@ -15,6 +15,7 @@ import pg8000.exceptions
 from lib.cli import legacy_status
 from lib.cli.context import EXIT_ERROR, EXIT_OK, CommandError, Context
 from lib.cli.data_steps import FIRST_ID, mark_may_be_hosted, unfinished_steps, would_mark
+from lib.cli.words import plural
 from lib.platform import migration_file as mf
 from lib.platform import migration_plan as mp
 from lib.platform import schema
@@ -83,7 +84,8 @@ class Migration:
         self.ctx.answer({**_answer(plan, legacy), "dry_run": False, "seconds": round(seconds, 2)})
         if plan.changes:
             self.ctx.say(
-                f"migrated in {seconds:.2f} s: {len(plan.changes)} steps; the schema is up to date"
+                f"migrated in {seconds:.2f} s: {plural(len(plan.changes), 'step')}; the schema "
+                "is up to date"
             )
         else:
             self.ctx.say(f"the schema was up to date: nothing to change ({seconds:.2f} s)")
@@ -112,7 +114,7 @@ class Migration:
             if step.action is mp.Action.MARK_MAY_BE_HOSTED:
                 self.ctx.say(f"   {would_mark(self.db, catalog, self._progress.get(mp.MARK_STEP))}")
         verdict = "would stop before changing the schema" if plan.refusal else "nothing applied"
-        self.ctx.say(f"dry run: {len(plan.changes)} changes planned, {verdict}")
+        self.ctx.say(f"dry run: {plural(len(plan.changes), 'change')} planned, {verdict}")
         self.ctx.answer({**_answer(plan, legacy), "dry_run": True, "catalog": described})
         return EXIT_ERROR if plan.refusal else EXIT_OK
 
@@ -225,7 +227,7 @@ class Migration:
                 hosted=[v.hosted for v in legacy],
                 target=[v.target for v in legacy],
             )
-            return f"; {mapped} rows mapped"
+            return f"; {plural(mapped, 'row')} mapped"
         if action.wait is mp.Wait.BRIEF:
             self.brief(step, lambda: self.db.run(step.sql))
         elif action is mp.Action.VALIDATE_CONSTRAINT:
@@ -251,7 +253,7 @@ class Migration:
                 if self.ctx.clock() + delay > deadline:
                     raise CommandError(
                         f"{step.summary}: {step.table} stayed busy for {self.retry_for:.0f} s"
-                        f" ({holders}); each of {attempt} tries gave up after"
+                        f" ({holders}); {plural(attempt, 'try', 'tries')}, each given up after"
                         f" {MIGRATION_LOCK_TIMEOUT_MS} ms, so its users waited no longer than"
                         f" that. Nothing of this step was applied. {SAFE_AGAIN}"
                     ) from None

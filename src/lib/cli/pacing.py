@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lib.cli.progress import duration
+from lib.cli.words import plural, verb
 from lib.ratelimit.margins import slot_margin
 from lib.ratelimit.slots import history_share, live_demand, live_margin, lsky_span
 from lib.state.lane import LedgerEntry
@@ -192,4 +193,8 @@ def backfill_capacity(uses: Sequence[WindowUse], rows: int, eta: float | None) -
         )
     share = per_window(use.backfill_share, use.seconds)
     words = f"{allowed} allowed, live uses ~{live}, ~{share} left for a backfill"
-    return f"{words}: {rows} rows need ~{duration(eta)}" if rows else words
+    return (
+        f"{words}: {plural(rows, 'row')} {verb(rows, 'needs', 'need')} ~{duration(eta)}"
+        if rows
+        else words
+    )

@@ -49,7 +49,11 @@ def _shared_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
         help="print the answer as one JSON object on stdout (progress, if any, on stderr)",
     )
     parser.add_argument(
-        "-v", "--verbose", action="store_true", default=default(False), help="debug logs on stderr"
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="debug logs on stderr: each statement and AWS call with its time",
     )
 
 

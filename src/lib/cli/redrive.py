@@ -15,6 +15,7 @@ from lib.archive.message import MalformedMessage, parse_record_id
 from lib.archive.sweep_rules import named_ids
 from lib.cli import dlq
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, PROG, CommandError, Context
+from lib.cli.words import plural
 from lib.state.status import ArchiveStatus
 
 if TYPE_CHECKING:
@@ -74,8 +75,9 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
     )
     if args.delete_malformed:
         ctx.say(
-            f"deleted {result.deleted} malformed messages from the DLQ ({result.stopped}); "
-            f"left {result.left} others in it, {result.delete_failed} deletes failed"
+            f"deleted {plural(result.deleted, 'malformed message')} from the DLQ "
+            f"({result.stopped}); left {plural(result.left, 'other')} in it, "
+            f"{plural(result.delete_failed, 'delete')} failed"
         )
     else:
         malformed = (
@@ -85,14 +87,15 @@ def _manual_redrive(ctx: Context, dlq_url: str) -> int:
             else ""
         )
         ctx.say(
-            f"moved {result.moved} messages to {queue_url} ({result.stopped}){malformed}; "
+            f"moved {plural(result.moved, 'message')} to {queue_url} ({result.stopped})"
+            f"{malformed}; "
             f"{result.send_failed} not sent, {result.not_deleted} sent but left in the DLQ"
         )
     if failed:
         ctx.say(f"FAILED records given new attempts for their messages: {named_ids(failed)}")
     if args.leave_malformed:
         ctx.say(
-            f"left {result.left_malformed} malformed messages in the DLQ: "
+            f"left {plural(result.left_malformed, 'malformed message')} in the DLQ: "
             f"`{PROG} redrive-dlq --dry-run` shows them, "
             f"`{PROG} redrive-dlq --delete-malformed` deletes only them"
         )
@@ -130,7 +133,8 @@ def _dry_run(ctx: Context, dlq_url: str) -> int:
             "messages": [asdict(letter) for letter in letters],
         }
     )
-    ctx.say(f"{len(letters)} messages looked at in {dlq_url} (none moved), {malformed} malformed:")
+    looked = plural(len(letters), "message")
+    ctx.say(f"{looked} looked at in {dlq_url} (none moved), {malformed} malformed:")
     for letter in letters:
         sent = letter.sent_at.isoformat(timespec="seconds") if letter.sent_at else "-"
         reason = f"  [{letter.reason}]" if letter.reason else ""

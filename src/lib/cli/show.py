@@ -16,17 +16,20 @@ from lib.cli.context import EXIT_NOT_FOUND, EXIT_OK, Context
 from lib.cli.progress import duration
 from lib.cli.show_events import ORIGINAL_SOURCES, TEXT_LIMIT, describe
 from lib.cli.show_wait import Timing, Wait, waiting_for, when
+from lib.cli.words import plural
 from lib.platform import config
 from lib.platform.redact import outside_text
 from lib.state.audits import AuditFindings, Keeping
+from lib.state.events import CONCLUDING
 from lib.state.lane import LaneState
-from lib.state.status import GENERATION_SUCCEEDED
+from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 from lib.state.stories import Story, StoryRecords
 from lib.transfer.lsky_upload import MAX_HOSTED_URL
 
 # Events shown by default: with the header, one screen.
 DEFAULT_EVENTS = 30
 MAX_EVENTS = 1_000
+RETENTION_SETTING = "ARCHIVE_EVENT_RETENTION_DAYS"
 
 # -- the report ----------------------------------------------------------------------------
 
@@ -70,6 +73,7 @@ class Shown:
                 "backfilled": row.backfilled,
             }
         data["events_total"] = self.story.total
+        data["events_note"] = story_note(self.story)
         data["events"] = [
             {
                 "at": event.at.isoformat(),
@@ -133,11 +137,8 @@ def render(shown: Shown) -> str:
     for event in story.events:
         ago = duration((now - event.at).total_seconds())
         lines.append(f"  {ago:>9} ago  #{event.attempt:<2} {event.kind:<15} {describe(event, now)}")
-    if not story.events and row is not None and row.archive_status is not None:
-        lines.append(
-            f"  (none yet: queued {when(row.enqueued_at or row.next_run_at, now)} by the "
-            "producer, inferred from the row; its first claim writes that down)"
-        )
+    if (note := story_note(story)) is not None:
+        lines.append(f"  ({note})")
     if shown.logs is not None:
         lines += _logs_lines(shown.logs)
     return "\n".join(lines)
@@ -168,6 +169,33 @@ def _keeping_lines(kept: Keeping, now: datetime) -> list[str]:
     return lines
 
 
+def story_note(story: Story) -> str | None:
+    """What the events alone would tell wrongly (pure): a record nothing has touched yet,
+    or a concluded record whose story the retention removed (all of it, or, as an older
+    release left it, all but what came after its conclusion)."""
+    row = story.row
+    if row is None or row.archive_status is None:
+        return None
+    concluded = row.archive_status in (ArchiveStatus.SUCCEEDED, ArchiveStatus.FAILED)
+    if not story.events:
+        if concluded:
+            return (
+                f"none: removed by the retention ({RETENTION_SETTING} after its conclusion), "
+                "or never written (a release before stories were kept concluded it)"
+            )
+        return (
+            f"none yet: queued {when(row.enqueued_at or row.next_run_at, row.now)} by the "
+            "producer, inferred from the row; its first claim writes that down"
+        )
+    kinds = {event.kind for event in story.events}
+    if concluded and story.total == len(story.events) and not kinds & set(CONCLUDING):
+        return (
+            f"its story up to its conclusion ({row.archive_status}) is gone, removed by the "
+            f"retention ({RETENTION_SETTING}) or never written; these events came after it"
+        )
+    return None
+
+
 def _logs_lines(logs: logs_insights.LogsReport) -> list[str]:
     lines = [
         f"logs: CloudWatch Logs Insights over {', '.join(logs.log_groups)}, "
@@ -177,7 +205,7 @@ def _logs_lines(logs: logs_insights.LogsReport) -> list[str]:
     if logs.why_not:
         lines.append(f"  not run: {logs.why_not}" if not logs.ran else f"  {logs.why_not}")
     if logs.ran:
-        lines.append(f"  {len(logs.results)} lines")
+        lines.append(f"  {plural(len(logs.results), 'line')}")
         lines += [logs_insights.result_line(row) for row in logs.results]
     return lines
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from lib.cli.progress import duration
 from lib.cli.show_wait import when
+from lib.cli.words import plural
 from lib.platform.redact import outside_text
+from lib.state.status import ArchiveStatus
 from lib.state.stories import StoredEvent
 
 TEXT_LIMIT = 160  # a line's outside text (an error, a host's answer) at most
@@ -42,7 +44,9 @@ def _enqueued(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     if d.get("why"):
         words += f": {_text(d, 'why')}"
     if d.get("was"):
-        words += f", was {_text(d, 'was')} after {d.get('attempts', '?')} attempts"
+        attempts = d.get("attempts")
+        count = plural(attempts, "attempt") if isinstance(attempts, int) else "? attempts"
+        words += f", was {_text(d, 'was')} after {count}"
     if d.get("message_id"):
         words += f", message {_text(d, 'message_id')}"
     return words
@@ -52,7 +56,10 @@ def _received(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
     words = f"message {_text(d, 'message_id') or '?'}, receive {d.get('receive_count', '?')}"
     if d.get("claimed") is not False:
         return words
-    why = [f"archive {d.get('archive_status') or 'never queued'}"]
+    status = d.get("archive_status")
+    why = [f"archive {status or 'never queued'}"]
+    if status in (ArchiveStatus.SUCCEEDED, ArchiveStatus.FAILED):
+        why[0] += ": a duplicate or late message"
     due_in = d.get("due_in_seconds")
     if d.get("lane_paused"):
         why.append("the lane paused")

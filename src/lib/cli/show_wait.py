@@ -4,13 +4,17 @@ from its row, the upload lane and the settings that say when a waiting record mo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from lib.archive.error_classes import error_class
+from lib.archive.retry import ErrorClass
 from lib.cli.progress import duration
 from lib.state.lane import LaneState
 from lib.state.status import ArchiveStatus, WaitReason
 from lib.state.stories import RecordRow
+from lib.transfer.failures import Stage
 
 
 @dataclass(frozen=True)
@@ -66,17 +70,50 @@ def waiting_for(row: RecordRow, lane: LaneState | None, timing: Timing) -> Wait:
     if status == ArchiveStatus.SUCCEEDED:
         return Wait("nothing", None, f"nothing: archived {when(row.archived_at, now)}")
     if status == ArchiveStatus.FAILED:
-        copy = " from its staged copy" if row.staged_key else ""
         estimated = " (estimated: an older release did not record it)" * row.failed_at_estimated
         return Wait(
-            "nothing",
-            None,
-            f"nothing: FAILED {when(row.failed_at, now)}{estimated}; `archive-ctl requeue --id "
-            f"{row.record_id}` gives it new attempts{copy}",
+            "nothing", None, f"nothing: FAILED {when(row.failed_at, now)}{estimated}; {_after(row)}"
         )
     if status == ArchiveStatus.RUNNING:
         return _running(row, timing)
     return _pending(row, lane, timing)
+
+
+# A failure's error text ends with where it was in the attempt budget (retry.error_summary).
+_BUDGET = re.compile(r"\[attempt (\d+)/(\d+)\]$")
+
+
+def failed_for_good(row: RecordRow) -> bool:
+    """Whether a requeue would fail the same way: the failure was permanent, as its last
+    `failed` event says; without one, when it failed before its last attempt, which only a
+    permanent failure does."""
+    if row.failed_class is not None:
+        return row.failed_class == ErrorClass.PERMANENT
+    budget = _BUDGET.search(row.error or "")
+    return budget is not None and int(budget[1]) < int(budget[2])
+
+
+def _after(row: RecordRow) -> str:
+    """What an operator can do about a FAILED record."""
+    requeue = f"`archive-ctl requeue --id {row.record_id}`"
+    copy = " from its staged copy" if row.staged_key else ""
+    if not failed_for_good(row):
+        return f"{requeue} gives it new attempts{copy}"
+    stage = error_class(row.error)
+    if stage == Stage.DOWNLOAD:
+        return (
+            f"it failed for good: the provider's answer will not change (its URL gone or "
+            f"refused, or not an image), so {requeue} would fail the same way unless the "
+            "source has changed; check the image at its URL, or have it generated again "
+            "(a new record)"
+        )
+    if stage == Stage.UPLOAD:
+        return (
+            f"it failed for good: Lsky refused it and would again, so first fix that on "
+            f"the Lsky side (the group's size limit or file types, the storage strategy, "
+            f"the quota, the token), then {requeue}{copy}"
+        )
+    return f"it failed for good: {requeue} would fail the same way unless its cause changed"
 
 
 def _running(row: RecordRow, timing: Timing) -> Wait:

@@ -77,6 +77,9 @@ class Status:
             audit["without_original"] = self.audit.without_original
             checked = self.audit.oldest_check
             audit["oldest_check"] = None if checked is None else checked.isoformat()
+        if self.staged is not None and not self.staged.waiting:
+            # The sweeper's metric reads 0 then (its alarm's input); here it is no age at all.
+            data["staged"]["oldest_age_seconds"] = None
         return data
 
     def to_json(self) -> str:
@@ -139,7 +142,7 @@ def render(status: Status) -> str:
     lines = [
         "archive states (PostgreSQL)",
         f"  PENDING     {a.pending:>8}   due now: {a.pending_due}, "
-        f"oldest due for: {_age(a.oldest_pending_age_seconds) if a.pending_due else '-'}",
+        f"oldest due for: {_age(a.oldest_pending_age_seconds)}",
         f"  RUNNING     {a.running:>8}   lock expired: {a.running_expired}",
         f"  FAILED      {a.failed:>8}   failed in the last 24 h: {a.failed_last_24h}",
     ]

@@ -22,6 +22,7 @@ from lib.cli.pacing import (
     window_uses,
 )
 from lib.cli.progress import duration
+from lib.cli.words import plural
 from lib.state.lane import DRAIN_WINDOW_SECONDS, LaneState, LedgerEntry
 from lib.state.operations import LiveCounts
 
@@ -222,7 +223,7 @@ def lane_lines(lane: LaneReport | None, work: Backlog | None) -> list[str]:
             eta = "- (the lane is paused until cleared)"
         else:
             eta = f"- (nothing uploaded in the last {duration(lane.drain_window_seconds)})"
-        lines.append(f"  backlog: {work.records} records PENDING or RUNNING, ETA {eta}")
+        lines.append(f"  backlog: {plural(work.records, 'record')} PENDING or RUNNING, ETA {eta}")
     if lane.pacing is not None:
         counted = lane.pacing
         never = (

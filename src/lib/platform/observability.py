@@ -6,6 +6,7 @@ botocore), so the Tracer is only built when POWERTOOLS_TRACE_DISABLED is false.
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -21,6 +22,12 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(service=SERVICE, namespace=NAMESPACE)
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def debug_enabled() -> bool:
+    """Whether debug logs are written (`archive-ctl -v`, POWERTOOLS_LOG_LEVEL=DEBUG): what
+    a debug line costs to build is spent only then."""
+    return logging.getLogger(logger.name).isEnabledFor(logging.DEBUG)
 
 
 def log_unexpected(message: str, exception: BaseException, /, **fields: Any) -> None:

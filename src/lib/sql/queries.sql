@@ -179,6 +179,13 @@ noted AS (
         FROM exhausted
     ) AS e
     WHERE target.archive_locked_by IS DISTINCT FROM :owner
+      -- A message for a record that is not live (archived, failed, never queued) is told
+      -- in its story only while the story holds a conclusion, which the retention removes
+      -- it with: after the retention it would start a story of its own, never removed
+      -- and read as a record just queued (docs/history.md).
+      AND (target.archive_status IN ('PENDING', 'RUNNING')
+           OR EXISTS (SELECT 1 FROM image_archive_events AS told
+                      WHERE told.record_id = target.id AND told.kind IN ('archived', 'failed')))
 )
 SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        exhausted.id IS NOT NULL,
@@ -841,15 +848,16 @@ noted AS (
 SELECT id, archive_enqueued_at FROM requeued;
 
 -- name: live_counts
--- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED).
+-- `archive-ctl status`: reads only the partial indexes (PENDING, RUNNING, FAILED). The
+-- oldest due row's age is NULL when no row is due (none to tell, not "0 s").
 SELECT
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'PENDING'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'PENDING'
         AND (archive_next_run_at IS NULL OR archive_next_run_at <= now())),
-    (SELECT CAST(GREATEST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)), 0)
-                 AS double precision)
-       FROM image_generation_records WHERE archive_status = 'PENDING'),
+    (SELECT CAST(EXTRACT(EPOCH FROM now() - min(archive_next_run_at)) AS double precision)
+       FROM image_generation_records
+      WHERE archive_status = 'PENDING' AND archive_next_run_at <= now()),
     (SELECT count(*) FROM image_generation_records WHERE archive_status = 'RUNNING'),
     (SELECT count(*) FROM image_generation_records
       WHERE archive_status = 'RUNNING' AND {{lock_expired}}),
@@ -1187,11 +1195,16 @@ SELECT id, was FROM marked ORDER BY id;
 -- Retention (docs/history.md), run by the sweeper: the oldest conclusions (archived,
 -- failed) older than :retention seconds, :limit at most, of records that are not live
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
--- are removed. A live record keeps every event: requeued since, it is PENDING or RUNNING,
--- and the rows are share-locked, so a requeue waits for the delete or the delete passes
--- the row by. A range of the conclusions' partial index, each record looked up by its
--- key (scalar subqueries: an anti-join would read the whole table once), then a range of
--- its own index. Returns (record id, events removed).
+-- are removed, and when that is its last conclusion, the events after it too (a
+-- duplicate's or a late message's `received`, a vanished attempt's `lock_lost`): written
+-- after the record concluded, they have no conclusion of their own to go with. It is the
+-- last when the row's own conclusion time (archived_at, archive_failed_at: the same now()
+-- as its event) is not later, or the row is gone; a row without one (an older release's,
+-- never queued again) keeps what came after. A live record keeps every event: requeued
+-- since, it is PENDING or RUNNING, and the rows are share-locked, so a requeue waits for
+-- the delete or the delete passes the row by. A range of the conclusions' partial index,
+-- each record looked up by its key (scalar subqueries: an anti-join would read the whole
+-- table once), then a range of its own index. Returns (record id, events removed).
 WITH oldest AS (
     SELECT e.record_id, e.at
     FROM image_archive_events AS e
@@ -1203,16 +1216,20 @@ WITH oldest AS (
     LIMIT :limit
 ),
 concluded AS (
-    SELECT r.id
+    SELECT r.id, CASE r.archive_status WHEN 'SUCCEEDED' THEN r.archived_at
+                                       WHEN 'FAILED' THEN r.archive_failed_at END AS at
     FROM image_generation_records AS r
     WHERE r.id IN (SELECT record_id FROM oldest)
       AND (r.archive_status IS NULL OR r.archive_status IN ('SUCCEEDED', 'FAILED'))
     FOR SHARE SKIP LOCKED
 ),
 chapters AS (
-    SELECT o.record_id, max(o.at) AS upto
+    -- Its last conclusion when the row's is not later, or the row is gone (not joined).
+    SELECT o.record_id, max(o.at) AS upto,
+           bool_or(k.id IS NULL) OR COALESCE(max(k.at) <= max(o.at), false) AS last
     FROM oldest AS o
-    WHERE o.record_id IN (SELECT id FROM concluded)
+    LEFT JOIN concluded AS k ON k.id = o.record_id
+    WHERE k.id IS NOT NULL
        OR NOT COALESCE((SELECT true FROM image_generation_records AS r
                         WHERE r.id = o.record_id), false)
     GROUP BY o.record_id
@@ -1220,14 +1237,15 @@ chapters AS (
 removed AS (
     DELETE FROM image_archive_events AS e
     USING chapters AS c
-    WHERE e.record_id = c.record_id AND e.at <= c.upto
+    WHERE e.record_id = c.record_id AND (e.at <= c.upto OR c.last)
     RETURNING e.record_id
 )
 SELECT record_id, count(*) FROM removed GROUP BY record_id ORDER BY record_id;
 
 -- name: record_story
--- `archive-ctl show`: one record's row as the story needs it, its booked upload slot, and
--- how many events it has (a count of its index range).
+-- `archive-ctl show`: one record's row as the story needs it, its booked upload slot, how
+-- many events it has (a count of its index range), and a FAILED record's error class as
+-- its last `failed` event says it (permanent: a requeue would fail the same way).
 SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_at,
        r.archive_wait_reason, r.archive_enqueued_at, r.archive_locked_by, r.archive_locked_at,
        r.archive_status = 'RUNNING' AND {{lock_expired}}, r.archive_error, r.archived_at,
@@ -1237,7 +1255,11 @@ SELECT r.id, r.status, r.archive_status, r.archive_attempts, r.archive_next_run_
          WHERE u.record_id = r.id AND u.state = 'booked'),
        (SELECT count(*) FROM image_archive_events AS e WHERE e.record_id = r.id),
        CASE WHEN r.archive_status = 'FAILED' THEN {{failed_time}} END,
-       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL
+       r.archive_status = 'FAILED' AND r.archive_failed_at IS NULL,
+       CASE WHEN r.archive_status = 'FAILED'
+            THEN (SELECT e.detail ->> 'error_class' FROM image_archive_events AS e
+                  WHERE e.record_id = r.id AND e.kind = 'failed'
+                  ORDER BY e.at DESC, e.seq DESC LIMIT 1) END
 FROM image_generation_records AS r
 WHERE r.id = :record_id;
 

@@ -7,10 +7,12 @@ is replaced by that block's text, so a rule shared by statements is written once
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 from lib.platform.db import Database
+from lib.platform.observability import debug_enabled, logger
 
 QUERIES_FILE = Path(__file__).resolve().parent.parent / "sql" / "queries.sql"
 _HEADER = re.compile(r"^-- name: (\w+)[ \t]*$", re.MULTILINE)
@@ -48,4 +50,12 @@ class Statements:
         self.db = db
 
     def _run(self, name: str, **params: Any) -> list[list[Any]]:
-        return self.db.run(QUERIES[name], **params)
+        if not debug_enabled():
+            return self.db.run(QUERIES[name], **params)
+        # `-v` (or POWERTOOLS_LOG_LEVEL=DEBUG): each statement by name, with its time and
+        # rows; never its parameters, which may carry an error text or a host's answer.
+        started = time.perf_counter()
+        rows = self.db.run(QUERIES[name], **params)
+        elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+        logger.debug("statement run", statement=name, ms=elapsed_ms, rows=len(rows))
+        return rows

@@ -42,6 +42,9 @@ class RecordRow:
     events: int  # how many events it has
     failed_at: datetime | None  # when a FAILED record failed
     failed_at_estimated: bool  # an older release failed it without recording when
+    # A FAILED record's error class (lib.archive.retry.ErrorClass) as its last `failed`
+    # event says it; None when no event says (the sweeper's, an older release's, expired).
+    failed_class: str | None = None
 
 
 @dataclass(frozen=True)
