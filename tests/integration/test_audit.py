@@ -440,3 +440,23 @@ def test_an_audit_does_not_restore_a_record_changed_since_it_was_judged(
         == []
     )
     assert world.db.run("SELECT count(*) FROM image_archive_restores") == [[0]]
+
+
+def test_the_audit_removes_its_own_events_after_the_retention(audit: Audit, world: World) -> None:
+    # They come after the record's conclusion: the story's retention does not take them.
+    audit.archived(1)
+    world.lsky.lose_file(audit.key(1))
+    world.upstream.reset()
+    audit.run()
+    assert len(audit.events(1, "audited")) == 1
+    world.db.run(
+        "UPDATE image_archive_events SET at = at - interval '31 days'"
+        " WHERE kind IN ('audited', 'lost_on_host')"
+    )
+
+    summary = audit.run()
+
+    assert summary["events_removed"] == 2
+    assert audit.events(1, "audited") == []
+    assert audit.events(1, "lost_on_host") == []
+    assert len(audit.events(1, "archived")) == 1  # the story's own retention decides

@@ -84,6 +84,7 @@ INDEXES = set(ARCHIVE_INDEXES) | {
     "image_archive_events_record_idx",
     "image_archive_events_concluded_idx",
     "image_archive_audits_due_idx",
+    "image_archive_events_audit_idx",
     "image_archive_audits_wrong_idx",
     "image_archive_outbox_created_idx",
 }

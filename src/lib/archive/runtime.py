@@ -135,6 +135,7 @@ def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Aud
         ),
         period_seconds=settings.period_seconds,
         rate=settings.audit_rate,
+        retention_seconds=settings.event_retention_days * 86_400,
     )
 
 

@@ -37,6 +37,8 @@ RETRY_SECONDS = 900
 # The walk enrols older archives this many rows a statement, and a few statements a run.
 WALK_BATCH = 5_000
 WALK_STEPS = 20
+# The audit's own events past the retention removed a run at most (each run a batch).
+EXPIRY_EVENTS = 5_000
 
 
 class Originals(Protocol):
@@ -72,6 +74,7 @@ class AuditSummary:
     lost: int = 0
     passed: int = 0  # not archived now (a restore or requeue under way, a deleted row)
     enrolled: int = 0  # older archives the walk enrolled
+    events_removed: int = 0  # the audit's own events past the retention
     host_down: bool = False
     dry_run: bool = False
     found: list[dict[str, object]] = field(default_factory=list)  # what was not intact
@@ -90,7 +93,9 @@ class Auditor:
         restorer: Restorer | None,
         period_seconds: int,
         rate: float,
+        retention_seconds: int = 30 * 86_400,
     ) -> None:
+        self.retention_seconds = retention_seconds
         self.audits = audits
         self.downloader = downloader
         self.originals = originals
@@ -111,6 +116,9 @@ class Auditor:
         summary = AuditSummary(dry_run=dry_run)
         run = _Run(self, summary, remaining_ms, Pace(self.rate), dry_run=dry_run, by=by)
         if choice is None and not dry_run:
+            summary.events_removed = self.audits.expire_events(
+                retention_seconds=self.retention_seconds, limit=EXPIRY_EVENTS
+            )
             summary.enrolled = run.walk()
         after_id, left = 0, limit if choice is None else choice.limit
         while run.time_left():

@@ -142,6 +142,8 @@ class AuditSettings:
     originals_bucket: str | None = None
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     allow_private_networks: tuple[IPNetwork, ...] = ()
+    # ARCHIVE_EVENT_RETENTION_DAYS: the audit's own events go after it, as stories do.
+    event_retention_days: int = DEFAULT_EVENT_RETENTION_DAYS
 
     @property
     def period_seconds(self) -> int:
@@ -272,12 +274,7 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         lsky_token=text(env, "LSKY_TOKEN"),
         lsky_token_secret_arn=text(env, "LSKY_TOKEN_SECRET_ARN"),
         max_retry_after_seconds=max_retry_after_seconds(env),
-        event_retention_days=positive_int(
-            env,
-            "ARCHIVE_EVENT_RETENTION_DAYS",
-            DEFAULT_EVENT_RETENTION_DAYS,
-            MAX_EVENT_RETENTION_DAYS,
-        ),
+        event_retention_days=event_retention_days(env),
         event_bus=event_bus(env),
     )
 
@@ -298,6 +295,13 @@ def load_audit_settings(
             env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES, MAX_IMAGE_BYTES_BOUND
         ),
         allow_private_networks=networks(env, "ARCHIVE_ALLOW_PRIVATE_NETWORKS"),
+        event_retention_days=event_retention_days(env),
+    )
+
+
+def event_retention_days(env: Mapping[str, str]) -> int:
+    return positive_int(
+        env, "ARCHIVE_EVENT_RETENTION_DAYS", DEFAULT_EVENT_RETENTION_DAYS, MAX_EVENT_RETENTION_DAYS
     )
 
 

@@ -239,6 +239,10 @@ CREATE INDEX IF NOT EXISTS image_archive_events_record_idx
 CREATE INDEX IF NOT EXISTS image_archive_events_concluded_idx
     ON image_archive_events (at) WHERE kind IN ('archived', 'failed');
 
+-- The audit's own events, by time: it removes them after the retention (they come after a
+-- record's conclusion, so the story's retention does not take them).
+CREATE INDEX IF NOT EXISTS image_archive_events_audit_idx
+    ON image_archive_events (at) WHERE kind IN ('audited', 'original_kept', 'lost_on_host');
 -- How far the archive function has read the archive queue: the newest SentTimestamp among
 -- the messages it received for the first time (the claim moves it on, never back; at most
 -- to the database's now()). The sweeper's lost-message rule compares a PENDING row's entry

@@ -1965,6 +1965,24 @@ noted AS (
 SELECT (SELECT count(*) FROM written),
        COALESCE((SELECT array_agg(record_id) FROM noted WHERE kind = 'lost_on_host'), '{}');
 
+-- name: expire_audit_events
+-- The audit's own events (audited, original_kept, lost_on_host) older than :retention
+-- seconds, :limit at most, oldest first, by their partial index: written after a record
+-- concluded, they have no conclusion of their own that the story's retention
+-- (expire_events) would take them with. The audit table keeps the verdicts. Returns how
+-- many went.
+WITH old AS (
+    SELECT ctid FROM image_archive_events
+    WHERE kind IN ('audited', 'original_kept', 'lost_on_host')
+      AND at < now() - make_interval(secs => :retention)
+    ORDER BY at
+    LIMIT :limit
+),
+removed AS (
+    DELETE FROM image_archive_events AS e USING old WHERE e.ctid = old.ctid RETURNING 1
+)
+SELECT count(*) FROM removed;
+
 -- name: release_audits
 -- A batch judged nothing (the host seemed down): due again at once, for the next run.
 UPDATE image_archive_audits

@@ -133,6 +133,11 @@ class AuditRecords(Statements):
         )
         return [int(record_id) for record_id in lost or []]
 
+    def expire_events(self, *, retention_seconds: int, limit: int) -> int:
+        """The audit's own events past the retention, `limit` at most; how many went."""
+        [[removed]] = self._run("expire_audit_events", retention=retention_seconds, limit=limit)
+        return int(removed)
+
     def release(self, record_ids: Sequence[int]) -> None:
         if record_ids:
             self._run("release_audits", ids=list(record_ids))
