@@ -268,6 +268,7 @@ class Concluder:
             mime_type=copied.hosted.mime_type,
             response=stored_response(copied),
             altered=None if fidelity is None else fidelity.altered,
+            original=copied.original,  # recorded in the same statement
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
             events=ctx.events.pending(),

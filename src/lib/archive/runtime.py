@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from lib.platform.config import Settings, SweeperSettings, load_settings, load_sweeper_settings
 from lib.platform.db import Database
-from lib.platform.s3 import StagingBucket
+from lib.platform.s3 import OriginalsBucket, StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
 from lib.state.lane_store import LaneStore
@@ -29,6 +29,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     # Deferred: see the module docstring.
     from lib.archive.conclusion import Concluder  # noqa: PLC0415
     from lib.archive.copier import Copier  # noqa: PLC0415
+    from lib.archive.originals import Originals  # noqa: PLC0415
     from lib.archive.staging import Staging  # noqa: PLC0415
     from lib.archive.transfer import Transfer  # noqa: PLC0415
     from lib.archive.worker import ArchiveWorker  # noqa: PLC0415
@@ -60,6 +61,12 @@ def build_worker(settings: Settings) -> ArchiveWorker:
         max_image_bytes=settings.max_image_bytes,
         host_timezone=ZoneInfo(settings.lsky_timezone),
     )
+    originals = Originals(
+        # Built without a client: boto3 is loaded by the first original's write, beside it.
+        OriginalsBucket(settings.originals_bucket, storage_class=settings.originals_storage_class)
+        if settings.originals_bucket
+        else None
+    )
     records = ArchiveRecords(db)
     queue = Queue()
     if settings.rate_limits:
@@ -69,7 +76,13 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     return ArchiveWorker(
         settings=settings,
         records=records,
-        transfer=Transfer(settings=settings, copier=copier, staging=staging, lane=LaneStore(db)),
+        transfer=Transfer(
+            settings=settings,
+            copier=copier,
+            staging=staging,
+            lane=LaneStore(db),
+            originals=originals,
+        ),
         concluder=Concluder(
             records=records,
             queue=queue,

@@ -116,4 +116,6 @@ def archived_detail(copied: Copied) -> dict[str, Any]:
         "adopted": copied.adopted or None,
         "duplicates": list(copied.duplicates) or None,
         "duplicate_possible": copied.duplicate_possible or None,
+        "original": None if copied.original is None else copied.original.key,
+        "original_missing": copied.original_missing,
     }

@@ -11,8 +11,10 @@ from datetime import datetime, timedelta
 
 from lib.archive import pacing, schedule, story
 from lib.archive import retry as policy
-from lib.archive.copier import Copier, can_start, sent_of
+from lib.archive.copier import Copier, can_start, sent_after, sent_of
 from lib.archive.lane import HostCondition, host_condition, pause_until
+from lib.archive.original_step import OriginalStep
+from lib.archive.originals import Keeping, Originals
 from lib.archive.outcome import Message, Outcome, Verdict, archived
 from lib.archive.relaying import relay_gate
 from lib.archive.staging import (
@@ -30,7 +32,7 @@ from lib.state.claim import SentImage, StagedCopy, Task
 from lib.state.events import EventLog
 from lib.state.lane import LaneState
 from lib.state.lane_store import LaneStore, SlotAnswer
-from lib.transfer.failures import ArchiveFailure, Failure, Stage
+from lib.transfer.failures import ArchiveFailure, Failure
 from lib.transfer.held import HeldImage
 
 
@@ -52,6 +54,7 @@ class _Attempt:
     slot_wait_seconds: float = 0.0  # slept for the upload slot
     upload_started: float | None = None  # time.monotonic(), when relayed (lib.archive.relaying)
     duplicate_possible: bool = False  # ...but the look-up could not be answered
+    keeping: Keeping | None = None  # the original's write beside the upload
 
     def db_now(self) -> datetime:
         """The database's clock (read by the claim) moved on by the time elapsed here."""
@@ -60,12 +63,19 @@ class _Attempt:
 
 class Transfer:
     def __init__(
-        self, *, settings: Settings, copier: Copier, staging: Staging, lane: LaneStore
+        self,
+        *,
+        settings: Settings,
+        copier: Copier,
+        staging: Staging,
+        lane: LaneStore,
+        originals: Originals,
     ) -> None:
         self.settings = settings
         self.copier = copier
         self.staging = staging
         self.lanes = lane
+        self.original = OriginalStep(originals, staging)
         self.timings = pacing.Timings()
 
     def run(
@@ -91,7 +101,7 @@ class Transfer:
             # What the lost upload sent is known: look it up before fetching anything.
             found = self._look_up(at, task.sent, None)
             if isinstance(found, Verdict):
-                return found
+                return self.original.adopted(at, found, None)
             at.looked_up, at.duplicate_possible = True, found
         fetching = time.monotonic()
         held = self._hold(at)
@@ -115,7 +125,8 @@ class Transfer:
             if staged is not None:
                 return staged
         try:
-            return self.copier.fetch(task, at.deadline, gate=relay_gate(at, self))
+            gate, beside = relay_gate(at, self), self.original.relayed(at)
+            return self.copier.fetch(task, at.deadline, gate=gate, beside=beside)
         except ArchiveFailure as error:
             story.source_failed(at.events, error.failure)
             return self._source_failed(at, error.failure)
@@ -148,7 +159,7 @@ class Transfer:
             else:
                 story.looked_up(at.events, found)
                 if found.adopted is not None:
-                    return archived(found.adopted)
+                    return self.original.adopted(at, archived(found.adopted), None)
         if at.restage:
             # Said plainly: the copy the row relied on is gone (the bucket's lifecycle rule)
             # and the provider's URL failed too (typically expired: a permanent 403).
@@ -189,7 +200,7 @@ class Transfer:
         if task.may_be_hosted and not at.looked_up:
             found = self._look_up(at, sent_of(held), held)
             if isinstance(found, Verdict):
-                return found
+                return self.original.adopted(at, found, held)
             at.duplicate_possible = found
         if self._paced() and not at.slot_taken:
             waiting = self._slot_or_wait(at, held)
@@ -202,16 +213,19 @@ class Transfer:
             slot_wait_seconds=round(at.slot_wait_seconds, 3),
         )
         uploading = at.upload_started or time.monotonic()  # from its slot to its answer
+        self.original.start(at, held)
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
+            self.original.dropped(at)
             story.upload_failed(at.events, error.failure, seconds=time.monotonic() - uploading)
             # Lsky counts stored images: the slot stays if it may have stored this one.
             verdict = self._failed(at, error.failure, held)
             return replace(verdict, counted=error.failure.may_be_hosted)
         self.timings.uploaded(time.monotonic() - uploading)
         story.upload_answered(at.events, copied, seconds=time.monotonic() - uploading)
-        return archived(replace(copied, duplicate_possible=at.duplicate_possible))
+        copied = self.original.kept(at, replace(copied, duplicate_possible=at.duplicate_possible))
+        return archived(copied)
 
     # -- pacing --------------------------------------------------------------------------
 
@@ -314,7 +328,7 @@ class Transfer:
             may_be_hosted=failure.may_be_hosted,
             staged=self._stage(at, held, "upload failed"),
         )
-        return replace(verdict, sent=_sent(failure, held))
+        return replace(verdict, sent=sent_after(failure, held))
 
     def _attempt_failed(
         self, at: _Attempt, failure: Failure, held: HeldImage | None = None
@@ -340,7 +354,7 @@ class Transfer:
             may_be_hosted=failure.may_be_hosted,
             staged=staged,
             keep_staged=fail and keeps_copy(failure),
-            sent=_sent(failure, held),
+            sent=sent_after(failure, held),
             fields={"error_class": str(decision.error_class), "error": error},
         )
 
@@ -382,10 +396,3 @@ def _window_frees(lanes: LaneStore, named: HostCondition, zone: str, task: Task)
         return None
     name, seconds, limit = named.window, named.window_seconds, named.limit
     return lanes.window_frees_at(seconds, limit, window=name, zone=zone, record_id=task.record_id)
-
-
-def _sent(failure: Failure, held: HeldImage | None) -> SentImage | None:
-    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
-    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
-        return None
-    return sent_of(held)

@@ -59,6 +59,10 @@ DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
 # (docs/history.md), and ten years at most.
 DEFAULT_EVENT_RETENTION_DAYS = 30
 MAX_EVENT_RETENTION_DAYS = 3650
+# Originals are written once and read rarely (an audit's repair): Glacier Instant Retrieval
+# by default (docs/performance.md prices each class).
+ORIGINALS_STORAGE_CLASSES = ("GLACIER_IR", "STANDARD", "STANDARD_IA", "INTELLIGENT_TIERING")
+DEFAULT_ORIGINALS_STORAGE_CLASS = "GLACIER_IR"
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,10 @@ class Settings:
     max_retry_after_seconds: int = DEFAULT_MAX_RETRY_AFTER_SECONDS
     # LSKY_TIMEZONE: the zone Lsky lists an image's `date` in (its config/app.php).
     lsky_timezone: str = DEFAULT_LSKY_TIMEZONE
+    # ARCHIVE_ORIGINALS_BUCKET: where every archived image's original is kept
+    # (lib.archive.originals); None = none kept. ARCHIVE_ORIGINALS_STORAGE_CLASS: in which class.
+    originals_bucket: str | None = None
+    originals_storage_class: str = DEFAULT_ORIGINALS_STORAGE_CLASS
 
 
 @dataclass(frozen=True)
@@ -218,6 +226,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         staging_bucket=staging_bucket(env),
         max_retry_after_seconds=max_retry_after_seconds(env),
         lsky_timezone=time_zone(env, "LSKY_TIMEZONE"),
+        originals_bucket=staging_bucket(env, "ARCHIVE_ORIGINALS_BUCKET"),
+        originals_storage_class=originals_storage_class(env),
     )
 
 
@@ -276,6 +286,17 @@ def max_retry_after_seconds(env: Mapping[str, str]) -> int:
         DEFAULT_MAX_RETRY_AFTER_SECONDS,
         MAX_DELAY_SECONDS,
     )
+
+
+def originals_storage_class(env: Mapping[str, str] | None = None) -> str:
+    """ARCHIVE_ORIGINALS_STORAGE_CLASS: the S3 storage class originals are written in
+    (template.yaml's OriginalsStorageClass allows the same); anything else a ConfigError."""
+    env = os.environ if env is None else env
+    value = text(env, "ARCHIVE_ORIGINALS_STORAGE_CLASS") or DEFAULT_ORIGINALS_STORAGE_CLASS
+    if value not in ORIGINALS_STORAGE_CLASSES:
+        allowed = ", ".join(ORIGINALS_STORAGE_CLASSES)
+        raise ConfigError(f"ARCHIVE_ORIGINALS_STORAGE_CLASS must be one of {allowed}")
+    return value
 
 
 def pacing_limits(env: Mapping[str, str] | None = None) -> tuple[tuple[int, int], ...]:

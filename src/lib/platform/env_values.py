@@ -200,12 +200,17 @@ def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET")
     raw = text(env, name)
     if raw is None:
         return None
-    if (
+    if not is_bucket_name(raw):
+        raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
+    return raw
+
+
+def is_bucket_name(raw: str) -> bool:
+    """S3's rules for a general purpose bucket's name (a setting, or a row's column)."""
+    return not (
         not _BUCKET_NAME.fullmatch(raw)
         or ".." in raw
         or _IP_ADDRESS.fullmatch(raw)
         or raw.startswith(_BUCKET_PREFIXES)
         or raw.endswith(_BUCKET_SUFFIXES)
-    ):
-        raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
-    return raw
+    )

@@ -67,6 +67,13 @@ NEEDS: tuple[Need, ...] = (
         "`archive-ctl show` reads them, the sweeper removes them after the retention",
     ),
     Need(
+        "image_archive_originals",
+        ("SELECT", "INSERT", "UPDATE"),
+        (),
+        "the kept originals: the success write records one, the audit adds or replaces "
+        "one and reads them",
+    ),
+    Need(
         "image_archive_queue",
         ("SELECT", "UPDATE"),
         (),

@@ -227,6 +227,24 @@ CREATE TABLE IF NOT EXISTS image_archive_queue (
 
 INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) DO NOTHING;
 
+-- Every archived image's original kept in the originals bucket (lib.archive.originals),
+-- one row per record: where it was written (reads use the recorded bucket and version) and
+-- what (the SHA-256 and length of the object's bytes). The archive's success write adds it
+-- (or replaces it: a record archived again), the audit fills those it lacks. source: the
+-- bytes sent to Lsky (archive), a staged copy copied in (staged), the audit's GET of the
+-- hosted file (hosted), the provider's URL again (provider).
+CREATE TABLE IF NOT EXISTS image_archive_originals (
+    record_id BIGINT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key TEXT NOT NULL,
+    version_id TEXT,
+    sha256 TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    mime_type TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('archive', 'staged', 'hosted', 'provider')),
+    kept_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
 -- Data steps `archive-ctl migrate` has begun and not finished, one row each: noted before
 -- the schema change that calls for it, its keyset progress kept batch by batch, deleted
 -- when done. A run that stops half-way (a lost connection, Ctrl-C, a step that gave up)

@@ -236,6 +236,20 @@ logged AS (
     WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
     RETURNING 1
 ),
+original AS (
+    -- The original kept beside the upload (:original_key, none when nothing was kept),
+    -- recorded with the success that points at that upload: no round trip of its own.
+    INSERT INTO image_archive_originals AS kept
+        (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
+    SELECT written.id, CAST(:original_bucket AS text), CAST(:original_key AS text),
+           CAST(:original_version_id AS text), CAST(:original_sha256 AS text),
+           CAST(:original_bytes AS bigint), CAST(:original_mime_type AS text),
+           CAST(:original_source AS text)
+    FROM written
+    WHERE CAST(:original_key AS text) IS NOT NULL
+    {{original_replaces}}
+    RETURNING 1
+),
 noted AS (
     -- The attempt's events (:events), then its conclusion: whether it was recorded.
     INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
@@ -1354,6 +1368,29 @@ FROM ({{attempt_events}}
                        || jsonb_build_object('next_run_at',
                                              (SELECT archive_next_run_at FROM concluded))
                   ELSE jsonb_build_object('write', CAST(:kind AS text)) END) AS e
+
+-- name: original_replaces
+-- A record keeps one original: a newer one (archived again, or the audit's) replaces the
+-- row; the older object stays in the versioned bucket.
+ON CONFLICT (record_id) DO UPDATE
+SET bucket = EXCLUDED.bucket, key = EXCLUDED.key, version_id = EXCLUDED.version_id,
+    sha256 = EXCLUDED.sha256, bytes = EXCLUDED.bytes, mime_type = EXCLUDED.mime_type,
+    source = EXCLUDED.source, kept_at = now()
+
+-- name: keep_original
+-- The audit's original for a record (lib.state.originals): added, or replacing the row's.
+INSERT INTO image_archive_originals AS kept
+    (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
+VALUES (:record_id, :bucket, :key, CAST(:version_id AS text), :sha256,
+        CAST(:bytes AS bigint), :mime_type, :source)
+{{original_replaces}}
+RETURNING record_id;
+
+-- name: original_of
+-- A record's kept original, as lib.state.claim.KeptOriginal.from_row reads it.
+SELECT bucket, key, version_id, sha256, bytes, mime_type, source
+FROM image_archive_originals
+WHERE record_id = :record_id;
 
 -- name: forget_staged
 -- SET items for a row whose staged copy is published or dropped.

@@ -16,6 +16,7 @@ from lib.state.claim import (
     EARLY_SLACK_SECONDS,
     ClaimResult,
     ClaimSnapshot,
+    KeptOriginal,
     SentImage,
     StagedCopy,
     Task,
@@ -118,6 +119,7 @@ class ArchiveRecords(Statements):
         response: dict[str, Any],
         log_upload: bool = True,
         altered: bool | None = None,
+        original: KeptOriginal | None = None,
         events: Sequence[Event] = (),
         detail: Mapping[str, Any] | None = None,
     ) -> Recorded:
@@ -125,6 +127,7 @@ class ArchiveRecords(Statements):
 
         altered: whether Lsky stored other bytes than were sent (None: not compared).
         log_upload: the upload goes into the ledger (an adoption sent nothing: False).
+        original: the original kept beside it, recorded when this write records the image.
         events: the attempt's, written before its `archived` (whose `detail` adds to the
         URL and `altered`).
         """
@@ -137,6 +140,7 @@ class ArchiveRecords(Statements):
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
             altered=altered,
+            **_original_params(original),
             **settled(counted=log_upload),
             **_story(task, events, {"url": hosted_url, "altered": altered, **(detail or {})}),
         )
@@ -305,6 +309,32 @@ def _story(task: Task, events: Sequence[Event], detail: Mapping[str, Any]) -> di
         "attempt": task.attempt,
         "detail": detail_param(**{k: v for k, v in detail.items() if v is not None}),
     }
+
+
+def _original_params(original: KeptOriginal | None) -> dict[str, Any]:
+    """The original's columns as the success write's parameters (all None: none kept)."""
+    if original is None:
+        return dict.fromkeys(ORIGINAL_PARAMS)
+    return {
+        "original_bucket": original.bucket,
+        "original_key": original.key,
+        "original_version_id": original.version_id,
+        "original_sha256": original.sha256,
+        "original_bytes": original.bytes,
+        "original_mime_type": original.mime_type,
+        "original_source": str(original.source),
+    }
+
+
+ORIGINAL_PARAMS = (
+    "original_bucket",
+    "original_key",
+    "original_version_id",
+    "original_sha256",
+    "original_bytes",
+    "original_mime_type",
+    "original_source",
+)
 
 
 def _sent(sent: SentImage | None) -> str | None:
