@@ -109,8 +109,8 @@ def db(pg_dsn: str) -> Iterator[Any]:
     conn.run("SET lock_timeout = '5s'")
     try:
         conn.run(
-            "TRUNCATE users, image_generation_records, image_archive_events"
-            " RESTART IDENTITY CASCADE"
+            "TRUNCATE users, image_generation_records, image_archive_events,"
+            " image_archive_originals RESTART IDENTITY CASCADE"
         )
         reset_lane(conn)  # shared state: every test starts with the lane open
         reset_queue_mark(conn)  # and with nothing read from its own queue yet
@@ -189,6 +189,14 @@ def s3(moto: MotoServer) -> Any:
 def staging_bucket(s3: Any) -> Iterator[str]:
     """A fresh, empty staging bucket per test (what template.yaml's StagingBucket is)."""
     name = create_bucket(s3, f"staging-{uuid.uuid4().hex[:12]}")
+    yield name
+    remove_bucket(s3, name)
+
+
+@pytest.fixture
+def originals_bucket(s3: Any) -> Iterator[str]:
+    """A fresh, empty, versioned originals bucket per test (template.yaml's OriginalsBucket)."""
+    name = create_bucket(s3, f"originals-{uuid.uuid4().hex[:12]}", versioned=True)
     yield name
     remove_bucket(s3, name)
 

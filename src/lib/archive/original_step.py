@@ -5,7 +5,6 @@ in hand. What the record's `archived` event says of it comes from here too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -15,7 +14,7 @@ from lib.archive.outcome import Copied, Outcome, Verdict
 from lib.archive.staging import Staging
 from lib.state.claim import Task
 from lib.transfer.held import HeldImage
-from lib.transfer.relay import Beside, Relay
+from lib.transfer.relay import Beside, Reader, Relay
 
 # Why an archived record has no original, in its `archived` event (S3's own failures are
 # logged with the error, and counted).
@@ -43,11 +42,12 @@ class OriginalStep:
         if not self.originals.enabled:
             return None
 
-        def start(relay: Relay) -> Callable[[], None]:
-            at.keeping = self.originals.beside(
-                at.task.record_id, relay, relay.image_type, at.deadline
-            )
-            return at.keeping.stop if at.keeping is not None else _nothing
+        def start(relay: Relay) -> Reader:
+            keeping = self.originals.beside(at.task.record_id, relay, relay.image_type, at.deadline)
+            if keeping is None:  # pragma: no cover - enabled was checked
+                raise AssertionError("originals are on")
+            at.keeping = keeping
+            return keeping
 
         return start
 
@@ -92,7 +92,3 @@ class OriginalStep:
         if held is not None:
             self.start(at, held)
         return replace(verdict, copied=self.kept(at, copied))
-
-
-def _nothing() -> None:
-    return None

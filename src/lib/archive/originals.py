@@ -6,6 +6,7 @@ record's: logged, counted (OriginalsFailed), the audit fills the gap. docs/archi
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as Late
@@ -52,6 +53,7 @@ class Keeping:
     def __init__(self, key: str, write: Callable[[Cut], KeptOriginal]) -> None:
         self.key = key
         self._cut = Cut()
+        self._dropped = threading.Lock()  # held once dropped: dropped once
         self._writing = _WRITERS.submit(write, self._cut)
 
     def kept(self, wait: float) -> KeptOriginal | None:
@@ -71,14 +73,22 @@ class Keeping:
         return original
 
     def drop(self) -> None:
-        """Lsky did not take the image: the write is cut if still under way (S3 stores
-        nothing of a body cut short); one already written stays, unrecorded, named here."""
-        self._cut()
-        if self._writing.exception() is None:
-            logger.warning(
-                "an original was written for an upload Lsky did not take; not recorded",
-                original_key=self.key,
-            )
+        """Lsky did not take the image: the write is cut if its body is still going out
+        (S3 stores nothing of a body cut short). One sent whole is let finish (WAIT_SECONDS
+        at most): written, it stays unrecorded (nothing in the bucket is deleted), named."""
+        if not self._dropped.acquire(blocking=False):
+            return
+        if not self._cut.sent:
+            self._cut()
+        try:
+            self._writing.result(timeout=WAIT_SECONDS)
+        except Exception:  # noqa: BLE001 - cut, refused or late: nothing to name for sure
+            self._cut()
+            return
+        logger.warning(
+            "an original was written for an upload Lsky did not take; not recorded",
+            original_key=self.key,
+        )
 
     def stop(self) -> None:
         """The writer reads the spool no more (cut if it still does): before its release."""

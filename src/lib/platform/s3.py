@@ -315,6 +315,7 @@ class OriginalsBucket:
         client, cut = self.client, cut or Cut()
         with watched(deadline) as watchdog:
             cut.watch(watchdog)
+            cut.sent = True  # no body: S3 may copy it from the moment it is asked
             try:
                 answer = client.copy_object(
                     Bucket=self.name,

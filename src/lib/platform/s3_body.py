@@ -31,12 +31,14 @@ class BodyCut(ServiceError):
 
 class Cut:
     """Lets another thread cut a call under way: once cut, the call's watchdog fires (its
-    socket is shut, and botocore's retry hook sees it fired) and its body reads no more."""
+    socket is shut, and botocore's retry hook sees it fired) and its body reads no more.
+    `sent`: the whole request has gone out (S3 may store it, whatever is cut after)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
         self.done = False
+        self.sent = False
 
     def watch(self, watchdog: Watchdog) -> None:
         """The call's watchdog (set on the calling thread, inside `watched`)."""
@@ -84,6 +86,8 @@ class StreamedBody:
             self._digest.update(data)
             self.hashed += len(data)
         self._at = at + len(data)
+        if self._at == end:
+            self._cut.sent = True
         return data
 
     def _next(self, at: int, want: int) -> bytes:

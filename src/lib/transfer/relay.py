@@ -6,10 +6,12 @@ CPU, briefly, and a download that fails cuts it before its last byte (BodyLength
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lib.platform.kept_threads import KeptThreads
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
@@ -29,8 +31,19 @@ HAND_OVER_WAIT_SECONDS = 0.002
 
 Sent = HostedImage | Failure  # what an upload came to
 Send = Callable[["Relay"], Sent]  # the upload, reading the relay's chunks()
-# Started beside the upload, reading the relay's read_at(); returns how to stop it.
-Beside = Callable[["Relay"], Callable[[], None]]
+
+
+class Reader(Protocol):
+    """Another reader of the relay beside the upload (the original's write)."""
+
+    def drop(self) -> None:
+        """The upload failed: what the reader does is not wanted (called once it has)."""
+
+    def stop(self) -> None:
+        """Read the spool no more (called before the spool's release)."""
+
+
+Beside = Callable[["Relay"], Reader]  # starts a reader of the relay's read_at()
 
 
 class Relay:
@@ -177,6 +190,9 @@ def relay(
     spool = Relay(size=size, image_type=image_type)
     sending = _UPLOADS.submit(send, spool)
     readers = [] if beside is None else [beside(spool)]
+    for reader in readers:
+        # A failed upload drops it at once, while the download may still be landing.
+        sending.add_done_callback(functools.partial(_dropped, reader=reader))
     # This thread's CPU, until the upload's request is under way: with the download and
     # the provider keeping both CPUs busy, its thread would wait a scheduler slice or more
     # for one, and Lsky's work with it.
@@ -185,13 +201,19 @@ def relay(
         spool.pour(chunks)
     except BaseException:
         _settled(sending)  # the upload ends before its last byte: nothing is stored
-        for stop in readers:
-            stop()  # so does the other reader's
+        for reader in readers:
+            reader.stop()  # so does the other reader's
         release_spool(spool.spool)
         raise
+    stops = [reader.stop for reader in readers]
     return RelayedImage(
-        file=spool.reader, size=size, image_type=image_type, sending=sending, readers=readers
+        file=spool.reader, size=size, image_type=image_type, sending=sending, readers=stops
     )
+
+
+def _dropped(done: Future[Sent], reader: Reader) -> None:
+    if done.exception() is not None or isinstance(done.result(), Failure):
+        reader.drop()
 
 
 # The threads relayed uploads run on, kept for the container's next image.
