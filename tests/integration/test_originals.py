@@ -91,7 +91,8 @@ def test_the_original_is_kept_beside_the_upload_and_recorded_by_the_success_writ
     assert row is not None
     # The row records the object's key, SHA-256 and length: those of the bytes served.
     assert row["bucket"] == originals_bucket
-    assert row["key"].startswith("originals/2/") and row["key"].endswith(".png")
+    assert row["key"].startswith("originals/2/")
+    assert row["key"].endswith(".png")
     assert (row["sha256"], row["bytes"], row["mime_type"]) == (SHA256, len(IMAGE), "image/png")
     assert row["source"] == "archive"
     body, answer = stored(s3, row)
@@ -175,7 +176,7 @@ def test_an_original_s3_refuses_leaves_the_record_archived_without_it(
     assert world.state(7) == ("SUCCEEDED", 1)
     assert world.row(7)["archive_error"] is None
     assert kept(world.db, 7) is None
-    line = world.archive.log_for("could not keep the original; archived without it")
+    line = world.archive.log_for("could not keep the original")
     assert "NoSuchBucket" in line["error"]
     assert emf_metrics(capsys).get("OriginalsFailed") == 1
     assert archived_detail(world.db, 7)["original_missing"] == NOT_WRITTEN
@@ -239,10 +240,11 @@ def test_s3_slower_than_the_bound_never_holds_the_record(
 
     assert world.deliver(8) == {"batchItemFailures": []}  # S3 has not answered yet
 
-    assert stalling_s3.stalled.is_set() and not stalling_s3.release.is_set()
+    assert stalling_s3.stalled.is_set()
+    assert not stalling_s3.release.is_set()
     assert world.state(8) == ("SUCCEEDED", 1)
     assert kept(world.db, 8) is None
-    line = world.archive.log_for("could not keep the original; archived without it")
+    line = world.archive.log_for("could not keep the original")
     assert f"not written {WAIT_SECONDS:.1f} s after the upload" in line["error"]
     assert emf_metrics(capsys).get("OriginalsFailed") == 1
     assert stalling_s3.requests == 1  # cut, not retried
@@ -272,7 +274,8 @@ def test_a_relayed_upload_cut_short_keeps_nothing(
     keeping.deliver(9)
 
     row = kept(keeping.db, 9)
-    assert row is not None and row["sha256"] == SHA256
+    assert row is not None
+    assert row["sha256"] == SHA256
     assert object_versions(s3, originals_bucket) == [(row["key"], row["version_id"])]
 
 
@@ -299,7 +302,9 @@ def test_an_upload_lsky_refuses_records_no_original(
     keeping.deliver(10)
 
     row = kept(keeping.db, 10)
-    assert row is not None and row["key"] != orphan and row["sha256"] == SHA256
+    assert row is not None
+    assert row["key"] != orphan
+    assert row["sha256"] == SHA256
     assert len(object_versions(s3, originals_bucket)) == 2
 
 
@@ -366,7 +371,8 @@ def test_an_adoption_with_the_bytes_in_hand_keeps_them(
     assert keeping.state(15) == ("SUCCEEDED", 2)
     assert archived_detail(keeping.db, 15)["adopted"] is True
     row = kept(keeping.db, 15)
-    assert row is not None and (row["sha256"], row["source"]) == (SHA256, "archive")
+    assert row is not None
+    assert (row["sha256"], row["source"]) == (SHA256, "archive")
     assert archived_detail(keeping.db, 15)["original"] == row["key"]
     assert keeping.lsky.upload_count == 1  # nothing uploaded twice
 
@@ -448,7 +454,8 @@ def test_a_late_writer_s_original_is_not_recorded(
         keeping.deliver(17)
 
     row = kept(keeping.db, 17)
-    assert row is not None and row["key"] == theirs  # the row's original is untouched
+    assert row is not None
+    assert row["key"] == theirs
     line = keeping.archive.log_for("archived, but another attempt had already archived the record")
     [(ours, _)] = object_versions(s3, originals_bucket)
     assert line["unrecorded_original"] == ours != theirs
@@ -470,7 +477,8 @@ def test_an_attempt_whose_lock_passed_on_records_its_original_with_its_image(
 
     assert keeping.state(18)[0] == "SUCCEEDED"  # success wins: the picture is hosted
     row = kept(keeping.db, 18)
-    assert row is not None and row["sha256"] == SHA256
+    assert row is not None
+    assert row["sha256"] == SHA256
     assert archived_detail(keeping.db, 18)["original"] == row["key"]
 
 

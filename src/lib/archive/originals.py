@@ -53,7 +53,8 @@ class Keeping:
     def __init__(self, key: str, write: Callable[[Cut], KeptOriginal]) -> None:
         self.key = key
         self._cut = Cut()
-        self._dropped = threading.Lock()  # held once dropped: dropped once
+        self._dropping = threading.Lock()  # a second drop waits for the first one's end
+        self._dropped = False
         self._writing = _WRITERS.submit(write, self._cut)
 
     def kept(self, wait: float) -> KeptOriginal | None:
@@ -76,19 +77,21 @@ class Keeping:
         """Lsky did not take the image: the write is cut if its body is still going out
         (S3 stores nothing of a body cut short). One sent whole is let finish (WAIT_SECONDS
         at most): written, it stays unrecorded (nothing in the bucket is deleted), named."""
-        if not self._dropped.acquire(blocking=False):
-            return
-        if not self._cut.sent:
-            self._cut()
-        try:
-            self._writing.result(timeout=WAIT_SECONDS)
-        except Exception:  # noqa: BLE001 - cut, refused or late: nothing to name for sure
-            self._cut()
-            return
-        logger.warning(
-            "an original was written for an upload Lsky did not take; not recorded",
-            original_key=self.key,
-        )
+        with self._dropping:
+            if self._dropped:
+                return
+            self._dropped = True
+            if not self._cut.sent:
+                self._cut()
+            try:
+                self._writing.result(timeout=WAIT_SECONDS)
+            except Exception:  # noqa: BLE001 - cut, refused or late: nothing to name for sure
+                self._cut()
+                return
+            logger.warning(
+                "an original was written for an upload Lsky did not take; not recorded",
+                original_key=self.key,
+            )
 
     def stop(self) -> None:
         """The writer reads the spool no more (cut if it still does): before its release."""
@@ -213,6 +216,7 @@ def _failed(error: Exception) -> None:
 
 
 def _not_kept(error: str) -> None:
-    # The record is archived all the same; the audit keeps its original later. Alarmed.
-    logger.error("could not keep the original; archived without it", error=error)
+    # Never the record's failure: it is archived all the same, and the audit keeps its
+    # original later (OriginalsFailed is alarmed).
+    logger.error("could not keep the original", error=error)
     metrics.add_metric(name="OriginalsFailed", unit=MetricUnit.Count, value=1)
