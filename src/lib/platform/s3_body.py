@@ -82,9 +82,9 @@ class StreamedBody:
             self.failure = str(error) if isinstance(error, ServiceError) else type(error).__name__
             _give_up()
             raise
-        if at == self.hashed:
-            self._digest.update(data)
-            self.hashed += len(data)
+        if at <= self.hashed < at + len(data):  # bytes past the digest's: theirs
+            self._digest.update(memoryview(data)[self.hashed - at :])
+            self.hashed = at + len(data)
         self._at = at + len(data)
         if self._at == end:
             self._cut.sent = True
