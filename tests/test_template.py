@@ -738,6 +738,22 @@ SETTINGS = (
         why_template_only=EMPTY_IS_THE_DEFAULT,
     ),
     Setting(
+        "OriginalsStorageClass",
+        "ARCHIVE_ORIGINALS_STORAGE_CLASS",
+        load_settings,
+        {
+            "GLACIER_IR": True,
+            "STANDARD": True,
+            "STANDARD_IA": True,
+            "INTELLIGENT_TIERING": True,
+            "GLACIER": False,
+            "DEEP_ARCHIVE": False,
+            "glacier_ir": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
         "LskyTimezone",
         "LSKY_TIMEZONE",
         load_settings,
@@ -1065,8 +1081,10 @@ def _listify(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-# The one wildcard allowed: the objects under the staging bucket's staged/ prefix.
+# The wildcards allowed: the objects under the staging bucket's staged/ prefix, and under
+# the originals bucket's originals/ prefix.
 STAGED_OBJECTS = {"Fn::Sub": "${StagingBucket.Arn}/staged/*"}
+ORIGINAL_OBJECTS = {"Fn::Sub": "${OriginalsBucket.Arn}/originals/*"}
 
 
 def test_no_wildcards_in_iam_policies() -> None:
@@ -1077,7 +1095,7 @@ def test_no_wildcards_in_iam_policies() -> None:
         for statement in _statements(role):
             assert statement["Effect"] == "Allow", (name, statement)
             for target in _listify(statement.get("Resource")):
-                if target == STAGED_OBJECTS:
+                if target in (STAGED_OBJECTS, ORIGINAL_OBJECTS):
                     continue  # object keys cannot be listed in advance: only their prefix
                 assert "*" not in json.dumps(target), f"{name}: wildcard resource in {statement}"
             for action in _listify(statement["Action"]):
@@ -1286,7 +1304,7 @@ def dashboard_json() -> dict[str, Any]:
     """The dashboard body with its substitutions filled in (numbers for the thresholds,
     nothing for the staging alarms, which exist only with StagingEnabled)."""
     body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
-    body = body.replace("${StagingAlarms}", "")
+    body = body.replace("${StagingAlarms}", "").replace("${OriginalsAlarms}", "")
     body = re.sub(r"\$\{(PendingAgeAlarmSeconds|LanePausedAlarmSeconds)\}", "0", body)
     return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))  # type: ignore[no-any-return]
 
@@ -1303,14 +1321,16 @@ def test_the_dashboard_shows_every_alarm() -> None:
     body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
     [widget] = [w for w in dashboard_json()["widgets"] if w["type"] == "alarm"]
     shown = set(re.findall(r"\$\{(\w+)\.Arn\}", body))
-    # The staging alarms come in through a variable, present exactly when they exist.
-    condition, staging, otherwise = variables["StagingAlarms"]["Fn::If"]
-    assert (condition, otherwise) == ("StagingOn", "")
-    conditional = {
-        part["Fn::GetAtt"][0] for part in staging["Fn::Join"][1] if isinstance(part, dict)
-    }
-    for name in conditional:
-        assert resource(name).get("Condition") == "StagingOn", name
+    # The staging and originals alarms come in through variables, present exactly when they
+    # exist.
+    conditional: set[str] = set()
+    for variable, on in (("StagingAlarms", "StagingOn"), ("OriginalsAlarms", "OriginalsOn")):
+        condition, alarms, otherwise = variables[variable]["Fn::If"]
+        assert (condition, otherwise) == (on, "")
+        names = {part["Fn::GetAtt"][0] for part in alarms["Fn::Join"][1] if isinstance(part, dict)}
+        for name in names:
+            assert resource(name).get("Condition") == on, name
+        conditional |= names
     assert shown | conditional == set(alarm_names())
     assert len(widget["properties"]["alarms"]) == len(shown)
 
@@ -1443,7 +1463,8 @@ def test_archive_function_can_touch_only_staged_objects() -> None:
     staged = STAGED_OBJECTS
     s3 = {action: resources for action, resources in archive.items() if action.startswith("s3:")}
     assert s3 == {
-        "s3:PutObject": [staged],
+        # Besides the originals' own grant (test_archive_function_only_adds_originals).
+        "s3:PutObject": [staged, ORIGINAL_OBJECTS],
         "s3:GetObject": [staged],
         "s3:DeleteObject": [staged],
         "s3:AbortMultipartUpload": [staged],
