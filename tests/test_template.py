@@ -1549,3 +1549,115 @@ def test_show_logs_queries_the_log_groups_the_template_creates() -> None:
         pattern.replace("{stack}", "${AWS::StackName}") for pattern in logs_insights.LOG_GROUPS
     ]
     assert queried == created
+
+
+# ---------------------------------------------------------------- originals bucket
+
+ORIGINALS_RESOURCES = ("OriginalsBucket", "OriginalsBucketPolicy", "OriginalsFailuresAlarm")
+
+
+def test_sam_delete_leaves_the_originals_bucket() -> None:
+    # The archive's second copy outlives the stack: deleting it, or a template change that
+    # replaces the bucket, keeps the bucket, its objects and its TLS-only rule.
+    for name in ("OriginalsBucket", "OriginalsBucketPolicy"):
+        assert resource(name).get("DeletionPolicy") == "Retain", name
+        assert resource(name).get("UpdateReplacePolicy") == "Retain", name
+
+
+def test_the_originals_bucket_is_versioned_encrypted_and_private() -> None:
+    bucket = props("OriginalsBucket")
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    [rule] = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    block = bucket["PublicAccessBlockConfiguration"]
+    for key in (
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ):
+        assert block[key] is True, key
+    assert bucket["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    # Nothing expires an original: no lifecycle rule at all.
+    assert "LifecycleConfiguration" not in bucket
+
+
+def test_the_originals_bucket_refuses_plain_http() -> None:
+    policy = props("OriginalsBucketPolicy")
+    assert policy["Bucket"] == {"Ref": "OriginalsBucket"}
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert (statement["Effect"], statement["Principal"], statement["Action"]) == (
+        "Deny",
+        "*",
+        "s3:*",
+    )
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert statement["Resource"] == [
+        {"Fn::GetAtt": ["OriginalsBucket", "Arn"]},
+        {"Fn::Sub": "${OriginalsBucket.Arn}/*"},
+    ]
+
+
+def test_the_storage_class_parameter_allows_what_the_code_writes() -> None:
+    from lib.platform.config import DEFAULT_ORIGINALS_STORAGE_CLASS, ORIGINALS_STORAGE_CLASSES
+
+    storage = parameter("OriginalsStorageClass")
+    assert storage["AllowedValues"] == [
+        "GLACIER_IR",
+        "STANDARD",
+        "STANDARD_IA",
+        "INTELLIGENT_TIERING",
+    ]
+    assert tuple(storage["AllowedValues"]) == ORIGINALS_STORAGE_CLASSES
+    assert storage["Default"] == DEFAULT_ORIGINALS_STORAGE_CLASS == "GLACIER_IR"
+    env = declared_env("ArchiveFunction")
+    assert env["ARCHIVE_ORIGINALS_STORAGE_CLASS"] == {"Ref": "OriginalsStorageClass"}
+
+
+def test_originals_are_kept_by_default_and_off_cleanly() -> None:
+    keep = parameter("KeepOriginals")
+    assert (keep["Default"], keep["AllowedValues"]) == ("true", ["true", "false"])
+    assert template()["Conditions"]["OriginalsOn"] == {
+        "Fn::Equals": [{"Ref": "KeepOriginals"}, "true"]
+    }
+    resources = translated()["Resources"]
+    on = {name for name, body in resources.items() if body.get("Condition") == "OriginalsOn"}
+    assert set(ORIGINALS_RESOURCES) <= on
+    for name, body in resources.items():
+        if name not in on:
+            assert not _unguarded(body, "OriginalsBucket", "OriginalsOn"), name
+    env = declared_env("ArchiveFunction")["ARCHIVE_ORIGINALS_BUCKET"]
+    assert env == {"Fn::If": ["OriginalsOn", {"Ref": "OriginalsBucket"}, ""]}
+    output = template()["Outputs"]["OriginalsBucket"]
+    assert (output["Condition"], output["Value"]) == ("OriginalsOn", {"Ref": "OriginalsBucket"})
+
+
+def test_the_archive_function_may_only_add_originals() -> None:
+    # Writes under originals/ only (a CopyObject of a staged copy needs that and the
+    # s3:GetObject on staged/* staging grants): no read, no delete, no listing.
+    granted = {
+        action: [target for target in targets if "OriginalsBucket" in json.dumps(target)]
+        for action, targets in _grants("ArchiveFunctionRole").items()
+    }
+    assert {action: targets for action, targets in granted.items() if targets} == {
+        "s3:PutObject": [ORIGINAL_OBJECTS]
+    }
+    assert ORIGINAL_OBJECTS["Fn::Sub"].endswith("/originals/*")
+    from lib.state.claim import ORIGINALS_PREFIX
+
+    assert ORIGINAL_OBJECTS["Fn::Sub"].endswith(f"/{ORIGINALS_PREFIX}*")  # what the code writes
+    sweeper = _grants("SweeperFunctionRole")
+    assert not any("OriginalsBucket" in json.dumps(targets) for targets in sweeper.values())
+
+
+def test_originals_not_kept_raise_an_alarm_and_show_on_the_dashboard() -> None:
+    alarm = props("OriginalsFailuresAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("ImageArchive", "OriginalsFailed")
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+    assert (alarm["Statistic"], alarm["Threshold"]) == ("Sum", 0)
+    originals = (ROOT / "src" / "lib" / "archive" / "originals.py").read_text(encoding="utf-8")
+    assert '"OriginalsFailed"' in originals
+    assert '"OriginalsKept"' in originals
+    body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
+    for metric in ("OriginalsKept", "OriginalsFailed"):
+        assert f'"{metric}"' in body, metric
