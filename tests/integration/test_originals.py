@@ -20,7 +20,7 @@ from lib.archive import runtime
 from lib.archive.original_step import NOT_IN_HAND, NOT_WRITTEN
 from lib.archive.originals import WAIT_SECONDS
 from tests.integration.world import World
-from tests.support import HANG_SECONDS, emf_metrics, make_due, reset_lane
+from tests.support import HANG_SECONDS, emf_metrics, make_due, reset_lane, seed_record
 
 IMAGE = images.png(16, 16, size=2_000_000, seed=36)  # past the spool's 1 MiB in memory
 HALF = len(IMAGE) // 2
@@ -506,3 +506,38 @@ def test_a_record_archived_again_replaces_its_original_row(
         " WHERE record_id = 19"
     )
     assert age is True
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+LARGE = 50_000_000
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["relayed", "held whole"])
+def test_keeping_a_50_mb_original_keeps_memory_bounded(
+    keeping: World, s3: Any, chunked: bool
+) -> None:
+    from devkit.upstream import StreamBody
+    from lib.platform.s3 import PART_BYTES
+    from tests.integration.test_staging import peak_growth_in_a_child
+
+    body = StreamBody.of(lambda: images.png_stream(size=LARGE, chunk_size=256 * 1024), LARGE)
+    keeping.upstream.add("/tiny.png", images.png())
+    keeping.upstream.add("/large.png", body, chunked=chunked)
+    seed_record(keeping.db, 20, image_url=keeping.upstream.url("/tiny.png"))
+    seed_record(keeping.db, 21, image_url=keeping.upstream.url("/large.png"))
+
+    growth = peak_growth_in_a_child(20, 21)  # warmed up (and its S3 client built) by #20
+
+    row = kept(keeping.db, 21)
+    assert row is not None
+    served = hashlib.sha256()
+    for chunk in images.png_stream(size=LARGE, chunk_size=256 * 1024):
+        served.update(chunk)
+    assert (row["sha256"], row["bytes"]) == (served.hexdigest(), LARGE)
+    print(
+        f"50 MB kept beside the upload ({'held' if chunked else 'relayed'}): {growth / 1e6:.1f} MB"
+    )
+    # The bound of the issue: a twentieth of the image, plus one multipart part's buffer
+    # (which this PUT, streamed from the spool, does not even hold).
+    assert growth <= 0.05 * LARGE + PART_BYTES
