@@ -206,7 +206,7 @@ class _OriginalsSide:
 def _keeping(
     side: _OriginalsSide, handler: Callable[..., float], ids: list[int], into: list[float]
 ) -> None:
-    into.append(side.timed(lambda: handler(ids.pop(), counted=False)))
+    into.append(side.timed(lambda: handler(ids.pop(), counted=False, side="original")))
 
 
 def _tiny_pairs(
@@ -245,13 +245,19 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         client.upload(body, content_type)
         return got + time.perf_counter() - started
 
-    def handler(record_id: int, *, hashed: bool = True, counted: bool = True) -> float:
+    cpu: dict[str, list[float]] = {"handler": [], "original": []}  # the process's, all threads
+
+    def handler(
+        record_id: int, *, hashed: bool = True, counted: bool = True, side: str = ""
+    ) -> float:
         with hashing(hashed) if hashing else contextlib.nullcontext():
             counting(hashed and counted)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             archive(record_id)
             elapsed = time.perf_counter() - started
             counting(False)
+        if side:
+            cpu[side].append(time.process_time() - cpu_started)
         return elapsed
 
     ids: list[int] = list(args["record_ids"])
@@ -274,7 +280,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
     for index in range(args["pairs"]):
         sides: list[Callable[[], None]] = [
             lambda: plain_s.append(plain()),
-            lambda: handler_s.append(handler(ids.pop())),
+            lambda: handler_s.append(handler(ids.pop(), side="handler")),
         ]
         if unhashed_side:
             sides.append(lambda: unhashed_s.append(handler(ids.pop(), hashed=False)))
@@ -292,6 +298,7 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         "handler": handler_s,
         "handler_without_hashing": unhashed_s,
         "handler_keeping_the_original": original_s,
+        "cpu_s": cpu,
         "original_timings": originals.timings if originals is not None else {},
         "warm_ups": 1 + (originals is not None),
         "lsky_requests": dict(requests),
@@ -397,9 +404,10 @@ def _original_rows(result: dict[str, Any], where: str) -> list[Row]:
             "2",
             f"where keeping the original's time goes, {where}",
             f"its PUT {ms(median(timings['write_s']))}, S3's answer "
-            f"{ms(median(timings['after_body_s']))} after the body's last byte; moto's CPU "
-            f"{ms(moto_cpu)} an original; {len(calls)} S3 requests ({methods}) for "
-            f"{len(kept) + 1} originals",
+            f"{ms(median(timings['after_body_s']))} after the body's last byte; the function's "
+            f"CPU an archive {ms(median(result['cpu_s']['original']))} with it, "
+            f"{ms(median(result['cpu_s']['handler']))} without; moto's {ms(moto_cpu)} an "
+            f"original; {len(calls)} S3 requests ({methods}) for {len(kept) + 1} originals",
             "reported",
             None,
             command_for("transfer"),
