@@ -66,6 +66,7 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_uploads TO {ROLE}")
     db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE ON image_archive_upload_hours TO {ROLE}")
     db.run(f"GRANT SELECT, INSERT, DELETE ON image_archive_events TO {ROLE}")
+    db.run(f"GRANT SELECT, INSERT, UPDATE ON image_archive_originals TO {ROLE}")
     db.run(f"GRANT SELECT, UPDATE ON image_archive_queue TO {ROLE}")
     parts = urlsplit(pg_dsn)
     netloc = f"{ROLE}:{PASSWORD}@{parts.hostname}:{parts.port}"
@@ -76,7 +77,7 @@ def role_dsn(pg_dsn: str, db: Any) -> Iterator[str]:
     db.run(
         "REVOKE ALL ON image_generation_records, users, image_archive_lane,"
         f" image_archive_uploads, image_archive_upload_hours, image_archive_events,"
-        f" image_archive_queue FROM {ROLE}"
+        f" image_archive_originals, image_archive_queue FROM {ROLE}"
     )
     db.run(f"DROP ROLE IF EXISTS {ROLE}")
 

@@ -265,7 +265,7 @@ class Transfer:
                 return None
             if slot.answer is SlotAnswer.PAUSED:
                 seconds = schedule.paused_for(slot.at, slot.now)
-                staged = self._stage(at, held, "lane paused")
+                staged = _stage(self.staging, at, held, "lane paused")
                 return schedule.wait_for_lane(seconds, at.message, staged=staged)
             wait = slot.wait_seconds
             if (
@@ -286,7 +286,7 @@ class Transfer:
                 booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
                 verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
                 # Waiting, it may outwait the source URL: stage what is held.
-                return replace(verdict, staged=self._stage(at, held, "paced"))
+                return replace(verdict, staged=_stage(self.staging, at, held, "paced"))
             time.sleep(wait)
             at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
@@ -326,7 +326,7 @@ class Transfer:
             condition=condition,
             # A refusal stored nothing: the next attempt needs no look-up.
             may_be_hosted=failure.may_be_hosted,
-            staged=self._stage(at, held, "upload failed"),
+            staged=_stage(self.staging, at, held, "upload failed"),
         )
         return replace(verdict, sent=sent_after(failure, held))
 
@@ -345,7 +345,7 @@ class Transfer:
         error = policy.error_summary(
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
-        staged = self._stage(at, held, "upload failed") if worth_staging(failure) else None
+        staged = _stage(self.staging, at, held, "upload failed") if worth_staging(failure) else None
         fail = decision.action is policy.Action.FAIL
         return Verdict(
             Outcome.FAILED if fail else Outcome.RETRY,
@@ -358,15 +358,14 @@ class Transfer:
             fields={"error_class": str(decision.error_class), "error": error},
         )
 
-    # -- staging ---------------------------------------------------------------------------
 
-    def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
-        """Stage the bytes in hand, unless the row's own copy is where they came from."""
-        if held is None or (at.task.staged_key is not None and not at.restage):
-            return None
-        staged = self.staging.stage(at.task, held, at.deadline, why)
-        story.staged(at.events, staged, why)
-        return staged
+def _stage(staging: Staging, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
+    """Stage the bytes in hand, unless the row's own copy is where they came from."""
+    if held is None or (at.task.staged_key is not None and not at.restage):
+        return None
+    staged = staging.stage(at.task, held, at.deadline, why)
+    story.staged(at.events, staged, why)
+    return staged
 
 
 def _staged_copy(staging: Staging, at: _Attempt) -> HeldImage | Verdict | None:
