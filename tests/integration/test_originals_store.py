@@ -35,6 +35,17 @@ def later(seconds: float = 60) -> float:
     return time.monotonic() + seconds
 
 
+def kept(originals: Originals, record_id: int, source: OriginalSource) -> KeptOriginal:
+    """IMAGE kept as `record_id`'s original (its spool released after)."""
+    image = held()
+    try:
+        original = originals.keep(record_id, image, source, later())
+    finally:
+        image.close()
+    assert original is not None
+    return original
+
+
 @pytest.fixture(autouse=True)
 def _metrics_stay_here() -> Iterator[None]:
     """Outside a handler nothing flushes the metrics: none is left for the next test's."""
@@ -88,10 +99,7 @@ def test_kept_bytes_read_back_are_the_bytes_kept(
 def test_read_back_takes_the_recorded_version_whatever_replaced_the_key(
     originals: Originals, s3: Any, originals_bucket: str
 ) -> None:
-    image = held()
-    original = originals.keep(8, image, OriginalSource.ARCHIVE, later())
-    image.close()
-    assert original is not None
+    original = kept(originals, 8, OriginalSource.ARCHIVE)
     s3.put_object(Bucket=originals_bucket, Key=original.key, Body=b"something else")
 
     back = originals.read_back(original, later())
@@ -104,10 +112,7 @@ def test_read_back_takes_the_recorded_version_whatever_replaced_the_key(
 def test_an_original_whose_object_is_not_the_bytes_kept_is_refused(
     originals: Originals, s3: Any, originals_bucket: str
 ) -> None:
-    image = held()
-    original = originals.keep(9, image, OriginalSource.ARCHIVE, later())
-    image.close()
-    assert original is not None
+    original = kept(originals, 9, OriginalSource.ARCHIVE)
     # Truncated, then replaced with as many other bytes: the row's record does not match.
     short = KeptOriginal(**{**vars(original), "bytes": original.bytes - 1})
     other = KeptOriginal(**{**vars(original), "sha256": "0" * 64})
@@ -121,10 +126,7 @@ def test_an_original_whose_object_is_not_the_bytes_kept_is_refused(
 def test_a_missing_original_or_version_is_told_apart(
     originals: Originals, s3: Any, originals_bucket: str
 ) -> None:
-    image = held()
-    original = originals.keep(10, image, OriginalSource.ARCHIVE, later())
-    image.close()
-    assert original is not None
+    original = kept(originals, 10, OriginalSource.ARCHIVE)
     s3.delete_object(Bucket=originals_bucket, Key=original.key, VersionId=original.version_id)
 
     with pytest.raises(OriginalMissing):
@@ -137,12 +139,7 @@ def test_a_missing_original_or_version_is_told_apart(
 
 
 def test_reads_use_the_recorded_bucket(s3: Any, originals_bucket: str, moto: Any) -> None:
-    image = held()
-    original = Originals(OriginalsBucket(originals_bucket)).keep(
-        11, image, OriginalSource.ARCHIVE, later()
-    )
-    image.close()
-    assert original is not None
+    original = kept(Originals(OriginalsBucket(originals_bucket)), 11, OriginalSource.ARCHIVE)
     # The stack's bucket is another one now (a new stack, a renamed bucket).
     elsewhere = Originals(OriginalsBucket("another-originals-bucket"))
 
@@ -177,12 +174,8 @@ def test_keep_never_raises_for_s3_and_off_keeps_nothing(
 def test_the_store_keeps_and_replaces_a_record_s_original(
     store: OriginalStore, originals: Originals
 ) -> None:
-    image = held()
-    first = originals.keep(13, image, OriginalSource.HOSTED, later())
-    second = originals.keep(13, image, OriginalSource.PROVIDER, later())
-    image.close()
-    assert first is not None
-    assert second is not None
+    first = kept(originals, 13, OriginalSource.HOSTED)
+    second = kept(originals, 13, OriginalSource.PROVIDER)
 
     assert store.of(13) is None
     assert store.keep(13, first)

@@ -28,6 +28,23 @@ def client(
     return boto3.client(service, config=settings)  # type: ignore[call-overload]
 
 
+def s3_client(connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any) -> Any:
+    """An S3 client (the regional endpoint, or AWS_ENDPOINT_URL_S3, which boto3 reads: a
+    local S3) whose calls end by their deadlines (hold_to_deadlines)."""
+    s3 = client(
+        "s3",
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_attempts=max_attempts,
+        # botocore's default checksum reads each part once more into memory; TLS
+        # already guards the bytes in transit.
+        request_checksum_calculation="when_required",
+        **config,
+    )
+    hold_to_deadlines(s3, "s3")
+    return s3
+
+
 def error_code(error: BaseException) -> str | None:
     """The AWS error code of a botocore ClientError (NoSuchKey, ReceiptHandleIsInvalid...),
     None for any other error."""

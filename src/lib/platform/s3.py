@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -142,7 +142,8 @@ class StagingBucket:
 
     @cached_property
     def client(self) -> _S3:
-        return _client(self._connect_timeout, self._read_timeout, self._max_attempts)
+        s3: _S3 = aws.s3_client(self._connect_timeout, self._read_timeout, self._max_attempts)
+        return s3
 
     def put(self, key: str, chunks: Iterable[bytes], *, content_type: str, deadline: float) -> int:
         """Store the chunks under `key` as they come (multipart above one part); returns
@@ -255,11 +256,10 @@ class OriginalsBucket:
 
     @cached_property
     def client(self) -> _S3:
-        # Unsigned payload: botocore would otherwise read the whole body for its signature
-        # before sending a byte (over plain HTTP, or HTTPS without a checksum header), i.e.
-        # wait for the download and read the spool twice. TLS guards the bytes in transit;
-        # the SHA-256 recorded with the row is checked on every read back.
-        return _client(*self._timeouts, s3={"payload_signing_enabled": False})
+        # Unsigned payload: signed, the body is read whole before a byte is sent (the
+        # download waited for, the spool read twice). docs/archive.md, Originals.
+        s3: _S3 = aws.s3_client(*self._timeouts, s3={"payload_signing_enabled": False})
+        return s3
 
     def put(
         self,
@@ -276,24 +276,21 @@ class OriginalsBucket:
         short of its Content-Length. Raises OriginalsError."""
         digest, cut = hashlib.sha256(), cut or Cut()
         body = StreamedBody(source, digest, cut)
-        client = self.client
-        with watched(deadline) as watchdog:
-            cut.watch(watchdog)
-            try:
-                answer = client.put_object(
-                    Bucket=self.name,
-                    Key=key,
-                    Body=body,
-                    ContentLength=source.size,
-                    ContentType=content_type,
-                    StorageClass=self.storage_class,
-                    Metadata=metadata,
-                )
-            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-                why = "it was cut" if cut.done else body.failure
-                if why is not None:
-                    raise OriginalsError(f"keeping original {key} failed: {why}") from None
-                raise _failed(f"keeping original {key}", error, watchdog, OriginalsError) from None
+        answer = self._call(
+            f"keeping original {key}",
+            lambda client: client.put_object(
+                Bucket=self.name,
+                Key=key,
+                Body=body,
+                ContentLength=source.size,
+                ContentType=content_type,
+                StorageClass=self.storage_class,
+                Metadata=metadata,
+            ),
+            deadline=deadline,
+            cut=cut,
+            why=lambda: body.failure,
+        )
         if body.hashed != source.size:  # S3 took the body whole: it passed the digest whole
             raise OriginalsError(f"keeping original {key}: {body.hashed} bytes hashed")
         return Written(_version(answer), digest.hexdigest(), source.size)
@@ -312,27 +309,46 @@ class OriginalsBucket:
     ) -> str | None:
         """Copy an object in server-side (a staged copy), only if it still has `etag` (the
         object whose bytes were read and checked); its version. Raises OriginalsError."""
-        client, cut = self.client, cut or Cut()
+        cut = cut or Cut()
+        cut.sent = True  # no body: S3 may copy it from the moment it is asked
+        answer = self._call(
+            f"copying {source_key} in as {key}",
+            lambda client: client.copy_object(
+                Bucket=self.name,
+                Key=key,
+                CopySource={"Bucket": source_bucket, "Key": source_key},
+                CopySourceIfMatch=etag,
+                MetadataDirective="REPLACE",
+                ContentType=content_type,
+                StorageClass=self.storage_class,
+                Metadata=metadata,
+            ),
+            deadline=deadline,
+            cut=cut,
+        )
+        return _version(answer)
+
+    def _call(
+        self,
+        what: str,
+        call: Callable[[_S3], dict[str, Any]],
+        *,
+        deadline: float,
+        cut: Cut,
+        why: Callable[[], str | None] = lambda: None,
+    ) -> dict[str, Any]:
+        """`call` by `deadline`, given up when `cut`; S3's errors (and `why` the body
+        stopped short, if it did) as OriginalsError."""
+        client = self.client
         with watched(deadline) as watchdog:
             cut.watch(watchdog)
-            cut.sent = True  # no body: S3 may copy it from the moment it is asked
             try:
-                answer = client.copy_object(
-                    Bucket=self.name,
-                    Key=key,
-                    CopySource={"Bucket": source_bucket, "Key": source_key},
-                    CopySourceIfMatch=etag,
-                    MetadataDirective="REPLACE",
-                    ContentType=content_type,
-                    StorageClass=self.storage_class,
-                    Metadata=metadata,
-                )
+                return call(client)
             except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
-                if cut.done:
-                    raise OriginalsError(f"copying {source_key} in was cut") from None
-                what = f"copying {source_key} in as {key}"
+                stopped = "it was cut" if cut.done else why()
+                if stopped is not None:
+                    raise OriginalsError(f"{what} failed: {stopped}") from None
                 raise _failed(what, error, watchdog, OriginalsError) from None
-        return _version(answer)
 
     def open(
         self, key: str, *, version_id: str | None, deadline: float, bucket: str | None = None
@@ -362,25 +378,8 @@ class OriginalsBucket:
         )
 
 
-def _client(connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any) -> _S3:
-    # The regional endpoint, or AWS_ENDPOINT_URL_S3 (boto3 reads it: a local S3).
-    s3: _S3 = aws.client(
-        "s3",
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        max_attempts=max_attempts,
-        # botocore's default checksum reads each part once more into memory; TLS
-        # already guards the bytes in transit.
-        request_checksum_calculation="when_required",
-        **config,
-    )
-    aws.hold_to_deadlines(s3, "s3")
-    return s3
-
-
 def _version(answer: dict[str, Any]) -> str | None:
-    """S3's VersionId (none from an unversioned bucket; "null" for an object written before
-    versioning was turned on), bounded: S3's are 32 characters."""
+    """S3's VersionId (none from an unversioned bucket), bounded: S3's are 32 characters."""
     version = answer.get("VersionId")
     return str(version)[:1024] if version else None
 
