@@ -83,6 +83,8 @@ class Keeping:
             self._dropped = True
             if not self._cut.sent:
                 self._cut()
+                if not self._cut.sent:
+                    return  # cut short of its last byte: nothing to wait for
             try:
                 self._writing.result(timeout=WAIT_SECONDS)
             except Exception:  # noqa: BLE001 - cut, refused or late: nothing to name for sure
