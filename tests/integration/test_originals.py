@@ -245,7 +245,7 @@ def test_s3_slower_than_the_bound_never_holds_the_record(
     assert world.state(8) == ("SUCCEEDED", 1)
     assert kept(world.db, 8) is None
     line = world.archive.log_for("could not keep the original")
-    assert f"not written {WAIT_SECONDS:.1f} s after the upload" in line["error"]
+    assert f"no answer within {WAIT_SECONDS:.1f} s; its body had gone out whole" in line["error"]
     assert emf_metrics(capsys).get("OriginalsFailed") == 1
     assert stalling_s3.requests == 1  # cut, not retried
 

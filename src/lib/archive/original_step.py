@@ -61,7 +61,7 @@ class OriginalStep:
             at.keeping = self.originals.copied_in(
                 task.record_id, bucket.name, task.staged_key, held, at.deadline
             )
-        else:
+        if at.keeping is None:  # not a staged copy (or one read back without its ETag)
             at.keeping = self.originals.beside(task.record_id, held, held.image_type, at.deadline)
         if at.keeping is not None:
             held.readers.append(at.keeping.stop)

@@ -64,7 +64,9 @@ class Keeping:
             original = self._writing.result(timeout=max(0.0, wait))
         except Late:
             self._cut()
-            _not_kept(f"keeping original {self.key}: not written {wait:.1f} s after the upload")
+            # A body sent whole may still be stored: then it stays, unrecorded, named here.
+            sent = "; its body had gone out whole: S3 may hold it" if self._cut.sent else ""
+            _not_kept(f"keeping original {self.key}: no answer within {wait:.1f} s{sent}")
             return None
         except Exception as error:  # noqa: BLE001 - S3's failures are never the record's
             _failed(error)
