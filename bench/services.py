@@ -3,8 +3,9 @@
 PostgreSQL (devkit's throwaway cluster), the image provider and the Lsky stand-in,
 each of the two HTTP servers in a process of its own: the process being measured
 holds only the archive function, as on Lambda where the provider and Lsky are remote
-machines. moto (SQS, and S3 for the staging bucket) is started with the first child's
-environment: every archive bench runs with staging on, as a deployed stack does.
+machines. moto (SQS, and S3 for the staging and originals buckets) is started with the first
+child's environment: every archive bench runs with staging on, as a deployed stack does;
+those that say so keep originals too (ORIGINALS_ENV).
 `limited()` starts a second provider and Lsky, each behind a link of LINK_BYTES_PER_SEC
 (the transfer bench's limited pairs), and `apart()` a provider that writes each answer's
 header and body apart with Nagle on (the overhead bench's second case), the first time each
@@ -31,6 +32,9 @@ from devkit.postgres import PostgresCluster, apply_schema, connect
 
 REGION = "us-east-1"
 STAGING_BUCKET = "bench-staging"
+ORIGINALS_BUCKET = "bench-originals"
+# What a bench adds to handler_env() to keep every archive's original, as KeepOriginals does.
+ORIGINALS_ENV = {"ARCHIVE_ORIGINALS_BUCKET": ORIGINALS_BUCKET}
 TINY = "/tiny.png"
 TINY_BYTES = 200
 # A tiny image from a slow provider: each download takes this long (the lane bench).
@@ -163,7 +167,15 @@ class Services:
                 aws_secret_access_key="testing",  # noqa: S106 - moto accepts any
             )
             create_bucket(s3, STAGING_BUCKET)
+            create_bucket(s3, ORIGINALS_BUCKET, versioned=True)
         return self.moto_endpoint
+
+    def originals_requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every S3 request moto served for the originals bucket."""
+        if self._moto is None:
+            return []
+        calls: list[tuple[str, str]] = self._moto.s3_calls(f"/{ORIGINALS_BUCKET}/")
+        return calls
 
     def pause_lane(self) -> None:
         """Close the upload lane for an hour: archives capture (stage) instead of upload."""
@@ -183,6 +195,15 @@ class Services:
         [[count]] = self.db.run(
             "SELECT count(*) FROM image_generation_records "
             "WHERE id = ANY(CAST(:ids AS bigint[])) AND archive_staged_key IS NOT NULL",
+            ids=ids,
+        )
+        return int(count)
+
+    def originals_kept(self, ids: list[int]) -> int:
+        """How many of `ids` have a kept original recorded."""
+        [[count]] = self.db.run(
+            "SELECT count(*) FROM image_archive_originals"
+            " WHERE record_id = ANY(CAST(:ids AS bigint[]))",
             ids=ids,
         )
         return int(count)

@@ -26,11 +26,18 @@ prices the hashing in the same process; every request the handler sends to Lsky 
 counted; and the same pairing with a 200-byte image (TINY_PAIRS, after the big ones)
 prices the handler's own part, which no transfer hides: the claim, the success write,
 the logs, a fresh connection to the provider.
+
+The 10 MB pairings (loopback and limited) have one side more: the handler keeping the
+image's original in the originals bucket (moto's S3, in the parent process), against the
+handler side without it, interleaved in the same process (lib.archive.originals: the
+worker's collaborator switched on and off). It records, per archive, how long the write
+took and how long the record waited for it after Lsky's answer: where the time goes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 from collections import Counter
@@ -40,7 +47,7 @@ from urllib.parse import urlsplit
 
 from bench.child import child_main, run_child
 from bench.common import MB, Row, command_for, median, ms, ratio, write_results
-from bench.services import LINK_BYTES_PER_SEC, TINY, TINY_BYTES, Services
+from bench.services import LINK_BYTES_PER_SEC, ORIGINALS_ENV, TINY, TINY_BYTES, Services
 
 IMAGE_PATH = "/img-10mb.png"
 IMAGE_BYTES = 10 * MB
@@ -59,6 +66,8 @@ LOOPBACK_LARGE = ("50 MB", "/img-50mb.png", 50 * MB, 7)
 TINY_PAIRS = 21
 # What a first attempt sent to Lsky before issue 13: one POST /api/v1/upload.
 REQUESTS_BEFORE = 1
+# Keeping the original may add this much to the 10 MB archive (loopback and limited links).
+ORIGINAL_TARGET_RATIO = 1.05
 
 
 def _count_lsky_requests(base_url: str) -> tuple[Counter[str], Callable[[bool], None]]:
@@ -122,6 +131,101 @@ def _hashing_cpu_seconds() -> float | None:
     return statistics.median(times)
 
 
+class _OriginalsSide:
+    """Keeping the original switched on and off in this container's worker, each write
+    timed: from its start to S3's answer, from its body's last byte to S3's answer, and the
+    record's wait for it after Lsky's answer."""
+
+    def __init__(self) -> None:
+        from lib.archive import originals, runtime  # noqa: PLC0415
+        from lib.platform import s3_body  # noqa: PLC0415
+
+        self.step = runtime.archive_worker().transfer.original
+        self.on, self.off = self.step.originals, originals.Originals(None)
+        self.timings: dict[str, list[float]] = {"write_s": [], "after_body_s": [], "wait_s": []}
+        keeping_class: Any = originals.Keeping
+        body_class: Any = s3_body.StreamedBody
+        real_init, real_kept, timings = keeping_class.__init__, keeping_class.kept, self.timings
+        real_read = body_class.read
+
+        def read(body: Any, size: int = -1) -> bytes:
+            data: bytes = real_read(body, size)
+            if body._cut.sent and not hasattr(body._cut, "sent_at"):
+                body._cut.sent_at = time.perf_counter()
+            return data
+
+        def init(keeping: Any, key: str, write: Any) -> None:
+            began = time.perf_counter()
+
+            def timed(cut: Any) -> Any:
+                try:
+                    return write(cut)
+                finally:
+                    ended = time.perf_counter()
+                    timings["write_s"].append(ended - began)
+                    if hasattr(cut, "sent_at"):
+                        timings["after_body_s"].append(ended - cut.sent_at)
+
+            real_init(keeping, key, timed)
+
+        def kept(keeping: Any, wait: float) -> Any:
+            began = time.perf_counter()
+            try:
+                return real_kept(keeping, wait)
+            finally:
+                timings["wait_s"].append(time.perf_counter() - began)
+
+        keeping_class.__init__ = init
+        keeping_class.kept = kept
+        body_class.read = read
+        self.step.originals = self.off
+
+    @classmethod
+    def of(cls, wanted: bool) -> _OriginalsSide | None:
+        """None: not wanted, or the code under test keeps no originals (or its environment
+        names no bucket)."""
+        try:
+            from lib.archive import original_step  # noqa: PLC0415, F401
+        except ImportError:
+            return None
+        side = cls() if wanted else None
+        return side if side is not None and side.on.enabled else None
+
+    def timed(self, run: Callable[[], float]) -> float:
+        self.step.originals = self.on
+        try:
+            return run()
+        finally:
+            self.step.originals = self.off
+
+    def forget(self) -> None:
+        for values in self.timings.values():
+            values.clear()
+
+
+def _keeping(
+    side: _OriginalsSide, handler: Callable[..., float], ids: list[int], into: list[float]
+) -> None:
+    into.append(side.timed(lambda: handler(ids.pop(), counted=False, side="original")))
+
+
+def _tiny_pairs(
+    archive: Callable[[int], object], plain: Callable[[], float], tiny_ids: list[int]
+) -> tuple[list[float], list[float]]:
+    """A 200-byte image's archive and its plain GET + POST, alternating which goes first."""
+    tiny_plain: list[float] = []
+    tiny_handler: list[float] = []
+    for index, record_id in enumerate(tiny_ids):  # counting is off
+        if index % 2:
+            tiny_plain.append(plain())
+        started = time.perf_counter()
+        archive(record_id)
+        tiny_handler.append(time.perf_counter() - started)
+        if not index % 2:
+            tiny_plain.append(plain())
+    return tiny_plain, tiny_handler
+
+
 def measure(args: dict[str, Any]) -> dict[str, Any]:
     from bench.lambda_call import archive  # noqa: PLC0415
     from bench.plain import PlainClient  # noqa: PLC0415
@@ -141,51 +245,62 @@ def measure(args: dict[str, Any]) -> dict[str, Any]:
         client.upload(body, content_type)
         return got + time.perf_counter() - started
 
-    def handler(record_id: int, *, hashed: bool = True) -> float:
+    cpu: dict[str, list[float]] = {"handler": [], "original": []}  # the process's, all threads
+
+    def handler(
+        record_id: int, *, hashed: bool = True, counted: bool = True, side: str = ""
+    ) -> float:
         with hashing(hashed) if hashing else contextlib.nullcontext():
-            counting(hashed)
-            started = time.perf_counter()
+            counting(hashed and counted)
+            started, cpu_started = time.perf_counter(), time.process_time()
             archive(record_id)
             elapsed = time.perf_counter() - started
             counting(False)
+        if side:
+            cpu[side].append(time.process_time() - cpu_started)
         return elapsed
 
     ids: list[int] = list(args["record_ids"])
-    archive(args["tiny_id"])
+    archive(args["tiny_id"])  # builds the worker, which the originals' side switches
+    originals = _OriginalsSide.of(args["original_side"])
+    if originals is not None:
+        originals.timed(lambda: handler(ids.pop()))  # a warm container's S3 client, boto3
     client.archive(args["tiny_url"])
     plain()
     handler(ids.pop(), hashed=False)
     requests.clear()  # count the measured first attempts only
+    if originals is not None:
+        originals.forget()
     runs = 0
     plain_s: list[float] = []
     handler_s: list[float] = []
     unhashed_s: list[float] = []
+    original_s: list[float] = []
     unhashed_side = hashing is not None and args["unhashed_side"]
     for index in range(args["pairs"]):
         sides: list[Callable[[], None]] = [
             lambda: plain_s.append(plain()),
-            lambda: handler_s.append(handler(ids.pop())),
+            lambda: handler_s.append(handler(ids.pop(), side="handler")),
         ]
         if unhashed_side:
             sides.append(lambda: unhashed_s.append(handler(ids.pop(), hashed=False)))
+        if originals is not None:
+            sides.append(functools.partial(_keeping, originals, handler, ids, original_s))
         shift = index % len(sides)  # rotate which side goes first
-        for side in sides[shift:] + sides[:shift]:
-            side()
+        for run in sides[shift:] + sides[:shift]:
+            run()
         runs += 1
-    tiny_plain: list[float] = []
-    tiny_handler: list[float] = []
-    for index, record_id in enumerate(args["tiny_ids"]):  # counting is off
-        if index % 2:
-            tiny_plain.append(plain(args["tiny_url"], args["tiny_bytes"]))
-        started = time.perf_counter()
-        archive(record_id)
-        tiny_handler.append(time.perf_counter() - started)
-        if not index % 2:
-            tiny_plain.append(plain(args["tiny_url"], args["tiny_bytes"]))
+    tiny_plain, tiny_handler = _tiny_pairs(
+        archive, lambda: plain(args["tiny_url"], args["tiny_bytes"]), args["tiny_ids"]
+    )
     return {
         "plain": plain_s,
         "handler": handler_s,
         "handler_without_hashing": unhashed_s,
+        "handler_keeping_the_original": original_s,
+        "cpu_s": cpu,
+        "original_timings": originals.timings if originals is not None else {},
+        "warm_ups": 1 + (originals is not None),
         "lsky_requests": dict(requests),
         "first_attempts_counted": runs,
         "hashing_cpu_s": _hashing_cpu_seconds(),
@@ -204,14 +319,15 @@ def _pairing(
     upstream: str | None = None,
     lsky: str | None = None,
     unhashed_side: bool = False,
+    original_side: bool = False,
     tiny_pairs: int = 0,
 ) -> dict[str, Any]:
     """One pairing in a fresh child: its raw result, with the medians and ratios."""
     upstream = upstream or services.upstream_url
     lsky = lsky or services.lsky_url
     tiny_id = services.seed(TINY, upstream=upstream)[0]
-    archives = 2 if unhashed_side else 1  # handler sides a round; one warm-up more
-    record_ids = services.seed(path, archives * pairs + 1, upstream=upstream)
+    archives = 1 + unhashed_side + original_side  # handler sides a round
+    record_ids = services.seed(path, archives * pairs + 1 + original_side, upstream=upstream)
     tiny_ids = services.seed(TINY, tiny_pairs, upstream=upstream) if tiny_pairs else []
     args = {
         "tiny_id": tiny_id,
@@ -224,12 +340,17 @@ def _pairing(
         "lsky_url": lsky,
         "pairs": pairs,
         "unhashed_side": unhashed_side,
+        "original_side": original_side,
     }
-    env = services.handler_env(LSKY_BASE_URL=lsky)
+    env = services.handler_env(LSKY_BASE_URL=lsky, **(ORIGINALS_ENV if original_side else {}))
+    s3_before = len(services.originals_requests())
+    cpu_before = time.process_time()  # this process runs nothing but moto's server meanwhile
     result = run_child("bench.transfer", args, env, log_name=name)
+    result["moto_cpu_s"] = time.process_time() - cpu_before
+    result["originals_requests"] = services.originals_requests()[s3_before:]
     statuses = services.statuses([tiny_id, *record_ids, *tiny_ids])
-    used = 1 + 1 + len(result["handler"]) + len(result["handler_without_hashing"])
-    used += len(result["tiny_handler"])
+    used = 1 + result["warm_ups"] + len(result["handler"]) + len(result["handler_without_hashing"])
+    used += len(result["tiny_handler"]) + len(result["handler_keeping_the_original"])
     if statuses.get("SUCCEEDED") != used:
         raise RuntimeError(f"{name}: not every archive succeeded: {statuses}")
     plain, handler = median(result["plain"]), median(result["handler"])
@@ -253,6 +374,45 @@ def _measured(result: dict[str, Any]) -> str:
         f"{result['ratio_of_medians']:.2f} x (paired median "
         f"{result['median_of_paired_ratios']:.2f} x)"
     )
+
+
+def _original_rows(result: dict[str, Any], where: str) -> list[Row]:
+    """Keeping the original against the handler without it (same child, interleaved), and
+    where its time went; none when the code under test keeps no originals."""
+    kept = result["handler_keeping_the_original"]
+    if not kept:
+        return []
+    without = result["handler"]
+    value = ratio(median(kept), median(without))
+    paired = median([k / h for k, h in zip(kept, without, strict=True)])
+    timings = result["original_timings"]
+    calls = result["originals_requests"]
+    methods = ", ".join(sorted({method for method, _ in calls}))
+    moto_cpu = result["moto_cpu_s"] / max(len(calls), 1)
+    return [
+        Row(
+            "2",
+            f"keeping the original: the 10 MB archive with vs without it, {where}",
+            f"{ms(median(kept))} vs {ms(median(without))} = {value:.2f} x (paired median "
+            f"{paired:.2f} x); the record's wait for it after Lsky's answer "
+            f"{ms(median(timings['wait_s']))} (max {ms(max(timings['wait_s']))})",
+            f"<= {ORIGINAL_TARGET_RATIO} x",
+            value <= ORIGINAL_TARGET_RATIO,
+            command_for("transfer"),
+        ),
+        Row(
+            "2",
+            f"where keeping the original's time goes, {where}",
+            f"its PUT {ms(median(timings['write_s']))}, S3's answer "
+            f"{ms(median(timings['after_body_s']))} after the body's last byte; the function's "
+            f"CPU an archive {ms(median(result['cpu_s']['original']))} with it, "
+            f"{ms(median(result['cpu_s']['handler']))} without; moto's {ms(moto_cpu)} an "
+            f"original; {len(calls)} S3 requests ({methods}) for {len(kept) + 1} originals",
+            "reported",
+            None,
+            command_for("transfer"),
+        ),
+    ]
 
 
 def _own_part(result: dict[str, Any]) -> Row:
@@ -281,6 +441,7 @@ def run(services: Services, reps: int = 41) -> list[Row]:
         pairs=reps,
         name="transfer",
         unhashed_side=True,
+        original_side=True,
         tiny_pairs=TINY_PAIRS,
     )
     handler, value = result["median_handler_s"], result["ratio_of_medians"]
@@ -312,6 +473,7 @@ def run(services: Services, reps: int = 41) -> list[Row]:
             )
         )
     rows.append(_own_part(result))
+    rows += _original_rows(result, "loopback (moto's S3)")
     counted = result["lsky_requests"]
     per_attempt = sum(counted.values()) / max(result["first_attempts_counted"], 1)
     detail = ", ".join(f"{name} {count}" for name, count in sorted(counted.items()))
@@ -351,6 +513,7 @@ def run(services: Services, reps: int = 41) -> list[Row]:
             name=f"transfer-limited-{size // MB}mb",
             upstream=limited.upstream_url,
             lsky=limited.lsky_url,
+            original_side=size == IMAGE_BYTES,
         )
         value = result["ratio_of_medians"]
         rows.append(
@@ -363,6 +526,7 @@ def run(services: Services, reps: int = 41) -> list[Row]:
                 command_for("transfer"),
             )
         )
+        rows += _original_rows(result, f"provider and Lsky each behind {rate} (S3 on loopback)")
     return rows
 
 

@@ -10,10 +10,19 @@ import contextlib
 from typing import Any
 
 
-def create_bucket(client: Any, name: str) -> str:
-    """Create `name` (us-east-1: no location constraint) and return it."""
+def create_bucket(client: Any, name: str, *, versioned: bool = False) -> str:
+    """Create `name` (us-east-1: no location constraint), versioned if asked (what
+    template.yaml's OriginalsBucket is), and return it."""
     client.create_bucket(Bucket=name)
+    if versioned:
+        client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
     return name
+
+
+def object_versions(client: Any, bucket: str) -> list[tuple[str, str]]:
+    """(key, version id) of every version in the bucket, delete markers left out."""
+    response = client.list_object_versions(Bucket=bucket)
+    return sorted((str(v["Key"]), str(v["VersionId"])) for v in response.get("Versions", []))
 
 
 def staged_keys(client: Any, bucket: str) -> list[str]:
@@ -27,6 +36,9 @@ def remove_bucket(client: Any, bucket: str) -> None:
     with contextlib.suppress(Exception):
         for key in staged_keys(client, bucket):
             client.delete_object(Bucket=bucket, Key=key)
+        response = client.list_object_versions(Bucket=bucket)
+        for version in response.get("Versions", []) + response.get("DeleteMarkers", []):
+            client.delete_object(Bucket=bucket, Key=version["Key"], VersionId=version["VersionId"])
         uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
         for upload in uploads:
             client.abort_multipart_upload(

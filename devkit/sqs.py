@@ -56,6 +56,11 @@ class _RequestCounter:
         self.app = app
         self.counts: Counter[str] = Counter()
         self.sqs_calls: list[tuple[str, dict[str, Any]]] = []
+        # (method, path), "COPY" for a CopyObject: no bodies are kept.
+        self.s3_calls: list[tuple[str, str]] = []
+        # (method, path prefix, answered, event): set when such an S3 request has begun
+        # (its headers are in, its body may still be arriving), or once it was answered.
+        self.s3_watches: list[tuple[str, str, bool, threading.Event]] = []
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -69,11 +74,30 @@ class _RequestCounter:
             environ["wsgi.input"] = io.BytesIO(body)  # moto reads it again
             with contextlib.suppress(ValueError):
                 call = (target.removeprefix("AmazonSQS."), dict(json.loads(body or b"{}")))
+        method = environ.get("REQUEST_METHOD", "")
+        if method == "PUT" and "HTTP_X_AMZ_COPY_SOURCE" in environ:
+            method = "COPY"  # CopyObject: a PUT naming its source, with no body
+        s3 = (method, environ.get("PATH_INFO", ""))
         with self._lock:
             self.counts[service] += 1
             if call is not None:
                 self.sqs_calls.append(call)
-        return self.app(environ, start_response)
+            if service == "s3":
+                self.s3_calls.append(s3)
+        if service != "s3":
+            return self.app(environ, start_response)
+        self._fire(s3, answered=False)
+        try:
+            return self.app(environ, start_response)
+        finally:
+            self._fire(s3, answered=True)
+
+    def _fire(self, call: tuple[str, str], *, answered: bool) -> None:
+        with self._lock:
+            watches = list(self.s3_watches)
+        for method, prefix, when_answered, event in watches:
+            if when_answered == answered and call[0] == method and call[1].startswith(prefix):
+                event.set()
 
 
 class MotoServer:
@@ -105,6 +129,22 @@ class MotoServer:
             for name, params in calls
             if name == action and all(params.get(k) == v for k, v in matching.items())
         ]
+
+    def s3_calls(self, path_prefix: str = "/") -> list[tuple[str, str]]:
+        """(method, path) of every S3 request served so far under `path_prefix` (a
+        bucket: "/<bucket>/"), in order."""
+        with self._counter._lock:
+            calls = list(self._counter.s3_calls)
+        return [call for call in calls if call[1].startswith(path_prefix)]
+
+    def watch_s3(self, method: str, path_prefix: str, *, answered: bool = False) -> threading.Event:
+        """An event set once an S3 `method` request under `path_prefix` has begun (its
+        headers are in; a PUT's body may still be arriving), or, `answered`, once moto
+        has handled it."""
+        event = threading.Event()
+        with self._counter._lock:
+            self._counter.s3_watches.append((method, path_prefix, answered, event))
+        return event
 
     def stop(self) -> None:
         if not self._stopped:

@@ -197,6 +197,14 @@ def staging_bucket(s3: Any) -> Iterator[str]:
     remove_bucket(s3, name)
 
 
+@pytest.fixture
+def originals_bucket(s3: Any) -> Iterator[str]:
+    """A fresh, empty, versioned originals bucket per test (template.yaml's OriginalsBucket)."""
+    name = create_bucket(s3, f"originals-{uuid.uuid4().hex[:12]}", versioned=True)
+    yield name
+    remove_bucket(s3, name)
+
+
 # -- HTTP servers ----------------------------------------------------------------------
 
 

@@ -89,6 +89,7 @@ CONTRACT_ENV = {
         "ARCHIVE_AUDIT_RATE",
         "ARCHIVE_EVENT_RETENTION_DAYS",
         "ARCHIVE_ORIGINALS_BUCKET",
+        "ARCHIVE_ORIGINALS_STORAGE_CLASS",
         "ARCHIVE_MAX_IMAGE_BYTES",
         "ARCHIVE_ALLOW_PRIVATE_NETWORKS",
         "AWS_ENDPOINT_URL_S3",
@@ -780,6 +781,22 @@ SETTINGS = (
         why_template_only=EMPTY_IS_THE_DEFAULT,
     ),
     Setting(
+        "OriginalsStorageClass",
+        "ARCHIVE_ORIGINALS_STORAGE_CLASS",
+        load_settings,
+        {
+            "GLACIER_IR": True,
+            "STANDARD": True,
+            "STANDARD_IA": True,
+            "INTELLIGENT_TIERING": True,
+            "GLACIER": False,
+            "DEEP_ARCHIVE": False,
+            "glacier_ir": False,
+        },
+        template_only=("",),
+        why_template_only=EMPTY_IS_THE_DEFAULT,
+    ),
+    Setting(
         "LskyTimezone",
         "LSKY_TIMEZONE",
         load_settings,
@@ -1138,8 +1155,10 @@ def _listify(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-# The one wildcard allowed: the objects under the staging bucket's staged/ prefix.
+# The wildcards allowed: the objects under the staging bucket's staged/ prefix, and under
+# the originals bucket's originals/ prefix.
 STAGED_OBJECTS = {"Fn::Sub": "${StagingBucket.Arn}/staged/*"}
+ORIGINAL_OBJECTS = {"Fn::Sub": "${OriginalsBucket.Arn}/originals/*"}
 
 
 def test_no_wildcards_in_iam_policies() -> None:
@@ -1150,7 +1169,7 @@ def test_no_wildcards_in_iam_policies() -> None:
         for statement in _statements(role):
             assert statement["Effect"] == "Allow", (name, statement)
             for target in _listify(statement.get("Resource")):
-                if target == STAGED_OBJECTS:
+                if target in (STAGED_OBJECTS, ORIGINAL_OBJECTS):
                     continue  # object keys cannot be listed in advance: only their prefix
                 assert "*" not in json.dumps(target), f"{name}: wildcard resource in {statement}"
             for action in _listify(statement["Action"]):
@@ -1410,6 +1429,7 @@ def dashboard_json() -> dict[str, Any]:
     nothing for the staging and event alarms, which exist only with their feature on)."""
     body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
     body = body.replace("${StagingAlarms}", "").replace("${EventAlarms}", "")
+    body = body.replace("${OriginalsAlarms}", "")
     body = re.sub(r"\$\{(PendingAgeAlarmSeconds|LanePausedAlarmSeconds)\}", "0", body)
     return json.loads(re.sub(r"\$\{[^}]+\}", "x", body))  # type: ignore[no-any-return]
 
@@ -1426,10 +1446,14 @@ def test_the_dashboard_shows_every_alarm() -> None:
     body, variables = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"]
     [widget] = [w for w in dashboard_json()["widgets"] if w["type"] == "alarm"]
     shown = set(re.findall(r"\$\{(\w+)\.Arn\}", body))
-    # The staging and event alarms come in through a variable each, present exactly when
-    # they exist.
+    # The staging, event and originals alarms come in through a variable each, present
+    # exactly when they exist.
     conditional: set[str] = set()
-    for variable, feature in (("StagingAlarms", "StagingOn"), ("EventAlarms", "EventsOn")):
+    for variable, feature in (
+        ("StagingAlarms", "StagingOn"),
+        ("EventAlarms", "EventsOn"),
+        ("OriginalsAlarms", "OriginalsOn"),
+    ):
         condition, alarms, otherwise = variables[variable]["Fn::If"]
         assert (condition, otherwise) == (feature, "")
         names = {part["Fn::GetAtt"][0] for part in alarms["Fn::Join"][1] if isinstance(part, dict)}
@@ -1568,12 +1592,17 @@ def test_archive_function_can_touch_only_staged_objects() -> None:
     staged = STAGED_OBJECTS
     s3 = {action: resources for action, resources in archive.items() if action.startswith("s3:")}
     assert s3 == {
-        "s3:PutObject": [staged],
-        "s3:GetObject": [staged],
+        # Besides the originals' own grant (test_archive_function_only_adds_originals).
+        "s3:PutObject": [staged, ORIGINAL_OBJECTS],
+        "s3:GetObject": [staged, ORIGINAL_OBJECTS],
+        "s3:GetObjectVersion": [ORIGINAL_OBJECTS],
         "s3:DeleteObject": [staged],
         "s3:AbortMultipartUpload": [staged],
         # Only so that a missing object answers 404 rather than 403 (see the template).
-        "s3:ListBucket": [{"Fn::GetAtt": ["StagingBucket", "Arn"]}],
+        "s3:ListBucket": [
+            {"Fn::GetAtt": ["StagingBucket", "Arn"]},
+            {"Fn::GetAtt": ["OriginalsBucket", "Arn"]},
+        ],
     }
     assert not any(action.startswith("s3:") for action in sweeper)
 
@@ -1653,3 +1682,126 @@ def test_show_logs_queries_the_log_groups_the_template_creates() -> None:
         pattern.replace("{stack}", "${AWS::StackName}") for pattern in logs_insights.LOG_GROUPS
     ]
     assert queried == created
+
+
+# ---------------------------------------------------------------- originals bucket
+
+ORIGINALS_RESOURCES = ("OriginalsBucket", "OriginalsBucketPolicy", "OriginalsFailuresAlarm")
+
+
+def test_sam_delete_leaves_the_originals_bucket() -> None:
+    # The archive's second copy outlives the stack: deleting it, or a template change that
+    # replaces the bucket, keeps the bucket, its objects and its TLS-only rule.
+    for name in ("OriginalsBucket", "OriginalsBucketPolicy"):
+        assert resource(name).get("DeletionPolicy") == "Retain", name
+        assert resource(name).get("UpdateReplacePolicy") == "Retain", name
+
+
+def test_the_originals_bucket_is_versioned_encrypted_and_private() -> None:
+    bucket = props("OriginalsBucket")
+    assert bucket["VersioningConfiguration"] == {"Status": "Enabled"}
+    [rule] = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    block = bucket["PublicAccessBlockConfiguration"]
+    for key in (
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ):
+        assert block[key] is True, key
+    assert bucket["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    # Nothing expires an original: no lifecycle rule at all.
+    assert "LifecycleConfiguration" not in bucket
+
+
+def test_the_originals_bucket_refuses_plain_http() -> None:
+    policy = props("OriginalsBucketPolicy")
+    assert policy["Bucket"] == {"Ref": "OriginalsBucket"}
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert (statement["Effect"], statement["Principal"], statement["Action"]) == (
+        "Deny",
+        "*",
+        "s3:*",
+    )
+    assert statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert statement["Resource"] == [
+        {"Fn::GetAtt": ["OriginalsBucket", "Arn"]},
+        {"Fn::Sub": "${OriginalsBucket.Arn}/*"},
+    ]
+
+
+def test_the_storage_class_parameter_allows_what_the_code_writes() -> None:
+    from lib.platform.env_values import DEFAULT_ORIGINALS_STORAGE_CLASS, ORIGINALS_STORAGE_CLASSES
+
+    storage = parameter("OriginalsStorageClass")
+    assert storage["AllowedValues"] == [
+        "GLACIER_IR",
+        "STANDARD",
+        "STANDARD_IA",
+        "INTELLIGENT_TIERING",
+    ]
+    assert tuple(storage["AllowedValues"]) == ORIGINALS_STORAGE_CLASSES
+    assert storage["Default"] == DEFAULT_ORIGINALS_STORAGE_CLASS == "GLACIER_IR"
+    env = declared_env("ArchiveFunction")
+    assert env["ARCHIVE_ORIGINALS_STORAGE_CLASS"] == {"Ref": "OriginalsStorageClass"}
+
+
+def test_originals_are_kept_by_default_and_off_cleanly() -> None:
+    keep = parameter("KeepOriginals")
+    assert (keep["Default"], keep["AllowedValues"]) == ("true", ["true", "false"])
+    assert template()["Conditions"]["OriginalsOn"] == {
+        "Fn::Equals": [{"Ref": "KeepOriginals"}, "true"]
+    }
+    resources = translated()["Resources"]
+    on = {name for name, body in resources.items() if body.get("Condition") == "OriginalsOn"}
+    assert set(ORIGINALS_RESOURCES) <= on
+    for name, body in resources.items():
+        if name not in on:
+            assert not _unguarded(body, "OriginalsBucket", "OriginalsOn"), name
+    env = declared_env("ArchiveFunction")["ARCHIVE_ORIGINALS_BUCKET"]
+    assert env == {"Fn::If": ["OriginalsOn", {"Ref": "OriginalsBucket"}, ""]}
+    output = template()["Outputs"]["OriginalsBucket"]
+    assert (output["Condition"], output["Value"]) == ("OriginalsOn", {"Ref": "OriginalsBucket"})
+
+
+def test_the_archive_function_may_only_add_and_read_originals() -> None:
+    # Writes under originals/ (a CopyObject of a staged copy needs that and the
+    # s3:GetObject on staged/* staging grants), a restore's read of a kept version, the
+    # listing that tells a missing one: no delete (the archive is kept for good).
+    granted = {
+        action: [target for target in targets if "OriginalsBucket" in json.dumps(target)]
+        for action, targets in _grants("ArchiveFunctionRole").items()
+    }
+    assert {action: targets for action, targets in granted.items() if targets} == {
+        "s3:PutObject": [ORIGINAL_OBJECTS],
+        "s3:GetObject": [ORIGINAL_OBJECTS],
+        "s3:GetObjectVersion": [ORIGINAL_OBJECTS],
+        "s3:ListBucket": [{"Fn::GetAtt": ["OriginalsBucket", "Arn"]}],
+    }
+    audit = {
+        action: [target for target in targets if "OriginalsBucket" in json.dumps(target)]
+        for action, targets in _grants("AuditFunctionRole").items()
+    }
+    assert {action: targets for action, targets in audit.items() if targets} == {
+        "s3:PutObject": [ORIGINAL_OBJECTS]
+    }
+    assert ORIGINAL_OBJECTS["Fn::Sub"].endswith("/originals/*")
+    from lib.state.claim import ORIGINALS_PREFIX
+
+    assert ORIGINAL_OBJECTS["Fn::Sub"].endswith(f"/{ORIGINALS_PREFIX}*")  # what the code writes
+    sweeper = _grants("SweeperFunctionRole")
+    assert not any("OriginalsBucket" in json.dumps(targets) for targets in sweeper.values())
+
+
+def test_originals_not_kept_raise_an_alarm_and_show_on_the_dashboard() -> None:
+    alarm = props("OriginalsFailuresAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("ImageArchive", "OriginalsFailed")
+    assert alarm["Dimensions"] == [{"Name": "service", "Value": {"Ref": "ServiceName"}}]
+    assert (alarm["Statistic"], alarm["Threshold"]) == ("Sum", 0)
+    originals = (ROOT / "src" / "lib" / "archive" / "originals.py").read_text(encoding="utf-8")
+    assert '"OriginalsFailed"' in originals
+    assert '"OriginalsKept"' in originals
+    body = props("ArchiveDashboard")["DashboardBody"]["Fn::Sub"][0]
+    for metric in ("OriginalsKept", "OriginalsFailed"):
+        assert f'"{metric}"' in body, metric

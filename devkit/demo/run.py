@@ -299,7 +299,8 @@ class Demo:
                 "postgres", f"database {services.dsn.rsplit('/', 1)[-1]} (dropped at exit)"
             )
         printer.line("sqs", f"{services.moto.endpoint_url} (moto), queue and DLQ local-archive")
-        printer.line("s3", f"{services.moto.endpoint_url} (moto), bucket {services.staging_bucket}")
+        buckets = f"{services.staging_bucket}, {services.originals_bucket}"
+        printer.line("s3", f"{services.moto.endpoint_url} (moto), buckets {buckets}")
         printer.line("lsky", f"{services.lsky.base_url}, files in {services.lsky.storage_dir}")
         printer.line("upstream", f"{services.upstream.base_url} (sample images)")
         logs = self.data_dir / "logs"

@@ -36,6 +36,7 @@ class Layout:
     queue: str = "local-archive"
     dlq: str = "local-archive-dlq"
     bucket: str = "local-archive-staging"
+    originals_bucket: str = "local-archive-originals"
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Services:
     upstream: UpstreamServer
     lsky: LskyStandIn
     staging_bucket: str  # on the same moto server (S3), as template.yaml's StagingBucket
+    originals_bucket: str  # likewise, versioned, as template.yaml's OriginalsBucket
 
 
 def _local_aws_environment(endpoint_url: str) -> None:
@@ -115,12 +117,15 @@ def start_services(
         sqs, layout.queue, max_receive_count=5, visibility_timeout=720, dlq_name=layout.dlq
     )
     staging_bucket = create_bucket(boto3.client("s3"), layout.bucket)
+    originals_bucket = create_bucket(boto3.client("s3"), layout.originals_bucket, versioned=True)
     upstream = stack.enter_context(UpstreamServer())
     token = {"token": layout.lsky_token} if layout.lsky_token else {}
     lsky = stack.enter_context(
         LskyStandIn(storage_dir=data_dir / "lsky", port=layout.lsky_port, **token)
     )
-    return Services(cluster, dsn, moto, sqs, queues, upstream, lsky, staging_bucket)
+    return Services(
+        cluster, dsn, moto, sqs, queues, upstream, lsky, staging_bucket, originals_bucket
+    )
 
 
 def function_environment(services: Services, profile: Profile) -> dict[str, str]:
@@ -133,6 +138,7 @@ def function_environment(services: Services, profile: Profile) -> dict[str, str]
         "ARCHIVE_QUEUE_URL": services.queues.url,
         "ARCHIVE_DLQ_URL": services.queues.dlq_url,
         "ARCHIVE_STAGING_BUCKET": services.staging_bucket,
+        "ARCHIVE_ORIGINALS_BUCKET": services.originals_bucket,
         "AWS_ENDPOINT_URL_S3": services.moto.endpoint_url,
         "ARCHIVE_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
         "ARCHIVE_RETRY_DELAYS": ",".join(map(str, profile.retry_delays)),

@@ -55,6 +55,7 @@ def layout_of(env: Mapping[str, Any]) -> Layout:
         queue=sweeper["ARCHIVE_QUEUE_URL"].rstrip("/").rsplit("/", 1)[-1],
         dlq=archive["ARCHIVE_DLQ_URL"].rstrip("/").rsplit("/", 1)[-1],
         bucket=archive["ARCHIVE_STAGING_BUCKET"],
+        originals_bucket=archive["ARCHIVE_ORIGINALS_BUCKET"],
     )
 
 
@@ -72,6 +73,7 @@ def variables(services: Services) -> dict[str, str]:
         "ARCHIVE_QUEUE_URL": services.queues.url,
         "ARCHIVE_DLQ_URL": services.queues.dlq_url,
         "ARCHIVE_STAGING_BUCKET": services.staging_bucket,
+        "ARCHIVE_ORIGINALS_BUCKET": services.originals_bucket,
         "LSKY_BASE_URL": services.lsky.base_url,
         "LSKY_TOKEN": services.lsky.token,
         "ARCHIVE_ALLOW_PRIVATE_NETWORKS": "127.0.0.0/8",

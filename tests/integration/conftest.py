@@ -122,6 +122,8 @@ def archive_env(
             "DB_SECRET_ARN": None,
             "LSKY_TOKEN_SECRET_ARN": None,
             "ARCHIVE_STAGING_BUCKET": None,  # staging off unless a test turns it on
+            "ARCHIVE_ORIGINALS_BUCKET": None,  # no originals kept unless a test says so
+            "ARCHIVE_ORIGINALS_STORAGE_CLASS": None,
             "POWERTOOLS_TRACE_DISABLED": "true",
             "POWERTOOLS_METRICS_NAMESPACE": "ImageArchive",
             **overrides,

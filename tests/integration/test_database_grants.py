@@ -21,10 +21,11 @@ from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.audits import AuditFindings, AuditRecords, AuditResult
-from lib.state.claim import KeptOriginal, SentImage, StagedCopy
+from lib.state.claim import KeptOriginal, OriginalSource, SentImage, StagedCopy
 from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
+from lib.state.originals import OriginalStore
 from lib.state.outbox import OutboxStore, Publication
 from lib.state.privileges import RolePrivileges
 from lib.state.queries import QUERIES
@@ -128,13 +129,29 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             claim = records.claim(record_id, owner="o", lock_ttl_seconds=180, max_attempts=3)
             assert claim.task is not None
             tasks[record_id] = claim.task
+        original = KeptOriginal(
+            "originals-bucket",
+            "originals/1/" + "a" * 32 + ".png",
+            "v1",
+            "0" * 64,
+            3,
+            "image/png",
+            OriginalSource.ARCHIVE,
+        )
         assert records.succeed(
             tasks[1],
             owner="o",
             hosted_url="https://img/x.png",
             mime_type="image/png",
             response={"key": "k"},
+            original=original,
         )
+        # The audit's original replaces it (INSERT ... ON CONFLICT DO UPDATE), and is read.
+        originals = OriginalStore(database)
+        assert originals.of(1) == original
+        hosted = KeptOriginal(**{**vars(original), "source": OriginalSource.HOSTED})
+        assert originals.keep(1, hosted)
+        assert originals.of(1) == hosted
         assert records.retry(
             tasks[2],
             owner="o",

@@ -18,9 +18,10 @@ from devkit._http import BackgroundServer, QuietHandler
 from lib.archive import runtime
 from lib.archive.schedule import MIN_ATTEMPT_MS
 from lib.platform.config import FINISH_RESERVE_MS
-from lib.platform.s3 import StagingBucket, StagingError
+from lib.platform.s3 import OriginalsBucket, OriginalsError, StagingBucket, StagingError
 from lib.state.lane_store import LaneStore
 from lib.transfer.failures import ArchiveFailure, Kind, Stage
+from lib.transfer.held import hold
 from lib.transfer.imagetype import PNG as PNG_TYPE
 from lib.transfer.imagetype import DownloadedImage
 from lib.transfer.lsky import LskyClient
@@ -204,4 +205,46 @@ def test_a_trickling_s3_answer_ends_by_the_deadline(
     deadline = time.monotonic() + 2.0
     with pytest.raises(StagingError, match=r"past the (attempt's )?deadline"):
         operation(StagingBucket("staging-bucket"), deadline)
+    assert ended_in_time(deadline)
+
+
+def original_put(bucket: OriginalsBucket, deadline: float) -> None:
+    image = hold([PNG], PNG_TYPE)
+    try:
+        bucket.put(
+            "originals/1/a.png", image, content_type="image/png", metadata={}, deadline=deadline
+        )
+    finally:
+        image.close()
+
+
+def original_copy(bucket: OriginalsBucket, deadline: float) -> None:
+    bucket.copy(
+        "originals/1/a.png",
+        source_bucket="staging-bucket",
+        source_key="staged/1.png",
+        etag='"0"',
+        content_type="image/png",
+        metadata={},
+        deadline=deadline,
+    )
+
+
+def original_get(bucket: OriginalsBucket, deadline: float) -> None:
+    stored = bucket.open("originals/1/a.png", version_id="v1", deadline=deadline)
+    try:
+        b"".join(stored.chunks())
+    finally:
+        stored.close()
+
+
+@pytest.mark.parametrize(
+    "operation", [original_put, original_copy, original_get], ids=["put", "copy", "get"]
+)
+def test_a_trickling_answer_to_an_original_s_call_ends_by_the_deadline(
+    trickling_s3: str, operation: Callable[[OriginalsBucket, float], None]
+) -> None:
+    deadline = time.monotonic() + 2.0
+    with pytest.raises(OriginalsError, match=r"past the (attempt's )?deadline"):
+        operation(OriginalsBucket("originals-bucket"), deadline)
     assert ended_in_time(deadline)

@@ -99,15 +99,23 @@ def report_recorded(copied: Copied, recorded: Recorded, restore: Restoring | Non
         metrics.add_metric(name="Restored", unit=MetricUnit.Count, value=1)
 
 
+def _unrecorded(copied: Copied) -> dict[str, Any]:
+    """The original this attempt kept, when its success write recorded nothing: the
+    object stays in the bucket (nothing there is deleted), named for an operator."""
+    return {} if copied.original is None else {"unrecorded_original": copied.original.key}
+
+
 RECORDED_WARNINGS: Mapping[Recorded, Callable[[Copied], None]] = {
-    Recorded.ALREADY_OTHER: lambda _: logger.warning(
-        "archived, but another attempt had already archived the record"
+    Recorded.ALREADY_OTHER: lambda copied: logger.warning(
+        "archived, but another attempt had already archived the record", **_unrecorded(copied)
     ),
     Recorded.AFTER_LOCK_PASSED: lambda _: logger.warning(
         "archived after the lock had passed on; recorded anyway"
     ),
     Recorded.ROW_GONE: lambda copied: logger.warning(
-        "archived, but the record no longer exists", hosted_url=copied.hosted.url
+        "archived, but the record no longer exists",
+        hosted_url=copied.hosted.url,
+        **_unrecorded(copied),
     ),
     Recorded.ALREADY_THIS: lambda _: None,
 }

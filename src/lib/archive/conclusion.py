@@ -259,14 +259,14 @@ class Concluder:
         copied = verdict.copied
         if copied is None:
             raise AssertionError("an ARCHIVED verdict carries the copy")  # pragma: no cover
-        fidelity = copied.fidelity
         recorded = self.records.succeed(
             task,
             owner=ctx.owner,
             hosted_url=copied.hosted.url,
             mime_type=copied.hosted.mime_type,
             response=stored_response(copied),
-            altered=None if fidelity is None else fidelity.altered,
+            altered=None if copied.fidelity is None else copied.fidelity.altered,
+            original=copied.original,  # recorded in the same statement
             # An adoption took no slot and is no upload: it stays out of the ledger.
             log_upload=not copied.adopted,
             events=ctx.events.pending(),

@@ -22,7 +22,7 @@ from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType
 from lib.transfer.lsky import LskyClient, Sendable
 from lib.transfer.lsky_upload import HostedImage
-from lib.transfer.relay import RelayedImage, relay
+from lib.transfer.relay import Beside, RelayedImage, relay
 
 
 def can_start(deadline: float) -> bool:
@@ -55,14 +55,20 @@ class Copier:
         self.host_timezone = host_timezone
 
     def fetch(
-        self, task: Task, deadline: float, *, gate: Callable[[], bool] | None = None
+        self,
+        task: Task,
+        deadline: float,
+        *,
+        gate: Callable[[], bool] | None = None,
+        beside: Beside | None = None,
     ) -> HeldImage:
         """The source image, downloaded once into a spool, leaving the upload its share
         of the time. With a relay `gate`, asked once the first bytes (the type) and the
         Content-Length (the upload's exact length) are known: yes, and the upload starts
         on a thread of its own, reading the spool as it fills (a RelayedImage: `upload`
         gives its answer). Raises ArchiveFailure (stage download); a relayed upload is
-        then cut before its last byte, and stores nothing (docs/transfer.md)."""
+        then cut before its last byte, and stores nothing (docs/transfer.md). `beside`
+        starts another reader of a relayed download as it lands (the original's write)."""
         with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)) as stream:
             declared = stream.declared_length
             if gate is not None and declared is not None:
@@ -71,7 +77,7 @@ class Copier:
                 if gate():
                     # The upload follows the download: after its last byte, Lsky's work.
                     stream.set_deadline(deadline - upload_needs(0))
-                    return self._relay(task, stream, declared, deadline)
+                    return self._relay(task, stream, declared, deadline, beside)
             size = declared if declared is not None else self.max_image_bytes
             if time_left(deadline) < download_needs(declared or 0) + upload_needs(size):
                 raise _no_time_for(declared)
@@ -79,11 +85,13 @@ class Copier:
             stream.set_deadline(deadline - upload_needs(size))
             return hold(stream, stream.image_type)
 
-    def _relay(self, task: Task, stream: ImageStream, size: int, deadline: float) -> HeldImage:
+    def _relay(
+        self, task: Task, stream: ImageStream, size: int, deadline: float, beside: Beside | None
+    ) -> HeldImage:
         def send(image: Sendable) -> HostedImage | Failure:
             return self._send(task, image, deadline)
 
-        return relay(stream, size=size, image_type=stream.image_type, send=send)
+        return relay(stream, size=size, image_type=stream.image_type, send=send, beside=beside)
 
     def find_ours(self, task: Task, sent: SentImage | None, deadline: float) -> LookUp:
         """The image an earlier attempt stored, by its exact name, if it can be ours (see
@@ -175,6 +183,13 @@ def _no_time_for(size: int | None) -> ArchiveFailure:
 def sent_of(held: HeldImage) -> SentImage:
     """What uploading `held` sends, as the look-up compares it."""
     return SentImage(held.sha1, held.dimensions())
+
+
+def sent_after(failure: Failure, held: HeldImage | None) -> SentImage | None:
+    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
+    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
+        return None
+    return sent_of(held)
 
 
 def file_name(task: Task, image_type: ImageType) -> str:

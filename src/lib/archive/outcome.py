@@ -11,7 +11,7 @@ from typing import Any
 
 from lib.archive.fidelity import Digest, Fidelity, compare
 from lib.platform.errors import ServiceError
-from lib.state.claim import SentImage, StagedCopy
+from lib.state.claim import KeptOriginal, SentImage, StagedCopy
 from lib.state.status import WaitReason
 from lib.transfer.lsky_upload import HostedImage
 
@@ -97,6 +97,9 @@ class Copied:
     sent: Digest | None = None  # md5/sha1/size of the bytes sent (None when adopted)
     # Uploaded although the look-up for an earlier attempt's image could not be answered.
     duplicate_possible: bool = False
+    # The original kept beside it (lib.archive.originals), or why none was (originals on).
+    original: KeptOriginal | None = None
+    original_missing: str | None = None
 
     @property
     def fidelity(self) -> Fidelity | None:

@@ -21,7 +21,7 @@ from lib.platform.config import (
 )
 from lib.platform.db import Database
 from lib.platform.eventbridge import EventBus
-from lib.platform.s3 import StagingBucket
+from lib.platform.s3 import OriginalsBucket, StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
 from lib.state.lane_store import LaneStore
@@ -30,6 +30,7 @@ from lib.state.records import ArchiveRecords
 from lib.state.sweeps import SweepRecords
 
 if TYPE_CHECKING:
+    from lib.archive.originals import Originals
     from lib.archive.sweeper import Sweeper
     from lib.archive.worker import ArchiveWorker
     from lib.audit.auditor import Auditor
@@ -71,6 +72,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
         max_image_bytes=settings.max_image_bytes,
         host_timezone=ZoneInfo(settings.lsky_timezone),
     )
+    originals = _originals(settings.originals_bucket, settings.originals_storage_class)
     # Completion events (lib.publish): the statements write them only when published.
     bus = EventBus(settings.event_bus) if settings.event_bus else None
     records = ArchiveRecords(db, publish=bus is not None)
@@ -82,7 +84,13 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     return ArchiveWorker(
         settings=settings,
         records=records,
-        transfer=Transfer(settings=settings, copier=copier, staging=staging, lane=LaneStore(db)),
+        transfer=Transfer(
+            settings=settings,
+            copier=copier,
+            staging=staging,
+            lane=LaneStore(db),
+            originals=originals,
+        ),
         concluder=Concluder(
             records=records,
             queue=queue,
@@ -90,6 +98,15 @@ def build_worker(settings: Settings) -> ArchiveWorker:
             dlq_url=settings.dlq_url,
         ),
         publisher=Publisher(bus),
+    )
+
+
+def _originals(bucket: str | None, storage_class: str) -> Originals:
+    from lib.archive.originals import Originals  # noqa: PLC0415 - the archive's and the audit's
+
+    # Built without a client: boto3 is loaded by the first original's write or read.
+    return Originals(
+        OriginalsBucket(bucket, storage_class=storage_class) if bucket is not None else None
     )
 
 
@@ -112,7 +129,6 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
 def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Auditor:
     """The auditor; `db`: a connection of the caller's (archive-ctl's), else its own."""
     from lib.audit.auditor import Auditor  # noqa: PLC0415
-    from lib.audit.originals_off import NoOriginals  # noqa: PLC0415
     from lib.audit.repair import Restorer  # noqa: PLC0415
     from lib.state.audits import AuditRecords  # noqa: PLC0415
     from lib.state.operations import OperatorRecords  # noqa: PLC0415
@@ -126,7 +142,7 @@ def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Aud
             max_bytes=settings.max_image_bytes,
             allow_private_networks=settings.allow_private_networks,
         ),
-        originals=NoOriginals(),
+        originals=_originals(settings.originals_bucket, settings.originals_storage_class),
         restorer=Restorer(
             audits=audits,
             operator=OperatorRecords(db),

@@ -23,12 +23,11 @@ from lib.state.claim import StagedCopy, Task
 from lib.transfer.download import Downloader
 from lib.transfer.failures import Failure, Stage
 from lib.transfer.held import HeldImage, hold
-from lib.transfer.imagetype import AVIF, GIF, JPEG, PNG, WEBP, ImageType
+from lib.transfer.imagetype import ImageType, by_extension
 
 # Every staged object lives under this prefix: the archive function's IAM grant and the
 # bucket's lifecycle rule name it, so nothing else in the bucket is reachable or expired.
 STAGED_PREFIX = "staged/"
-_BY_EXTENSION = {image_type.extension: image_type for image_type in (PNG, JPEG, GIF, WEBP, AVIF)}
 
 
 def staged_key(record_id: int, image_type: ImageType, token: str | None = None) -> str:
@@ -39,10 +38,7 @@ def staged_key(record_id: int, image_type: ImageType, token: str | None = None) 
 
 def image_type_of(key: str) -> ImageType | None:
     """The image type a staged key was written with (its extension); None if not ours."""
-    if not key.startswith(STAGED_PREFIX):
-        return None
-    _, dot, extension = key.rpartition(".")
-    return _BY_EXTENSION.get(extension) if dot else None
+    return by_extension(key) if key.startswith(STAGED_PREFIX) else None
 
 
 def worth_staging(failure: Failure) -> bool:
@@ -137,6 +133,7 @@ class Staging:
             held = hold(staged.chunks(), image_type, sha256=True)
         finally:
             staged.close()
+        held.etag = staged.etag  # a server-side copy takes that very object (originals)
         mismatch = _mismatch(task, held)
         if mismatch is not None:
             held.close()

@@ -19,14 +19,26 @@ from lib.transfer.failures import Failure
 from lib.transfer.held import HeldImage
 
 
-def fetched(events: EventLog, held: HeldImage, *, from_staged: bool, seconds: float) -> None:
+def fetched(
+    events: EventLog,
+    held: HeldImage,
+    *,
+    from_staged: bool,
+    seconds: float,
+    from_original: bool = False,
+) -> None:
+    source = "original" if from_original else "staged copy" if from_staged else "provider"
     events.note(
         EventKind.FETCHED,
-        source="staged copy" if from_staged else "provider",
+        source=source,
         bytes=held.size,
         type=held.image_type.mime_type,
         seconds=seconds,
     )
+
+
+def original_failed(events: EventLog, error: str) -> None:
+    events.note(EventKind.FETCHED, source="original", error=error)
 
 
 def staged_copy_failed(events: EventLog, error: str) -> None:
@@ -116,4 +128,6 @@ def archived_detail(copied: Copied) -> dict[str, Any]:
         "adopted": copied.adopted or None,
         "duplicates": list(copied.duplicates) or None,
         "duplicate_possible": copied.duplicate_possible or None,
+        "original": None if copied.original is None else copied.original.key,
+        "original_missing": copied.original_missing,
     }

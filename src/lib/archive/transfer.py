@@ -11,21 +11,21 @@ from datetime import datetime, timedelta
 
 from lib.archive import pacing, schedule, story
 from lib.archive import retry as policy
-from lib.archive.copier import Copier, can_start, sent_if_stored, sent_of
+from lib.archive.copier import Copier, can_start, sent_after, sent_of
+from lib.archive.copies import kept_copy
 from lib.archive.lane import HostCondition, host_condition, pause_until
+from lib.archive.original_step import OriginalStep
+from lib.archive.originals import Keeping, Originals
 from lib.archive.outcome import Message, Outcome, Verdict, archived
 from lib.archive.relaying import relay_gate
 from lib.archive.restoring import damaged_copy_listed
 from lib.archive.staging import (
-    StagedCopyMismatch,
     Staging,
     keeps_copy,
-    mismatched,
     worth_staging,
 )
 from lib.platform.config import FINISH_RESERVE_MS, Settings
 from lib.platform.observability import logger
-from lib.platform.s3 import StagedCopyMissing
 from lib.ratelimit import limiter, margins
 from lib.state.claim import Restoring, SentImage, StagedCopy, Task
 from lib.state.events import EventLog
@@ -47,12 +47,14 @@ class _Attempt:
     events: EventLog  # the attempt's story, written by the statement that concludes it
     restage: bool = False  # the row's staged copy is gone: stage the bytes again
     from_staged: bool = False  # the bytes in hand are the staged copy's
+    from_original: bool = False  # ...or a restore's original
     slot_taken: bool = False
     looked_up: bool = False  # an earlier attempt's image was looked for (and not adopted)
     fetch_seconds: float = 0.0  # how long getting the bytes in hand took
     slot_wait_seconds: float = 0.0  # slept for the upload slot
     upload_started: float | None = None  # time.monotonic(), when relayed (lib.archive.relaying)
     duplicate_possible: bool = False  # ...but the look-up could not be answered
+    keeping: Keeping | None = None  # the original's write beside the upload
 
     def db_now(self) -> datetime:
         """The database's clock (read by the claim) moved on by the time elapsed here."""
@@ -61,12 +63,19 @@ class _Attempt:
 
 class Transfer:
     def __init__(
-        self, *, settings: Settings, copier: Copier, staging: Staging, lane: LaneStore
+        self,
+        *,
+        settings: Settings,
+        copier: Copier,
+        staging: Staging,
+        lane: LaneStore,
+        originals: Originals,
     ) -> None:
         self.settings = settings
         self.copier = copier
         self.staging = staging
         self.lanes = lane
+        self.original = OriginalStep(originals, staging)
         self.timings = pacing.Timings()
 
     def run(
@@ -94,7 +103,7 @@ class Transfer:
             # What the lost upload sent is known: look it up before fetching anything.
             found = self._look_up(at, task.sent, None)
             if isinstance(found, Verdict):
-                return found
+                return self.original.adopted(at, found, None)
             at.looked_up, at.duplicate_possible = True, found
         fetching = time.monotonic()
         held = self._hold(at)
@@ -102,7 +111,10 @@ class Transfer:
         self.timings.fetched(at.fetch_seconds)
         if isinstance(held, Verdict):
             return held
-        story.fetched(at.events, held, from_staged=at.from_staged, seconds=at.fetch_seconds)
+        story.fetched(
+            at.events, held, from_staged=at.from_staged, from_original=at.from_original,
+            seconds=at.fetch_seconds,
+        )  # fmt: skip
         try:
             return self._with_bytes(at, held)
         finally:
@@ -111,14 +123,13 @@ class Transfer:
     # -- the bytes in hand ---------------------------------------------------------------
 
     def _hold(self, at: _Attempt) -> HeldImage | Verdict:
-        """The staged copy read back when the row has one, else the source downloaded."""
-        task = at.task
-        if task.staged_key is not None:
-            staged = _staged_copy(self.staging, at)
-            if staged is not None:
-                return staged
+        """A copy we keep read back (lib.archive.copies), else the source downloaded."""
+        kept = kept_copy(self.staging, self.original.originals, at)
+        if kept is not None:
+            return self._attempt_failed(at, kept) if isinstance(kept, Failure) else kept
         try:
-            return self.copier.fetch(task, at.deadline, gate=relay_gate(at, self))
+            gate, beside = relay_gate(at, self), self.original.relayed(at)
+            return self.copier.fetch(at.task, at.deadline, gate=gate, beside=beside)
         except ArchiveFailure as error:
             story.source_failed(at.events, error.failure)
             return self._source_failed(at, error.failure)
@@ -151,7 +162,7 @@ class Transfer:
             else:
                 story.looked_up(at.events, found)
                 if found.adopted is not None:
-                    return archived(found.adopted)
+                    return self.original.adopted(at, archived(found.adopted), None)
         if at.restage:
             # Said plainly: the copy the row relied on is gone (the bucket's lifecycle rule)
             # and the provider's URL failed too (typically expired: a permanent 403).
@@ -192,7 +203,7 @@ class Transfer:
         if task.may_be_hosted and not at.looked_up:
             found = self._look_up(at, sent_of(held), held)
             if isinstance(found, Verdict):
-                return found
+                return self.original.adopted(at, found, held)
             at.duplicate_possible = found
         if self._paced() and not at.slot_taken:
             waiting = self._slot_or_wait(at, held)
@@ -205,16 +216,19 @@ class Transfer:
             slot_wait_seconds=round(at.slot_wait_seconds, 3),
         )
         uploading = at.upload_started or time.monotonic()  # from its slot to its answer
+        self.original.start(at, held)
         try:
             copied = self.copier.upload(task, held, at.deadline)
         except ArchiveFailure as error:
+            self.original.dropped(at)
             story.upload_failed(at.events, error.failure, seconds=time.monotonic() - uploading)
             # Lsky counts stored images: the slot stays if it may have stored this one.
             verdict = self._failed(at, error.failure, held)
             return replace(verdict, counted=error.failure.may_be_hosted)
         self.timings.uploaded(time.monotonic() - uploading)
         story.upload_answered(at.events, copied, seconds=time.monotonic() - uploading)
-        return archived(replace(copied, duplicate_possible=at.duplicate_possible))
+        copied = self.original.kept(at, replace(copied, duplicate_possible=at.duplicate_possible))
+        return archived(copied)
 
     # -- pacing --------------------------------------------------------------------------
 
@@ -254,7 +268,7 @@ class Transfer:
                 return None
             if slot.answer is SlotAnswer.PAUSED:
                 seconds = schedule.paused_for(slot.at, slot.now)
-                staged = self._stage(at, held, "lane paused")
+                staged = _stage(self.staging, at, held, "lane paused")
                 return schedule.wait_for_lane(seconds, at.message, staged=staged)
             wait = slot.wait_seconds
             if (
@@ -275,7 +289,7 @@ class Transfer:
                 booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
                 verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
                 # Waiting, it may outwait the source URL: stage what is held.
-                return replace(verdict, staged=self._stage(at, held, "paced"))
+                return replace(verdict, staged=_stage(self.staging, at, held, "paced"))
             time.sleep(wait)
             at.slot_wait_seconds += wait
         return schedule.wait_for_slot(0, at.message, booked=True)
@@ -315,9 +329,9 @@ class Transfer:
             condition=condition,
             # A refusal stored nothing: the next attempt needs no look-up.
             may_be_hosted=failure.may_be_hosted,
-            staged=self._stage(at, held, "upload failed"),
+            staged=_stage(self.staging, at, held, "upload failed"),
         )
-        return replace(verdict, sent=sent_if_stored(failure, held))
+        return replace(verdict, sent=sent_after(failure, held))
 
     def _attempt_failed(
         self, at: _Attempt, failure: Failure, held: HeldImage | None = None
@@ -334,7 +348,7 @@ class Transfer:
         error = policy.error_summary(
             failure, attempt=task.attempt, max_attempts=settings.max_attempts
         )
-        staged = self._stage(at, held, "upload failed") if worth_staging(failure) else None
+        staged = _stage(self.staging, at, held, "upload failed") if worth_staging(failure) else None
         fail = decision.action is policy.Action.FAIL
         return Verdict(
             Outcome.FAILED if fail else Outcome.RETRY,
@@ -343,19 +357,18 @@ class Transfer:
             may_be_hosted=failure.may_be_hosted,
             staged=staged,
             keep_staged=fail and keeps_copy(failure),
-            sent=sent_if_stored(failure, held),
+            sent=sent_after(failure, held),
             fields={"error_class": str(decision.error_class), "error": error},
         )
 
-    # -- staging ---------------------------------------------------------------------------
 
-    def _stage(self, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
-        """Stage the bytes in hand, unless the row's own copy is where they came from."""
-        if held is None or (at.task.staged_key is not None and not at.restage):
-            return None
-        staged = self.staging.stage(at.task, held, at.deadline, why)
-        story.staged(at.events, staged, why)
-        return staged
+def _stage(staging: Staging, at: _Attempt, held: HeldImage | None, why: str) -> StagedCopy | None:
+    """Stage the bytes in hand, unless the row's own copy is where they came from."""
+    if held is None or (at.task.staged_key is not None and not at.restage):
+        return None
+    staged = staging.stage(at.task, held, at.deadline, why)
+    story.staged(at.events, staged, why)
+    return staged
 
 
 def _restore_blocked(transfer: Transfer, at: _Attempt, restore: Restoring) -> Verdict | None:
@@ -368,27 +381,6 @@ def _restore_blocked(transfer: Transfer, at: _Attempt, restore: Restoring) -> Ve
         story.looked_up(at.events, error.failure.message)
         return transfer._failed(at, error.failure, None)
     return None if failure is None else transfer._attempt_failed(at, failure)
-
-
-def _staged_copy(staging: Staging, at: _Attempt) -> HeldImage | Verdict | None:
-    """The row's staged copy read back, or the verdict on a copy that is not what was
-    captured; None: use the source (staging is off, or the copy is gone)."""
-    if not staging.enabled:
-        logger.warning("the row has a staged copy but staging is off; using the source")
-        return None
-    try:
-        held = staging.read_back(at.task, at.deadline)
-    except StagedCopyMissing as error:
-        # Expired by the lifecycle rule, or deleted: the source may still work.
-        logger.warning("staged copy missing; using the source", error=str(error))
-        story.staged_copy_failed(at.events, str(error))
-        at.restage = True
-        return None
-    except StagedCopyMismatch as error:
-        story.staged_copy_failed(at.events, str(error))
-        return mismatched(str(error))
-    at.from_staged = True
-    return held
 
 
 def _window_frees(lanes: LaneStore, named: HostCondition, zone: str, task: Task) -> datetime | None:

@@ -9,18 +9,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from lib.archive.originals import Originals
 from lib.audit.check import Checked, check_hosted, refetch
 from lib.audit.pace import Pace
 from lib.audit.repair import Restorer
 from lib.audit.verdict import AuditVerdict, Repair, host_down, repair_for
 from lib.platform.observability import logger, metrics
 from lib.state.audits import AuditRecords, AuditResult, AuditTarget
-from lib.state.claim import KeptOriginal
+from lib.state.claim import OriginalSource
 from lib.state.events import Actor
+from lib.state.originals import OriginalStore
 from lib.transfer.download import Downloader
 from lib.transfer.held import HeldImage
 
@@ -39,17 +41,6 @@ WALK_BATCH = 5_000
 WALK_STEPS = 20
 # The audit's own events past the retention removed a run at most (each run a batch).
 EXPIRY_EVENTS = 5_000
-
-
-class Originals(Protocol):
-    """What the audit needs of the originals bucket (lib.archive.originals.Originals)."""
-
-    @property
-    def enabled(self) -> bool: ...
-
-    def keep(
-        self, record_id: int, held: HeldImage, source: str, deadline: float
-    ) -> KeptOriginal | None: ...
 
 
 @dataclass(frozen=True)
@@ -97,6 +88,7 @@ class Auditor:
     ) -> None:
         self.retention_seconds = retention_seconds
         self.audits = audits
+        self.kept = OriginalStore(audits.db)
         self.downloader = downloader
         self.originals = originals
         self.restorer = restorer
@@ -259,7 +251,7 @@ class _Run:
         lost = repair is Repair.LOST
         restore: bool | None = None  # a restore, and whether it needs the original
         if repair is Repair.KEEP_ORIGINAL and check.held is not None:
-            self._keep(target, check.held, "hosted")
+            self._keep(target, check.held, OriginalSource.HOSTED)
         elif repair is Repair.RESTORE:
             restore = True
         elif repair is Repair.REFETCH:
@@ -288,13 +280,13 @@ class _Run:
                 self.summary.restores += 1
         return AuditResult(target.record_id, str(verdict), target.hosted_url, lost, detail)
 
-    def _keep(self, target: AuditTarget, held: HeldImage, source: str) -> bool:
+    def _keep(self, target: AuditTarget, held: HeldImage, source: OriginalSource) -> bool:
         if self.dry_run:
             return True
         kept = self.a.originals.keep(target.record_id, held, source, self.deadline())
         if kept is None:
             return False
-        self.a.audits.keep_original(target.record_id, kept, by=self.by)
+        self.a.kept.keep(target.record_id, kept, by=self.by)
         self.summary.originals_kept += 1
         _count("OriginalsKept", 1)
         return True
@@ -308,7 +300,9 @@ class _Run:
         if got.held is None:
             return None
         try:
-            return self.a.originals.enabled and self._keep(target, got.held, "provider")
+            return self.a.originals.enabled and self._keep(
+                target, got.held, OriginalSource.PROVIDER
+            )
         finally:
             got.held.close()
 

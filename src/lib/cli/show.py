@@ -20,8 +20,10 @@ from lib.cli.words import plural
 from lib.platform import config
 from lib.platform.redact import outside_text
 from lib.state.audits import AuditFindings, Keeping
+from lib.state.claim import KeptOriginal
 from lib.state.events import CONCLUDING
 from lib.state.lane import LaneState
+from lib.state.originals import OriginalStore
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 from lib.state.stories import Story, StoryRecords
 from lib.transfer.lsky_upload import MAX_HOSTED_URL
@@ -41,7 +43,8 @@ class Shown:
     timing: Timing
     now: datetime
     logs: logs_insights.LogsReport | None = None
-    keeping: Keeping | None = None  # its original and its audit
+    keeping: Keeping | None = None  # its audit
+    original: KeptOriginal | None = None  # its original, as kept
 
     @property
     def wait(self) -> Wait | None:
@@ -92,6 +95,7 @@ class Shown:
                 key: value.isoformat() if isinstance(value, datetime) else value
                 for key, value in asdict(self.keeping).items()
             }
+            data["original"] = None if self.original is None else asdict(self.original)
         return data
 
 
@@ -123,7 +127,7 @@ def render(shown: Shown) -> str:
                 f"archived {when(row.archived_at, now)}{altered}"
             )
         if shown.keeping is not None:
-            lines += _keeping_lines(shown.keeping, now)
+            lines += _keeping_lines(shown.keeping, shown.original, now)
         if row.staged_key:
             size = f", {row.staged_bytes:,} bytes" if row.staged_bytes is not None else ""
             lines.append(
@@ -144,15 +148,12 @@ def render(shown: Shown) -> str:
     return "\n".join(lines)
 
 
-def _keeping_lines(kept: Keeping, now: datetime) -> list[str]:
+def _keeping_lines(kept: Keeping, original: KeptOriginal | None, now: datetime) -> list[str]:
     """The original and the last audit, when there is either."""
     lines = []
-    if kept.original_key is not None:
-        source = ORIGINAL_SOURCES.get(kept.original_source or "", kept.original_source)
-        lines.append(
-            f"  original     {kept.original_key}, {kept.original_bytes:,} bytes from {source},"
-            f" kept {when(kept.kept_at, now)}"
-        )
+    if original is not None:
+        source = ORIGINAL_SOURCES.get(str(original.source), str(original.source))
+        lines.append(f"  original     {original.key}, {original.bytes:,} bytes from {source}")
     if kept.checked_at is not None:
         lost = ", lost on the host" if kept.lost else ""
         since = f" since {when(kept.verdict_since, now)}" if kept.verdict_since else ""
@@ -286,6 +287,7 @@ def run(ctx: Context) -> int:
     shown = Shown(story, lane, settings, now)
     if story.row is not None:
         shown.keeping = AuditFindings(ctx.database()).keeping(args.record_id)
+        shown.original = OriginalStore(ctx.database()).of(args.record_id)
     if args.logs:
         shown.logs = _logs(ctx, story, now)
     ctx.answer(shown.as_dict())

@@ -113,6 +113,10 @@ def _archived(d: dict[str, Any], event: StoredEvent, now: datetime) -> str:
         words += ", stored altered (re-encoded or watermarked)"
     if d.get("recorded") is False:
         words += "; not recorded: the row was already archived"
+    if d.get("original"):
+        words += f"; original kept: {_text(d, 'original')}"
+    elif d.get("original_missing"):
+        words += f"; no original kept ({_text(d, 'original_missing')})"
     return words
 
 

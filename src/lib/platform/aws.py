@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lib.platform.watchdog import DeadlinePassed, active, watched_pool
+
 
 def client(
     service: str, *, connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any
@@ -26,6 +28,23 @@ def client(
     return boto3.client(service, config=settings)  # type: ignore[call-overload]
 
 
+def s3_client(connect_timeout: float, read_timeout: float, max_attempts: int, **config: Any) -> Any:
+    """An S3 client (the regional endpoint, or AWS_ENDPOINT_URL_S3, which boto3 reads: a
+    local S3) whose calls end by their deadlines (hold_to_deadlines)."""
+    s3 = client(
+        "s3",
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_attempts=max_attempts,
+        # botocore's default checksum reads each part once more into memory; TLS
+        # already guards the bytes in transit.
+        request_checksum_calculation="when_required",
+        **config,
+    )
+    hold_to_deadlines(s3, "s3")
+    return s3
+
+
 def error_code(error: BaseException) -> str | None:
     """The AWS error code of a botocore ClientError (NoSuchKey, ReceiptHandleIsInvalid...),
     None for any other error."""
@@ -34,3 +53,39 @@ def error_code(error: BaseException) -> str | None:
         code = response.get("Error", {}).get("Code")
         return str(code) if code is not None else None
     return None
+
+
+def describe(error: Exception) -> str:
+    """The error's type and AWS's code (AccessDenied, SlowDown...): never a message, which
+    may quote a signed URL or a header."""
+    code = error_code(error)
+    return f"{type(error).__name__}: {code}" if code else type(error).__name__
+
+
+def hold_to_deadlines(client: Any, service: str) -> None:
+    """Make the client's connections report to lib.platform.watchdog, and stop botocore's
+    retries once a deadline has fired (a retry would wait out its backoff for nothing).
+
+    botocore offers no public way to choose its connection classes: the session's pool
+    classes are set where botocore itself sets them (tests/integration/test_deadlines.py
+    fails if a botocore upgrade moves them)."""
+    from botocore.awsrequest import (  # noqa: PLC0415 - boto3 is loaded on first use
+        AWSHTTPConnectionPool,
+        AWSHTTPSConnectionPool,
+    )
+
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    pools = getattr(session, "_pool_classes_by_scheme", None)
+    if not isinstance(pools, dict):
+        raise TypeError("botocore's HTTP session has no pool classes to watch")
+    # The same dict the session's pool managers were given: updated in place for them.
+    pools.update(
+        http=watched_pool(AWSHTTPConnectionPool), https=watched_pool(AWSHTTPSConnectionPool)
+    )
+    client.meta.events.register_first(f"needs-retry.{service}", _no_retry_past_deadline)
+
+
+def _no_retry_past_deadline(**_: Any) -> None:
+    watchdog = active()
+    if watchdog is not None and watchdog.fired:
+        raise DeadlinePassed("an AWS call ran past its deadline (or was given up)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lib.platform.env_values import (
     DEFAULT_LSKY_TIMEZONE,
+    DEFAULT_ORIGINALS_STORAGE_CLASS,
     DEFAULT_RETRY_DELAYS,
     MAX_DELAY_SECONDS,
     MAX_IMAGE_BYTES_BOUND,
@@ -24,6 +25,7 @@ from lib.platform.env_values import (
     lsky_base_url,
     networks,
     optional_id,
+    originals_storage_class,
     positive_int,
     positive_number,
     rate_limits,
@@ -106,6 +108,10 @@ class Settings:
     lsky_timezone: str = DEFAULT_LSKY_TIMEZONE
     # ARCHIVE_EVENT_BUS: where completion events are published (lib.publish); None = none.
     event_bus: str | None = None
+    # ARCHIVE_ORIGINALS_BUCKET: where every archived image's original is kept
+    # (lib.archive.originals); None = none kept. ARCHIVE_ORIGINALS_STORAGE_CLASS: in which class.
+    originals_bucket: str | None = None
+    originals_storage_class: str = DEFAULT_ORIGINALS_STORAGE_CLASS
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,7 @@ class AuditSettings:
     audit_rate: float = DEFAULT_AUDIT_RATE
     # ARCHIVE_ORIGINALS_BUCKET: where originals are kept (None: none kept, none restored from).
     originals_bucket: str | None = None
+    originals_storage_class: str = DEFAULT_ORIGINALS_STORAGE_CLASS
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
     allow_private_networks: tuple[IPNetwork, ...] = ()
     # ARCHIVE_EVENT_RETENTION_DAYS: the audit's own events go after it, as stories do.
@@ -250,6 +257,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         max_retry_after_seconds=max_retry_after_seconds(env),
         lsky_timezone=time_zone(env, "LSKY_TIMEZONE"),
         event_bus=event_bus(env),
+        originals_bucket=staging_bucket(env, "ARCHIVE_ORIGINALS_BUCKET"),
+        originals_storage_class=originals_storage_class(env),
     )
 
 
@@ -291,6 +300,7 @@ def load_audit_settings(
         audit_days=audit_days(env),
         audit_rate=positive_number(env, "ARCHIVE_AUDIT_RATE", DEFAULT_AUDIT_RATE, MAX_AUDIT_RATE),
         originals_bucket=staging_bucket(env, "ARCHIVE_ORIGINALS_BUCKET"),
+        originals_storage_class=originals_storage_class(env),
         max_image_bytes=positive_int(
             env, "ARCHIVE_MAX_IMAGE_BYTES", DEFAULT_MAX_IMAGE_BYTES, MAX_IMAGE_BYTES_BOUND
         ),

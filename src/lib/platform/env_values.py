@@ -222,15 +222,20 @@ def staging_bucket(env: Mapping[str, str], name: str = "ARCHIVE_STAGING_BUCKET")
     raw = text(env, name)
     if raw is None:
         return None
-    if (
+    if not is_bucket_name(raw):
+        raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
+    return raw
+
+
+def is_bucket_name(raw: str) -> bool:
+    """S3's rules for a general purpose bucket's name (a setting, or a row's column)."""
+    return not (
         not _BUCKET_NAME.fullmatch(raw)
         or ".." in raw
         or _IP_ADDRESS.fullmatch(raw)
         or raw.startswith(_BUCKET_PREFIXES)
         or raw.endswith(_BUCKET_SUFFIXES)
-    ):
-        raise ConfigError(f"{name} must be an S3 bucket name (not an ARN or a URL)")
-    return raw
+    )
 
 
 # An EventBridge bus of this account and region, by name (EventBridge's pattern and length;
@@ -247,3 +252,20 @@ def event_bus(env: Mapping[str, str], name: str = "ARCHIVE_EVENT_BUS") -> str | 
     if not _BUS_NAME.fullmatch(raw):
         raise ConfigError(f"{name} must be an EventBridge bus name (letters, digits, /._-)")
     return raw
+
+
+# Originals are written once and read rarely (an audit's repair): Glacier Instant Retrieval
+# by default (docs/performance.md prices each class).
+ORIGINALS_STORAGE_CLASSES = ("GLACIER_IR", "STANDARD", "STANDARD_IA", "INTELLIGENT_TIERING")
+DEFAULT_ORIGINALS_STORAGE_CLASS = "GLACIER_IR"
+
+
+def originals_storage_class(
+    env: Mapping[str, str], name: str = "ARCHIVE_ORIGINALS_STORAGE_CLASS"
+) -> str:
+    """The S3 storage class originals are written in (template.yaml's OriginalsStorageClass
+    allows the same); anything else a ConfigError."""
+    value = text(env, name) or DEFAULT_ORIGINALS_STORAGE_CLASS
+    if value not in ORIGINALS_STORAGE_CLASSES:
+        raise ConfigError(f"{name} must be one of {', '.join(ORIGINALS_STORAGE_CLASSES)}")
+    return value

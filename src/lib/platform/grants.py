@@ -68,17 +68,17 @@ NEEDS: tuple[Need, ...] = (
         "`archive-ctl show` reads them, the sweeper removes them after the retention",
     ),
     Need(
+        "image_archive_originals",
+        ("SELECT", "INSERT", "UPDATE"),
+        (),
+        "the kept originals: the success write records one, the audit adds or replaces "
+        "one and reads them",
+    ),
+    Need(
         "image_archive_queue",
         ("SELECT", "UPDATE"),
         (),
         "the queue's receive mark: a claim moves it on, the sweeper's lost-message rule reads it",
-    ),
-    Need(
-        "image_archive_originals",
-        ("SELECT", "INSERT", "UPDATE"),
-        (),
-        "where each record's original is kept: the success write and the audit record it, "
-        "a restore's claim reads it",
     ),
     Need(
         "image_archive_audits",

@@ -1,22 +1,23 @@
-"""The staging bucket: put a stream, read it back as a stream, delete (lib.archive.staging).
-
-boto3 is imported on first use, as in lib.platform.sqs: an archive that never stages
-never loads it. Memory stays bounded by one multipart part, whatever the image size, and
-every call ends by the attempt's deadline (lib.platform.watchdog holds S3's sockets too).
+"""The staging bucket (put a stream, read it back, delete: lib.archive.staging) and the
+originals bucket (put from a spool, copy a staged copy in, read a version back:
+lib.archive.originals). boto3 is imported on first use; memory stays bounded whatever
+the image size; every call ends by its deadline (lib.platform.watchdog holds S3's sockets).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
 from lib.platform import aws
 from lib.platform.errors import ServiceError
-from lib.platform.watchdog import Watchdog, active, watched, watched_pool
+from lib.platform.s3_body import Cut, Readable, StreamedBody
+from lib.platform.watchdog import Watchdog, watched
 
 # S3's smallest multipart part, and the only image bytes held in memory while staging:
 # one buffer, filled from the source, sent, then filled again.
@@ -36,6 +37,15 @@ class StagedCopyMissing(StagingError):
     """The staged object is not there (expired by the lifecycle rule, or deleted)."""
 
 
+class OriginalsError(StagingError):
+    """The originals bucket could not be written or read. A StagingError too: S3's failures
+    are handled alike (never the record's)."""
+
+
+class OriginalMissing(OriginalsError):
+    """The original's object (that version) is not there."""
+
+
 class _S3(Protocol):
     """The few calls of boto3's S3 client used here (typed without the S3 stubs)."""
 
@@ -46,6 +56,7 @@ class _S3(Protocol):
     def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
     def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
     def delete_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def copy_object(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 class PartReader:
@@ -77,19 +88,24 @@ class PartReader:
 
 @dataclass
 class StagedObject:
-    """A staged image being read: iterate `chunks()` once; `size` is its length. The
-    watchdog of the GET holds its body to the deadline; close() stops it."""
+    """An object being read (a staged copy, an original): iterate `chunks()` once; `size`
+    is its length, `etag` and `version_id` S3's. The watchdog of the GET holds its body to
+    the deadline; close() stops it. Errors are `error` (StagingError, OriginalsError)."""
 
     key: str
     size: int
     _body: Any
     _deadline: float
     _watchdog: Watchdog
+    etag: str = ""
+    version_id: str | None = None
+    what: str = "staged copy"
+    error: type[StagingError] = StagingError
 
     def chunks(self) -> Iterator[bytes]:
         while chunk := self._read():
             if time.monotonic() > self._deadline:
-                raise StagingError("reading the staged copy ran past the deadline")
+                raise self.error(f"reading the {self.what} ran past the deadline")
             yield chunk
 
     def _read(self) -> bytes:
@@ -99,10 +115,10 @@ class StagedObject:
             # Converted here, inside the iterator: raised into the spool that reads the copy
             # back, a botocore ReadTimeoutError would pass for a timeout of ours.
             if self._watchdog.fired:
-                raise StagingError("reading the staged copy ran past the deadline") from None
-            raise StagingError(f"reading the staged copy failed ({type(error).__name__})") from None
+                raise self.error(f"reading the {self.what} ran past the deadline") from None
+            raise self.error(f"reading the {self.what} failed ({type(error).__name__})") from None
         if not chunk and self._watchdog.fired:  # the shutdown can look like the end
-            raise StagingError("reading the staged copy ran past the deadline")
+            raise self.error(f"reading the {self.what} ran past the deadline")
         return chunk
 
     def close(self) -> None:
@@ -126,17 +142,7 @@ class StagingBucket:
 
     @cached_property
     def client(self) -> _S3:
-        # The regional endpoint, or AWS_ENDPOINT_URL_S3 (boto3 reads it: a local S3).
-        s3: _S3 = aws.client(
-            "s3",
-            connect_timeout=self._connect_timeout,
-            read_timeout=self._read_timeout,
-            max_attempts=self._max_attempts,
-            # botocore's default checksum reads each part once more into memory; TLS
-            # already guards the bytes in transit.
-            request_checksum_calculation="when_required",
-        )
-        _hold_to_deadlines(s3)
+        s3: _S3 = aws.s3_client(self._connect_timeout, self._read_timeout, self._max_attempts)
         return s3
 
     def put(self, key: str, chunks: Iterable[bytes], *, content_type: str, deadline: float) -> int:
@@ -207,7 +213,8 @@ class StagingBucket:
                     raise StagedCopyMissing(f"staged copy {key} is gone") from None
                 raise _failed(f"reading staged copy {key}", error, watchdog) from None
         size = int(response["ContentLength"])
-        return StagedObject(key, size, response["Body"], deadline, watchdog)
+        etag = str(response.get("ETag") or "")
+        return StagedObject(key, size, response["Body"], deadline, watchdog, etag=etag)
 
     def delete(self, key: str, *, deadline: float | None = None) -> None:
         """Delete `key` (a missing key is no error) by `deadline` (default: CLEANUP_SECONDS
@@ -220,43 +227,166 @@ class StagingBucket:
                 raise _failed(f"deleting staged copy {key}", error, watchdog) from None
 
 
-def _failed(what: str, error: Exception, watchdog: Watchdog) -> StagingError:
+@dataclass(frozen=True)
+class Written:
+    """An original as S3 stored it: its version, and the SHA-256 and length of the bytes."""
+
+    version_id: str | None
+    sha256: str
+    size: int
+
+
+class OriginalsBucket:
+    """The originals bucket (versioned): each original one PUT, streamed from the spool the
+    upload reads (no part buffer: the spool is the bounded copy), in `storage_class`,
+    with metadata naming its record. Errors are OriginalsError."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        storage_class: str = "GLACIER_IR",
+        connect_timeout: float = 2,
+        read_timeout: float = 10,
+        max_attempts: int = 3,
+    ) -> None:
+        self.name = name
+        self.storage_class = storage_class
+        self._timeouts = (connect_timeout, read_timeout, max_attempts)
+
+    @cached_property
+    def client(self) -> _S3:
+        # Unsigned payload: signed, the body is read whole before a byte is sent (the
+        # download waited for, the spool read twice). docs/archive.md, Originals.
+        s3: _S3 = aws.s3_client(*self._timeouts, s3={"payload_signing_enabled": False})
+        return s3
+
+    def put(
+        self,
+        key: str,
+        source: Readable,
+        *,
+        content_type: str,
+        metadata: dict[str, str],
+        deadline: float,
+        cut: Cut | None = None,
+    ) -> Written:
+        """Store `source` (all `source.size` bytes, as they become readable) under `key`.
+        `cut`, called from another thread, gives the PUT up: S3 stores nothing of a body
+        short of its Content-Length. Raises OriginalsError."""
+        digest, cut = hashlib.sha256(), cut or Cut()
+        body = StreamedBody(source, digest, cut)
+        answer = self._call(
+            f"keeping original {key}",
+            lambda client: client.put_object(
+                Bucket=self.name,
+                Key=key,
+                Body=body,
+                ContentLength=source.size,
+                ContentType=content_type,
+                StorageClass=self.storage_class,
+                Metadata=metadata,
+            ),
+            deadline=deadline,
+            cut=cut,
+            why=lambda: body.failure,
+        )
+        if body.hashed != source.size:  # S3 took the body whole: it passed the digest whole
+            raise OriginalsError(f"keeping original {key}: {body.hashed} bytes hashed")
+        return Written(_version(answer), digest.hexdigest(), source.size)
+
+    def copy(
+        self,
+        key: str,
+        *,
+        source_bucket: str,
+        source_key: str,
+        etag: str,
+        content_type: str,
+        metadata: dict[str, str],
+        deadline: float,
+        cut: Cut | None = None,
+    ) -> str | None:
+        """Copy an object in server-side (a staged copy), only if it still has `etag` (the
+        object whose bytes were read and checked); its version. Raises OriginalsError."""
+        cut = cut or Cut()
+        cut.sent = True  # no body: S3 may copy it from the moment it is asked
+        answer = self._call(
+            f"copying {source_key} in as {key}",
+            lambda client: client.copy_object(
+                Bucket=self.name,
+                Key=key,
+                CopySource={"Bucket": source_bucket, "Key": source_key},
+                CopySourceIfMatch=etag,
+                MetadataDirective="REPLACE",
+                ContentType=content_type,
+                StorageClass=self.storage_class,
+                Metadata=metadata,
+            ),
+            deadline=deadline,
+            cut=cut,
+        )
+        return _version(answer)
+
+    def _call(
+        self,
+        what: str,
+        call: Callable[[_S3], dict[str, Any]],
+        *,
+        deadline: float,
+        cut: Cut,
+        why: Callable[[], str | None] = lambda: None,
+    ) -> dict[str, Any]:
+        """`call` by `deadline`, given up when `cut`; S3's errors (and `why` the body
+        stopped short, if it did) as OriginalsError."""
+        client = self.client
+        with watched(deadline) as watchdog:
+            cut.watch(watchdog)
+            try:
+                return call(client)
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                stopped = "it was cut" if cut.done else why()
+                if stopped is not None:
+                    raise OriginalsError(f"{what} failed: {stopped}") from None
+                raise _failed(what, error, watchdog, OriginalsError) from None
+
+    def open(
+        self, key: str, *, version_id: str | None, deadline: float, bucket: str | None = None
+    ) -> StagedObject:
+        """Start reading `key` (that version) in `bucket` (the one a row recorded; default
+        this one); raises OriginalMissing, OriginalsError."""
+        client = self.client
+        version = {} if version_id is None else {"VersionId": version_id}
+        with watched(deadline, keep=True) as watchdog:
+            try:
+                response = client.get_object(Bucket=bucket or self.name, Key=key, **version)
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                watchdog.cancel()
+                if aws.error_code(error) in ("NoSuchKey", "NoSuchVersion", "404"):
+                    raise OriginalMissing(f"original {key} is gone") from None
+                raise _failed(f"reading original {key}", error, watchdog, OriginalsError) from None
+        return StagedObject(
+            key,
+            int(response["ContentLength"]),
+            response["Body"],
+            deadline,
+            watchdog,
+            etag=str(response.get("ETag") or ""),
+            version_id=_version(response),
+            what="original",
+            error=OriginalsError,
+        )
+
+
+def _version(answer: dict[str, Any]) -> str | None:
+    """S3's VersionId (none from an unversioned bucket), bounded: S3's are 32 characters."""
+    version = answer.get("VersionId")
+    return str(version)[:1024] if version else None
+
+
+def _failed(
+    what: str, error: Exception, watchdog: Watchdog, kind: type[StagingError] = StagingError
+) -> StagingError:
     if watchdog.fired:
-        return StagingError(f"{what} ran past the attempt's deadline")
-    return StagingError(f"{what} failed ({_describe(error)})")
-
-
-def _hold_to_deadlines(client: Any) -> None:
-    """Make the client's connections report to lib.platform.watchdog, and stop botocore's
-    retries once a deadline has fired (a retry would wait out its backoff for nothing).
-
-    botocore offers no public way to choose its connection classes: the session's pool
-    classes are set where botocore itself sets them (tests/integration/test_deadlines.py
-    fails if a botocore upgrade moves them)."""
-    from botocore.awsrequest import (  # noqa: PLC0415 - boto3 is loaded on first use
-        AWSHTTPConnectionPool,
-        AWSHTTPSConnectionPool,
-    )
-
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    pools = getattr(session, "_pool_classes_by_scheme", None)
-    if not isinstance(pools, dict):
-        raise TypeError("botocore's HTTP session has no pool classes to watch")
-    # The same dict the session's pool managers were given: updated in place for them.
-    pools.update(
-        http=watched_pool(AWSHTTPConnectionPool), https=watched_pool(AWSHTTPSConnectionPool)
-    )
-    client.meta.events.register_first("needs-retry.s3", _no_retry_past_deadline)
-
-
-def _no_retry_past_deadline(**_: Any) -> None:
-    watchdog = active()
-    if watchdog is not None and watchdog.fired:
-        raise StagingError("an S3 call ran past the attempt's deadline")
-
-
-def _describe(error: Exception) -> str:
-    """The error's type and S3's code (AccessDenied, SlowDown...): never a message, which
-    may quote a signed URL or a header."""
-    code = aws.error_code(error)
-    return f"{type(error).__name__}: {code}" if code else type(error).__name__
+        return kind(f"{what} ran past the attempt's deadline")
+    return kind(f"{what} failed ({aws.describe(error)})")

@@ -62,6 +62,12 @@ class Watchdog:
     def cancel(self) -> None:
         _KEEPER.cancel(self)
 
+    def fire_now(self) -> None:
+        """Fire on this thread, at once: the call is given up (another thread cuts it, or
+        its body can no longer be sent), and botocore's retry hook sees it has fired."""
+        _KEEPER.cancel(self)
+        self._fire()
+
 
 class _Keeper:
     """One thread for every watchdog of the process, started with the first: arming or

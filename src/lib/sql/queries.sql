@@ -281,6 +281,20 @@ logged AS (
     WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
     RETURNING 1
 ),
+original AS (
+    -- The original kept beside the upload (:original_key, none when nothing was kept),
+    -- recorded with the success that points at that upload: no round trip of its own.
+    INSERT INTO image_archive_originals AS kept
+        (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
+    SELECT written.id, CAST(:original_bucket AS text), CAST(:original_key AS text),
+           CAST(:original_version_id AS text), CAST(:original_sha256 AS text),
+           CAST(:original_bytes AS bigint), CAST(:original_mime_type AS text),
+           CAST(:original_source AS text)
+    FROM written
+    WHERE CAST(:original_key AS text) IS NOT NULL
+    {{original_replaces}}
+    RETURNING 1
+),
 noted AS (
     -- The attempt's events (:events), then its conclusion: whether it was recorded.
     INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
@@ -1521,6 +1535,20 @@ WHERE e.record_id = n.record_id AND e.kind IN ('archived', 'failed')
   AND e.detail ->> 'event_id' = CAST(n.event_id AS text)
 RETURNING 1
 
+-- name: original_replaces
+-- A record keeps one original: a newer one (archived again, or the audit's) replaces the
+-- row; the older object stays in the versioned bucket.
+ON CONFLICT (record_id) DO UPDATE
+SET bucket = EXCLUDED.bucket, key = EXCLUDED.key, version_id = EXCLUDED.version_id,
+    sha256 = EXCLUDED.sha256, bytes = EXCLUDED.bytes, mime_type = EXCLUDED.mime_type,
+    source = EXCLUDED.source, kept_at = now()
+
+-- name: original_of
+-- A record's kept original, as lib.state.claim.KeptOriginal.from_row reads it.
+SELECT bucket, key, version_id, sha256, bytes, mime_type, source
+FROM image_archive_originals
+WHERE record_id = :record_id;
+
 -- name: forget_staged
 -- SET items for a row whose staged copy is published or dropped.
 archive_staged_key = NULL,
@@ -2004,23 +2032,23 @@ SET due_at = now() + make_interval(secs => :period)
 WHERE record_id = ANY(CAST(:ids AS bigint[]));
 
 -- name: keep_original
--- An original kept outside the archive path (the audit's GET of the hosted file, or the
--- provider's URL fetched again): recorded, and told in the story.
+-- An original kept outside the archive path (lib.state.originals: the audit's GET of the
+-- hosted file, or the provider's URL fetched again): added, or replacing the row's (the
+-- older object stays in the versioned bucket), and told in the story.
 WITH kept AS (
-    INSERT INTO image_archive_originals AS o
+    INSERT INTO image_archive_originals AS kept
         (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
-    VALUES (:record_id, :bucket, :key, :version_id, :sha256, :bytes, :mime_type, :source)
-    ON CONFLICT (record_id) DO UPDATE
-    SET bucket = EXCLUDED.bucket, key = EXCLUDED.key, version_id = EXCLUDED.version_id,
-        sha256 = EXCLUDED.sha256, bytes = EXCLUDED.bytes, mime_type = EXCLUDED.mime_type,
-        source = EXCLUDED.source, kept_at = now()
+    VALUES (:record_id, :bucket, :key, CAST(:version_id AS text), :sha256,
+            CAST(:bytes AS bigint), :mime_type, :source)
+    {{original_replaces}}
     RETURNING record_id
 )
 INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
 SELECT record_id, now(), 0, 0, 'original_kept',
        jsonb_build_object('source', CAST(:source AS text), 'key', CAST(:key AS text),
                           'bytes', CAST(:bytes AS bigint), 'by', CAST(:by AS text))
-FROM kept;
+FROM kept
+RETURNING record_id;
 
 -- name: request_restores
 -- Archive these records again, from their originals: each archived row whose hosted URL is
@@ -2129,9 +2157,7 @@ FROM image_archive_audits AS a
 LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id;
 
 -- name: record_keeping
--- `archive-ctl show`: the record's original, and its audit (last check, verdict, next).
-SELECT o.key, o.bytes, o.source, o.kept_at,
-       a.checked_at, a.verdict, a.verdict_since, a.lost, a.due_at, a.unreachable_since
+-- `archive-ctl show`: the record's audit (last check, verdict, next).
+SELECT a.checked_at, a.verdict, a.verdict_since, a.lost, a.due_at, a.unreachable_since
 FROM (SELECT 1) AS one
-LEFT JOIN image_archive_originals AS o ON o.record_id = :record_id
 LEFT JOIN image_archive_audits AS a ON a.record_id = :record_id;

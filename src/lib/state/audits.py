@@ -42,12 +42,7 @@ class AuditTarget:
     def from_row(cls, row: Sequence[Any]) -> AuditTarget:
         (record_id, exists, status, url, sha1, size, sent, altered, image_url) = row[:9]
         verdict, lost, key = row[9:12]
-        bucket, okey, version, sha256, size_bytes, mime, source = row[12:19]
-        original = (
-            None
-            if okey is None
-            else KeptOriginal(bucket, okey, version, sha256, int(size_bytes), mime, source)
-        )
+        original = KeptOriginal.from_row(tuple(row[12:19]))
         return cls(
             int(record_id), bool(exists), status, url, sha1, size, sent, altered,
             image_url, verdict, bool(lost), key, original,
@@ -146,20 +141,6 @@ class AuditRecords(Statements):
         if record_ids:
             self._run("pass_audits", ids=list(record_ids), period=period_seconds)
 
-    def keep_original(self, record_id: int, original: KeptOriginal, *, by: Actor) -> None:
-        self._run(
-            "keep_original",
-            record_id=record_id,
-            bucket=original.bucket,
-            key=original.key,
-            version_id=original.version_id,
-            sha256=original.sha256,
-            bytes=original.bytes,
-            mime_type=original.mime_type,
-            source=original.source,
-            by=str(by),
-        )
-
     def request_restores(
         self,
         requests: Sequence[tuple[int, str | None]],
@@ -221,12 +202,8 @@ class AuditCoverage:
 
 @dataclass(frozen=True)
 class Keeping:
-    """One record's original and audit, as `archive-ctl show` tells them."""
+    """One record's audit, as `archive-ctl show` tells it."""
 
-    original_key: str | None
-    original_bytes: int | None
-    original_source: str | None
-    kept_at: datetime | None
     checked_at: datetime | None
     verdict: str | None
     verdict_since: datetime | None
@@ -240,11 +217,8 @@ class AuditFindings(Statements):
 
     def keeping(self, record_id: int) -> Keeping:
         [row] = self._run("record_keeping", record_id=record_id)
-        key, size, source, kept_at, checked, verdict, since, lost, due, unreachable = row
-        return Keeping(
-            key, None if size is None else int(size), source, kept_at,
-            checked, verdict, since, bool(lost), due, unreachable,
-        )  # fmt: skip
+        checked, verdict, since, lost, due, unreachable = row
+        return Keeping(checked, verdict, since, bool(lost), due, unreachable)
 
     def coverage(self) -> AuditCoverage:
         [row] = self._run("audit_coverage")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import enum
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lib.platform.env_values import MAX_IMAGE_BYTES_BOUND, is_bucket_name
 from lib.state.lane import LaneState
 from lib.state.status import GENERATION_SUCCEEDED, ArchiveStatus
 
@@ -25,10 +28,27 @@ class StagedCopy:
     size: int
 
 
+class OriginalSource(enum.StrEnum):
+    """Where a kept original's bytes came from (image_archive_originals.source's CHECK)."""
+
+    ARCHIVE = "archive"  # the bytes sent to Lsky, written as they passed
+    STAGED = "staged"  # a staged copy, copied in server-side
+    HOSTED = "hosted"  # the audit's GET of the hosted file, matching what Lsky reported
+    PROVIDER = "provider"  # the provider's URL again, matching what was sent
+
+
+# Every original lives under this prefix: the archive function's IAM grant names it.
+ORIGINALS_PREFIX = "originals/"
+_KEY = re.compile(r"originals/[0-9]{1,19}/[0-9a-f]{32}\.[a-z0-9]{1,8}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MIME = re.compile(r"image/[a-z0-9][a-z0-9.+-]{0,60}")
+_VERSION = re.compile(r"[\x21-\x7e]{1,1024}")  # S3's are 32 printable characters
+
+
 @dataclass(frozen=True)
 class KeptOriginal:
-    """A record's original in the originals bucket (image_archive_originals): where (the
-    version the reads take), what (SHA-256, length, type) and from where it came."""
+    """An image's original kept in the originals bucket: where (the bucket it was written
+    to, its key, S3's version), and what (SHA-256 and length of the object's bytes)."""
 
     bucket: str
     key: str
@@ -36,7 +56,34 @@ class KeptOriginal:
     sha256: str
     bytes: int
     mime_type: str
-    source: str  # archive, staged, hosted, provider
+    source: OriginalSource
+
+    @classmethod
+    def from_row(cls, row: list[Any] | tuple[Any, ...]) -> KeptOriginal | None:
+        """From image_archive_originals' (bucket, key, version_id, sha256, bytes,
+        mime_type, source); None for a row no release of ours writes (a hand's, a
+        damaged one): each value is checked, none is trusted."""
+        bucket, key, version_id, sha256, size, mime_type, source = row
+        if not (
+            isinstance(bucket, str)
+            and is_bucket_name(bucket)
+            and isinstance(key, str)
+            and _KEY.fullmatch(key)
+            and _is_version(version_id)
+            and isinstance(sha256, str)
+            and _SHA256.fullmatch(sha256)
+            and isinstance(size, int)
+            and 0 < size <= MAX_IMAGE_BYTES_BOUND
+            and isinstance(mime_type, str)
+            and _MIME.fullmatch(mime_type)
+            and source in set(OriginalSource)
+        ):
+            return None
+        return cls(bucket, key, version_id, sha256, size, mime_type, OriginalSource(source))
+
+
+def _is_version(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(_VERSION.fullmatch(value)))
 
 
 @dataclass(frozen=True)

@@ -96,12 +96,7 @@ class ArchiveRecords(Statements):
         lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
         restoring, old_key = row[29:31]
-        bucket, key, version, sha256, size, mime, source = row[31:38]
-        original = (
-            None
-            if key is None
-            else KeptOriginal(bucket, key, version, sha256, int(size), mime, source)
-        )
+        original = KeptOriginal.from_row(row[31:38])
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -142,6 +137,7 @@ class ArchiveRecords(Statements):
         response: dict[str, Any],
         log_upload: bool = True,
         altered: bool | None = None,
+        original: KeptOriginal | None = None,
         events: Sequence[Event] = (),
         detail: Mapping[str, Any] | None = None,
         size: int | None = None,
@@ -150,6 +146,7 @@ class ArchiveRecords(Statements):
 
         altered: whether Lsky stored other bytes than were sent (None: not compared).
         log_upload: the upload goes into the ledger (an adoption sent nothing: False).
+        original: the original kept beside it, recorded when this write records the image.
         events: the attempt's, written before its `archived` (whose `detail` adds to the
         URL and `altered`).
         size: the image's bytes, for its completion event (None: not known).
@@ -176,6 +173,7 @@ class ArchiveRecords(Statements):
             altered=altered,
             event_id=event_id,
             event_detail=json.dumps(event, ensure_ascii=False),
+            **_original_params(original),
             **settled(counted=log_upload),
             **_story(task, events, story),
         )
@@ -355,6 +353,32 @@ def _story(task: Task, events: Sequence[Event], detail: Mapping[str, Any]) -> di
         "attempt": task.attempt,
         "detail": detail_param(**{k: v for k, v in detail.items() if v is not None}),
     }
+
+
+def _original_params(original: KeptOriginal | None) -> dict[str, Any]:
+    """The original's columns as the success write's parameters (all None: none kept)."""
+    if original is None:
+        return dict.fromkeys(ORIGINAL_PARAMS)
+    return {
+        "original_bucket": original.bucket,
+        "original_key": original.key,
+        "original_version_id": original.version_id,
+        "original_sha256": original.sha256,
+        "original_bytes": original.bytes,
+        "original_mime_type": original.mime_type,
+        "original_source": str(original.source),
+    }
+
+
+ORIGINAL_PARAMS = (
+    "original_bucket",
+    "original_key",
+    "original_version_id",
+    "original_sha256",
+    "original_bytes",
+    "original_mime_type",
+    "original_source",
+)
 
 
 def _sent(sent: SentImage | None) -> str | None:

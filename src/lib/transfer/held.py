@@ -12,8 +12,8 @@ import struct
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import IO
 
 from lib.transfer.imagetype import (
@@ -52,6 +52,12 @@ class Sha1Reader:
         data = self._spool.read(left if size < 0 else min(size, left)) if left else b""
         self.absorb(at, data)
         return data
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        """At most `size` bytes at `offset`, within the image, leaving the position (and
+        the digest) alone: for a reader beside the upload, on a thread of its own."""
+        self._check_open()
+        return read_at(self._spool, offset, max(0, min(size, self._size - offset)))
 
     def absorb(self, at: int, data: bytes) -> None:
         """`data`, read from offset `at`, passes the digest where it is next in order."""
@@ -95,15 +101,26 @@ class Sha1Reader:
 @dataclass
 class HeldImage(DownloadedImage):
     """A whole image in a spool file (see DownloadedImage) read through a Sha1Reader, and
-    sha256 for a staged copy read back ("" otherwise: the happy path does not pay for it).
-    `sha1` is compared with Lsky's answer."""
+    sha256 and etag for a staged copy read back ("" otherwise: the happy path does not pay
+    for them). `sha1` is compared with Lsky's answer. `readers`: whoever reads the spool
+    beside the upload (lib.archive.originals) stops, each in turn, before it is released."""
 
     file: Sha1Reader
     sha256: str = ""
+    etag: str = ""  # the staged object's, read back: a server-side copy of those very bytes
+    readers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def sha1(self) -> str:
         return self.file.sha1()
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return self.file.read_at(offset, size)
+
+    def close(self) -> None:
+        while self.readers:
+            self.readers.pop()()
+        super().close()
 
     def dimensions(self) -> tuple[int, int] | None:
         """(width, height) from the header, as PHP's getimagesize() (Lsky's width and
@@ -148,6 +165,15 @@ def new_spool(size: int | None = None) -> IO[bytes]:
 def release_spool(spool: IO[bytes]) -> None:
     """The spool's use is over: kept for the container's next image, or closed."""
     _KEPT.give_back(spool)
+
+
+def read_at(spool: IO[bytes], offset: int, size: int) -> bytes:
+    """At most `size` bytes at `offset`, the spool's position left alone (another thread
+    reads it through that): a pread of the kept file, a slice of the memory."""
+    if isinstance(spool, io.BytesIO):
+        with spool.getbuffer() as view:
+            return bytes(view[offset : offset + size])
+    return os.pread(spool.fileno(), size, offset)
 
 
 def write_at(spool: IO[bytes], offset: int, data: bytes | memoryview) -> None:

@@ -20,6 +20,14 @@ JPEG = ImageType("image/jpeg", "jpg")
 GIF = ImageType("image/gif", "gif")
 WEBP = ImageType("image/webp", "webp")
 AVIF = ImageType("image/avif", "avif")
+IMAGE_TYPES = (PNG, JPEG, GIF, WEBP, AVIF)
+_BY_EXTENSION = {image_type.extension: image_type for image_type in IMAGE_TYPES}
+
+
+def by_extension(key: str) -> ImageType | None:
+    """The image type a key of ours was written with (its extension); None if none."""
+    _, dot, extension = key.rpartition(".")
+    return _BY_EXTENSION.get(extension) if dot else None
 
 
 def sniff(head: bytes) -> ImageType | None:

@@ -6,12 +6,14 @@ CPU, briefly, and a download that fails cuts it before its last byte (BodyLength
 
 from __future__ import annotations
 
-import os
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from lib.platform.kept_threads import KeptThreads
 from lib.transfer.failures import ArchiveFailure, Failure, Kind, Stage, fail
 from lib.transfer.held import HeldImage, Sha1Reader, new_spool, release_spool, write_at
 from lib.transfer.imagetype import READ_CHUNK_BYTES, ImageType
@@ -29,6 +31,19 @@ HAND_OVER_WAIT_SECONDS = 0.002
 
 Sent = HostedImage | Failure  # what an upload came to
 Send = Callable[["Relay"], Sent]  # the upload, reading the relay's chunks()
+
+
+class Reader(Protocol):
+    """Another reader of the relay beside the upload (the original's write)."""
+
+    def drop(self) -> None:
+        """The upload failed: what the reader does is not wanted (called once it has)."""
+
+    def stop(self) -> None:
+        """Read the spool no more (called before the spool's release)."""
+
+
+Beside = Callable[["Relay"], Reader]  # starts a reader of the relay's read_at()
 
 
 class Relay:
@@ -113,6 +128,18 @@ class Relay:
                 raise BodyLengthError(f"the download broke off after {at} of {self.size} bytes")
             return b""
 
+    def read_at(self, offset: int, size: int) -> bytes:
+        """At most `size` bytes at `offset` once they have landed, for a reader beside the
+        upload (the original's write): b"" at the end, BodyLengthError once the download
+        failed short of `offset`. The download never waits for this reader."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._enough(offset))
+            if self._landed > offset:
+                return self.reader.read_at(offset, min(size, self._landed - offset))
+            if self._failed:
+                raise BodyLengthError(f"the download broke off after {offset} of {self.size} bytes")
+            return b""
+
     def chunks(self) -> Iterator[bytes]:
         """The bytes from the start as they land (a resend reads them again from the
         start); raises BodyLengthError, before the last byte, when the download fails."""
@@ -148,12 +175,24 @@ class RelayedImage(HeldImage):
         super().close()
 
 
-def relay(chunks: Iterable[bytes], *, size: int, image_type: ImageType, send: Send) -> RelayedImage:
-    """`send(relay)` started on a thread of its own, then `chunks` (the download) poured
-    into the spool on this one. Returns once the download has ended whole; raises its
-    ArchiveFailure (stage download) once the upload, cut short by it, has ended too."""
+def relay(
+    chunks: Iterable[bytes],
+    *,
+    size: int,
+    image_type: ImageType,
+    send: Send,
+    beside: Beside | None = None,
+) -> RelayedImage:
+    """`send(relay)` started on a thread of its own (and `beside(relay)`, another reader),
+    then `chunks` (the download) poured into the spool on this one. Returns once the
+    download has ended whole; raises its ArchiveFailure (stage download) once the upload,
+    cut short by it, and the other reader have ended too."""
     spool = Relay(size=size, image_type=image_type)
     sending = _UPLOADS.submit(send, spool)
+    readers = [] if beside is None else [beside(spool)]
+    for reader in readers:
+        # A failed upload drops it at once, while the download may still be landing.
+        sending.add_done_callback(functools.partial(_dropped, reader=reader))
     # This thread's CPU, until the upload's request is under way: with the download and
     # the provider keeping both CPUs busy, its thread would wait a scheduler slice or more
     # for one, and Lsky's work with it.
@@ -162,32 +201,23 @@ def relay(chunks: Iterable[bytes], *, size: int, image_type: ImageType, send: Se
         spool.pour(chunks)
     except BaseException:
         _settled(sending)  # the upload ends before its last byte: nothing is stored
+        for reader in readers:
+            reader.stop()  # so does the other reader's
         release_spool(spool.spool)
         raise
-    return RelayedImage(file=spool.reader, size=size, image_type=image_type, sending=sending)
+    stops = [reader.stop for reader in readers]
+    return RelayedImage(
+        file=spool.reader, size=size, image_type=image_type, sending=sending, readers=stops
+    )
 
 
-class _Uploads:
-    """The threads relayed uploads run on, kept for the container's next image: starting
-    a thread waits for a CPU to run it on before the download may go on, and the CPUs are
-    busy with the transfer. A forked child starts its own (its parent's are not in it)."""
-
-    def __init__(self) -> None:
-        self._executor = self._new()
-        os.register_at_fork(after_in_child=self._reset)
-
-    def submit(self, send: Send, spool: Relay) -> Future[Sent]:
-        return self._executor.submit(send, spool)
-
-    def _reset(self) -> None:
-        self._executor = self._new()
-
-    @staticmethod
-    def _new() -> ThreadPoolExecutor:
-        return ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="upload")
+def _dropped(done: Future[Sent], reader: Reader) -> None:
+    if done.exception() is not None or isinstance(done.result(), Failure):
+        reader.drop()
 
 
-_UPLOADS = _Uploads()
+# The threads relayed uploads run on, kept for the container's next image.
+_UPLOADS = KeptThreads(UPLOAD_THREADS, "upload")
 
 
 def _settled(sending: Future[Sent]) -> None:
