@@ -242,7 +242,7 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         # The story: a DLQ redrive, `show`, and the retention (nothing old enough here).
         assert ops.mark_redriven([(3, "message-3")]) == {3: "PENDING"}  # requeued above
         story = StoryRecords(database).story(1, lock_ttl_seconds=180, limit=10)
-        assert [e.kind for e in story.events][-2:] == ["archived", "published"]
+        assert [e.kind for e in story.events][-3:] == ["archived", "published", "original_kept"]
         story = StoryRecords(database).story(3, lock_ttl_seconds=180, limit=30)
         assert "publishing" in [e.kind for e in story.events]  # its event still waits
         assert sweeps.expire_events(retention_seconds=86_400, limit=10) == {}
