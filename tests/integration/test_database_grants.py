@@ -259,11 +259,14 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
         [due] = audits.take_due(limit=10, lease_seconds=60)
         chosen = audits.take_chosen(ids=[1], since=None, after_id=0, limit=5, lease_seconds=60)
         assert [t.record_id for t in chosen] == [1]
-        kept = KeptOriginal("b", "originals/1/x.png", "v1", "0" * 64, 3, "image/png", "hosted")
-        audits.keep_original(1, kept, by=Actor.AUDITOR)
+        kept = KeptOriginal(
+            "bucket-b", "originals/1/x.png", "v1", "0" * 64, 3, "image/png", OriginalSource.HOSTED
+        )
+        assert originals.keep(1, kept, by=Actor.AUDITOR)
         result = AuditResult(1, "missing", due.hosted_url, detail={"why": "HTTP 404"})
         assert audits.record([result], period_seconds=86_400, retry_seconds=900) == []
         audits.release([1])
+        assert audits.expire_events(retention_seconds=86_400, limit=10) == 0  # none old
         audits.pass_over([999], period_seconds=86_400)
         findings = AuditFindings(database)
         assert [f.record_id for f in findings.found("missing", after_id=0, limit=5)] == [1]
