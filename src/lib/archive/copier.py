@@ -22,7 +22,7 @@ from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType
 from lib.transfer.lsky import LskyClient, Sendable
 from lib.transfer.lsky_upload import HostedImage
-from lib.transfer.relay import RelayedImage, relay
+from lib.transfer.relay import Relay, RelayedImage, relay
 
 
 def can_start(deadline: float) -> bool:
@@ -150,7 +150,10 @@ class Copier:
             )
         except ArchiveFailure as error:
             failure = error.failure
-        return replace(failure, may_be_hosted=may_be_hosted(failure, body_complete=True))
+        # Bytes in hand go out whole as far as we know; a relayed body only once the upload
+        # read it to its end (cut by its own deadline before that, Lsky stored nothing).
+        complete = image.read_whole if isinstance(image, Relay) else True
+        return replace(failure, may_be_hosted=may_be_hosted(failure, body_complete=complete))
 
 
 def _no_time_for(size: int | None) -> ArchiveFailure:
