@@ -22,11 +22,13 @@ from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.ratelimit import margins
+from lib.state.claim import Task
+from lib.state.records import ArchiveRecords, Recorded
 from lib.state.sweeps import SweepRecords
 from tests.integration.lane_model import time_passes
 from tests.integration.world import World
 from tests.limiter_model import Window, latest_free
-from tests.support import lane_row
+from tests.support import lane_row, seed_record
 
 PNG = images.png(16, 16, size=3_000, seed=26)
 STEM = "alice_{}_20261202T120005Z"
@@ -436,3 +438,34 @@ class VirtualClock:
             time_passes(self.world.db, gap)
             self.shifted += gap
         self.world.archive.fast_forward(event)
+
+
+# -- a success recorded after the lock passed on settles none of the new holder's rows -----
+
+
+def test_a_success_after_the_lock_passed_on_leaves_the_new_holder_s_slot(
+    db: Any, pg_dsn: str
+) -> None:
+    # Our attempt ran past its lock (an operator shortened ARCHIVE_LOCK_TTL_SECONDS below
+    # the function's timeout); another attempt took the row over, and its slot is under
+    # way. Our upload was answered: success wins the row, but the ledger's rows are the
+    # new holder's (the takeover settled ours as an attempt that vanished).
+    seed_record(db, 82, image_url="http://x/a.png", archive_status="RUNNING", locked_by="other")
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " VALUES ('lsky', now() - interval '2 seconds', 82, 'taken')"
+    )
+    records = ArchiveRecords(Database(DatabaseConfig(url=pg_dsn)))
+    try:
+        recorded = records.succeed(
+            Task(82, 1, "alice", "http://x/a.png", None, 1),
+            owner="me",
+            hosted_url="http://h/82.png",
+            mime_type="image/png",
+            response={"key": "k"},
+        )
+    finally:
+        records.db.close()
+
+    assert recorded is Recorded.AFTER_LOCK_PASSED
+    assert ledger(db) == [("taken", 82)]  # not settled as our upload, nor one added

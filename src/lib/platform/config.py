@@ -145,11 +145,19 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def check_lock_ttl(env: Mapping[str, str], lock_ttl: int) -> None:
-    """Warn when a lock can expire while its attempt may still be running: the sweeper
-    would then send the row again and a second invocation upload the image twice."""
+    """Refuse a lock that an attempt can outlive (another would take the row over and
+    spend one of its attempts: our misconfiguration, never the record's to pay; as a
+    ConfigError each message is given back whole), and warn when only the finish
+    reserve is left: the sweeper may send the row again while its attempt concludes."""
     timeout = positive_int(
         env, "ARCHIVE_FUNCTION_TIMEOUT_SECONDS", DEFAULT_FUNCTION_TIMEOUT_SECONDS
     )
+    if lock_ttl <= timeout:
+        raise ConfigError(
+            f"ARCHIVE_LOCK_TTL_SECONDS={lock_ttl} must exceed "
+            f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout}: a lock would expire under a "
+            "running attempt"
+        )
     reserve = FINISH_RESERVE_MS // 1000
     if lock_ttl <= timeout + reserve:
         warn(

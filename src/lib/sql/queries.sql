@@ -223,9 +223,11 @@ written AS (
     RETURNING r.id
 ),
 concluded AS (
-    -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
-    -- :counted false, sent nothing: its slot, if it took one, is given back).
-    SELECT CAST(:record_id AS bigint) AS id
+    -- The ledger is settled whoever recorded the row, but only under our own lock: once
+    -- it passed on, the record's rows are the new holder's (the takeover settled ours as
+    -- an attempt that vanished). The upload happened (an adoption, :counted false, sent
+    -- nothing: its slot, if it took one, is given back).
+    SELECT id FROM before WHERE archive_locked_by IS NOT DISTINCT FROM :owner
 ),
 {{settle_ledger}},
 logged AS (
@@ -234,6 +236,7 @@ logged AS (
     INSERT INTO image_archive_uploads (lane, at, record_id, state)
     SELECT 'lsky', now(), :record_id, 'done'
     WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
+      AND EXISTS (SELECT 1 FROM concluded)
     RETURNING 1
 ),
 noted AS (
