@@ -56,6 +56,7 @@ class _RequestCounter:
         self.app = app
         self.counts: Counter[str] = Counter()
         self.sqs_calls: list[tuple[str, dict[str, Any]]] = []
+        self.refusals: dict[str, list[tuple[str, str]]] = {}  # action: (code, message), next first
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -73,7 +74,25 @@ class _RequestCounter:
             self.counts[service] += 1
             if call is not None:
                 self.sqs_calls.append(call)
+            pending = self.refusals.get(call[0], []) if call is not None else []
+            refusal = pending.pop(0) if pending else None
+        if refusal is not None:
+            return _refused(start_response, *refusal)
         return self.app(environ, start_response)
+
+
+def _refused(start_response: Callable[..., Any], code: str, message: str) -> list[bytes]:
+    """SQS's JSON error answer (the query-compatible header carries the code, as AWS's)."""
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message}).encode()
+    start_response(
+        "400 Bad Request",
+        [
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("Content-Length", str(len(body))),
+            ("x-amzn-query-error", f"{code};Sender"),
+        ],
+    )
+    return [body]
 
 
 class MotoServer:
@@ -105,6 +124,12 @@ class MotoServer:
             for name, params in calls
             if name == action and all(params.get(k) == v for k, v in matching.items())
         ]
+
+    def refuse(self, action: str, code: str, message: str) -> None:
+        """The next SQS `action` request (e.g. "ChangeMessageVisibility") is refused with
+        `code`, as SQS refuses it, and never reaches moto (fault injection)."""
+        with self._counter._lock:
+            self._counter.refusals.setdefault(action, []).append((code, message))
 
     def stop(self) -> None:
         if not self._stopped:
