@@ -247,6 +247,58 @@ def test_a_daily_refusal_with_more_uploads_than_the_limit_waits_for_the_limit_th
     assert world.state(9) == ("PENDING", 0)
 
 
+def test_unpaced_a_lost_answer_counts_and_the_refusal_after_it_waits_for_the_limit_th_newest(
+    world: World,
+) -> None:
+    # Without pacing, an upload whose answer was lost (Lsky stored it) enters the ledger
+    # as one Lsky may have counted: the next refusal of Lsky's day (two a day) ends when
+    # the older of the two leaves it, in 4 h. Left out, the ledger held one upload, fewer
+    # than the limit, and the lane waited out the whole day.
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state)"
+        " VALUES ('lsky', now() - interval '20 hours', 'done')"
+    )
+    record(world, 12)
+    world.lsky.script(Behaviour.drop())
+
+    world.deliver(12)
+
+    row = world.row(12)
+    assert (row["archive_status"], row["archive_may_be_hosted"]) == ("PENDING", True)
+    record(world, 13)
+    world.lsky.script(Behaviour.status_false("每天内你最多可以上传 2 张图片"))
+
+    world.deliver(13)
+
+    [[paused_for]] = world.db.run(
+        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
+    )
+    hours = float(paused_for) / 3_600
+    assert 3.95 <= hours <= 4.05, hours
+    assert world.state(13) == ("PENDING", 0)
+    assert ledger(world.db, 12) == [("done", 12)]
+
+
+def test_unpaced_an_attempt_that_vanished_counts_once_when_its_row_is_taken_over(
+    world: World,
+) -> None:
+    # Its container died an hour ago, mid-attempt, without pacing: the claim that takes the
+    # row over enters the upload it may have made, dated 15 minutes after its lock.
+    world.crashed(14, attempts=1)
+
+    world.deliver(14)
+
+    assert world.state(14)[0] == "SUCCEEDED"
+    [[state, age]] = world.db.run(
+        "SELECT state, EXTRACT(EPOCH FROM now() - at) FROM image_archive_uploads"
+        " WHERE record_id = 14 ORDER BY at"
+    )[:1]
+    assert state == "done"
+    assert 44 * 60 <= float(age) <= 46 * 60
+    # Its own upload, answered: one more, dated now.
+    assert len(ledger(world.db, 14)) == 2
+
+
 # -- 4. Lsky's month ------------------------------------------------------------------------
 
 

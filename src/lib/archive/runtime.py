@@ -60,7 +60,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
         max_image_bytes=settings.max_image_bytes,
         host_timezone=ZoneInfo(settings.lsky_timezone),
     )
-    records = ArchiveRecords(db)
+    records = ArchiveRecords(db, paced=bool(settings.rate_limits))
     queue = Queue()
     if settings.rate_limits:
         # Paced, most messages of a backlog are held: the first hold is not late by the
@@ -86,7 +86,7 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     # Queue's short default timeouts keep a send failure inside the run's time budget.
     return Sweeper(
         settings=settings,
-        records=SweepRecords(db),
+        records=SweepRecords(db, paced=bool(settings.rate_limits)),
         lanes=LaneStore(db),
         queue=Queue(),
         probe=_probe(settings),

@@ -109,6 +109,9 @@ class SweeperSettings:
     # when a lock has expired and on when the attempts are used up.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
+    # LSKY_RATE_LIMITS, shared likewise: whether an attempt that vanished took a slot for
+    # its upload (paced) or may have uploaded without one.
+    rate_limits: tuple[tuple[int, int], ...] = ()
     # Optional: with them the sweeper probes an account-paused lane (GET /api/v1/profile).
     lsky_base_url: str | None = None
     lsky_token: str | None = field(default=None, repr=False)
@@ -249,6 +252,7 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         ),
         max_attempts=max_attempts(env),
         lock_ttl_seconds=lock_ttl,
+        rate_limits=rate_limits(env),
         # Optional here (only the account probe uses it), but checked like the archive's.
         lsky_base_url=lsky_base_url(env),
         lsky_token=text(env, "LSKY_TOKEN"),

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from lib.platform.db import Database
 from lib.platform.redact import outside_text
 from lib.state.claim import (
     EARLY_SLACK_SECONDS,
@@ -43,7 +44,14 @@ class Recorded(enum.StrEnum):
 
 
 class ArchiveRecords(Statements):
-    """The archive's state machine in PostgreSQL, one round trip per call."""
+    """The archive's state machine in PostgreSQL, one round trip per call. `paced`
+    (LSKY_RATE_LIMITS set): every upload takes a slot first, so an attempt without one
+    uploaded nothing; unpaced, an upload Lsky may have counted enters the ledger as its
+    attempt ends (settle_ledger), or as a claim takes over an attempt that vanished."""
+
+    def __init__(self, db: Database, *, paced: bool = False) -> None:
+        super().__init__(db)
+        self.paced = paced
 
     def claim(
         self,
@@ -73,6 +81,7 @@ class ArchiveRecords(Statements):
             message_id=outside_text(message_id, MESSAGE_ID_LIMIT),
             receive_count=max(0, min(receive_count, 2**31 - 1)),
             queue_mark=queue_mark,
+            paced=self.paced,
         )
         (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
@@ -137,7 +146,7 @@ class ArchiveRecords(Statements):
             hosted_response=json.dumps(response, ensure_ascii=False),
             log_upload=log_upload,
             altered=altered,
-            **settled(counted=log_upload),
+            **settled(counted=log_upload, paced=self.paced),
             **_story(task, events, {"url": hosted_url, "altered": altered, **(detail or {})}),
         )
         if not rows:
@@ -181,7 +190,7 @@ class ArchiveRecords(Statements):
             sent=_sent(sent),
             kind=str(EventKind.RETRIED),
             **_staged_params(staged),
-            **settled(counted=counted),
+            **settled(counted=counted, paced=self.paced),
             **_story(
                 task, events, {"error": kept, "delay_seconds": delay_seconds, **(detail or {})}
             ),
@@ -219,7 +228,7 @@ class ArchiveRecords(Statements):
             sent=_sent(sent),
             kind=str(EventKind.FAILED),
             **params,
-            **settled(counted=counted),
+            **settled(counted=counted, paced=self.paced),
             **_story(task, events, {**story, **(detail or {})}),
         )
         return bool(rows)
@@ -266,7 +275,7 @@ class ArchiveRecords(Statements):
             sent=_sent(sent),
             kind=str(EventKind.PARKED if park else EventKind.HELD),
             **_staged_params(staged, forget=forget_staged),
-            **settled(counted=counted, keep_booking=keep_booking),
+            **settled(counted=counted, paced=self.paced, keep_booking=keep_booking),
             **_story(task, events, {**story, **(detail or {})}),
         )
         return bool(rows)
@@ -290,7 +299,7 @@ class ArchiveRecords(Statements):
                 record_id=record_id,
                 delay=delay_seconds,
                 wait_reason=None if wait_reason is None else str(wait_reason),
-                **settled(counted=False),
+                **settled(counted=False, paced=self.paced),
                 detail=detail_param(**(detail or {})),
                 held=held,
             )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lib.platform.db import Database
 from lib.state.lane import settled
 from lib.state.queries import Statements
 from lib.state.status import ArchiveStatus
@@ -54,12 +55,15 @@ def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     ]
 
 
-# A recovered attempt vanished: a slot it took may have been counted by Lsky (it stays as
-# an upload), and it comes back for no booking.
-_VANISHED = settled(counted=True, vanished=True)
-
-
 class SweepRecords(Statements):
+    """`paced`: as ArchiveRecords' (an unpaced attempt that vanished took no slot)."""
+
+    def __init__(self, db: Database, *, paced: bool = False) -> None:
+        super().__init__(db)
+        # A recovered attempt vanished: its upload may have been counted by Lsky (its slot
+        # stays as an upload, or unpaced one is entered), and it comes back for no booking.
+        self._vanished = settled(counted=True, paced=paced, vanished=True)
+
     def take_expired_locks(
         self, *, limit: int, lock_ttl_seconds: int, max_attempts: int
     ) -> list[SweptRow]:
@@ -69,13 +73,13 @@ class SweepRecords(Statements):
                 limit=limit,
                 lock_ttl=lock_ttl_seconds,
                 max_attempts=max_attempts,
-                **_VANISHED,
+                **self._vanished,
             )
         )
 
     def take_lockless(self, *, limit: int, max_attempts: int) -> list[SweptRow]:
         return _swept(
-            self._run("recover_lockless", limit=limit, max_attempts=max_attempts, **_VANISHED)
+            self._run("recover_lockless", limit=limit, max_attempts=max_attempts, **self._vanished)
         )
 
     def take_lost(
