@@ -17,6 +17,7 @@ Not thread-safe: `LskyStandIn` calls all of this under its lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -54,6 +55,7 @@ __all__ = [
     "process_file",
     "rate_limit_message",
     "scope_filter",
+    "sql_text",
     "trimmed_query",
     "window_count",
 ]
@@ -141,16 +143,29 @@ def carbon_ago(unit: str, now: datetime) -> datetime:
 def window_count(
     created: Iterable[float], *, now: float, seconds: float, unit: str | None, zone: Any = PRC
 ) -> int:
-    """Rows a window counts at `now` (epoch seconds): `whereBetween('created_at',
-    [start, now])` with Laravel writing created_at and binding both ends as 'Y-m-d
-    H:i:s', so in whole seconds, both ends included. `unit` (minute ... month): the start
-    is Carbon's `carbon_ago` in `zone`; None: `seconds` before now (a scaled window)."""
+    """Rows a window counts at `now` (epoch seconds), as the SQL runs: `whereBetween(
+    'created_at', [start, now])`, where Laravel wrote each created_at and binds both ends
+    as wall-clock text in the app's zone (`Y-m-d H:i:s`), so MySQL compares texts: whole
+    seconds, both ends included, and where the clock is set back an hour's texts come
+    twice. `unit` (minute ... month): the start is Carbon's `carbon_ago` in `zone`; None:
+    `seconds` before now (a scaled window)."""
     if unit is None:
         start = now - seconds
     else:
         start = carbon_ago(unit, datetime.fromtimestamp(now, zone)).timestamp()
-    low, high = math.floor(start), math.floor(now)
-    return sum(1 for t in created if low <= math.floor(t) <= high)
+    low, high = sql_text(start, zone), sql_text(now, zone)
+    return sum(1 for t in created if low <= sql_text(t, zone) <= high)
+
+
+def sql_text(at: float, zone: Any = PRC) -> str:
+    """The instant `at` (epoch seconds) as Laravel writes and binds it: Carbon's
+    'Y-m-d H:i:s' on the wall clock of the app's zone (the fraction dropped)."""
+    return _wall_text(math.floor(at), zone)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _wall_text(second: int, zone: Any) -> str:
+    return datetime.fromtimestamp(second, zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def rate_limit_message(
