@@ -5,7 +5,8 @@ what Lsky Pro 2.x computes from it, read from lsky-org/lsky-pro and Laravel 9.
   deleting one removes the file only when no other row of the same strategy
   shares its md5 + sha1 (`Image::booted`, deleting).
 - `rate_limit_message`: `ImageService::rateLimiter`, sliding windows counted
-  from the rows in whole seconds, the month as Carbon's "-1 month" (`window_count`,
+  from the rows in whole seconds, as wall-clock text in the app's zone (the SQL's
+  comparison), the month as Carbon's "-1 month" (`window_count`,
   `carbon_ago`: the reference the ledger's tests check pacing against).
 - `list_images`: `GET /api/v1/images`, i.e. `scopeFilter` on `$user->images()`
   and `paginate(40)->withQueryString()`, with Laravel's paginator JSON.
