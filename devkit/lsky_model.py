@@ -170,17 +170,24 @@ def _wall_text(second: int, zone: Any) -> str:
 
 
 def rate_limit_message(
-    limits: Mapping[str, int], windows: Mapping[str, float], created: Iterable[float], now: float
+    limits: Mapping[str, int],
+    windows: Mapping[str, float],
+    created: Iterable[float],
+    now: float,
+    *,
+    zone: Any = PRC,
+    month_limit: str = "month",
 ) -> str | None:
     """ImageService::rateLimiter: the first window (minute, hour, day, week, month)
-    whose limit N > 0 already holds >= N rows (`window_count`; `created` and `now` in
-    epoch seconds, Lsky's clock)."""
+    whose limit N > 0 already holds >= N rows (`window_count` in the app's `zone`;
+    `created` and `now` in epoch seconds, Lsky's clock). `month_limit`: the setting the
+    month is held to (Lsky 2.0 to 2.0.4: the week's), the N its message names."""
     times = list(created)
     for name, word, real in WINDOWS:
-        limit = limits.get(name, 0)
+        limit = limits.get(month_limit if name == "month" else name, 0)
         seconds = windows[name]
         unit = name if seconds == real else None
-        if limit and window_count(times, now=now, seconds=seconds, unit=unit) >= limit:
+        if limit and window_count(times, now=now, seconds=seconds, unit=unit, zone=zone) >= limit:
             return f"每{word}内你最多可以上传 {limit} 张图片"
     return None
 

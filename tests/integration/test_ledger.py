@@ -357,6 +357,41 @@ def test_a_monthly_refusal_ends_when_lsky_s_month_has_left_the_upload(world: Wor
     assert expected <= until <= expected + 2 * margin + 1.0, (until - stored) / 86_400
 
 
+def test_against_lsky_2_0_pacing_at_the_month_s_limit_pauses_by_the_week_s(world: World) -> None:
+    # Lsky 2.0 to 2.0.4 hold the month's window to the week's limit. Two uploads ten days
+    # ago: pacing at 5 a month lets the next go; Lsky refuses it, naming the week's 2, and
+    # the lane pauses until its month holds fewer than 2 (the older leaves it), no attempt
+    # spent; a pause by the month's 5 would have ended at once and been refused again.
+    world.settings(LSKY_RATE_LIMITS="2/week,5/month")
+    world.lsky.config.rate_limits = {"week": 2, "month": 5}
+    world.lsky.config.month_limit = "week"
+    for age in (10 * 86_400, 10 * 86_400 - 60):
+        world.lsky.add_image(age=age)
+        world.db.run(
+            "INSERT INTO image_archive_uploads (lane, at, state)"
+            " VALUES ('lsky', now() - make_interval(secs => :age), 'done')",
+            age=age,
+        )
+    [[now]] = world.db.run("SELECT CAST(EXTRACT(EPOCH FROM now()) AS double precision)")
+    record(world, 15)
+
+    world.deliver(15)
+
+    assert world.lsky.rate_limited_count == 1
+    assert world.state(15) == ("PENDING", 0)
+    row = lane_row(world.db)
+    assert row["window"] == "month"
+    assert row["detail"].endswith("每月内你最多可以上传 2 张图片")  # the week's number
+    [[until]] = world.db.run(
+        "SELECT CAST(EXTRACT(EPOCH FROM paused_until) AS double precision) FROM image_archive_lane"
+    )
+    month = Window("month", LONGEST_MONTH, 2)
+    margin = margins.slot_margin([(LONGEST_MONTH, 2)])
+    older = now - 10 * 86_400
+    expected = latest_free([older, older + 60], now=now, window=month, zone=PRC, margin=margin)
+    assert expected <= until <= expected + 2 * margin + 1.0, (until - now) / 86_400
+
+
 # -- 10. a paced burst whose sources are partly gone ----------------------------------------
 
 
