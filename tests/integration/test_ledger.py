@@ -234,17 +234,22 @@ def test_a_daily_refusal_with_more_uploads_than_the_limit_waits_for_the_limit_th
         " SELECT 'lsky', now() - g * interval '3 minutes', 'done'"
         " FROM generate_series(0, 399) AS g"
     )
-    record(world, 9)
-    world.lsky.script(Behaviour.status_false("每天内你最多可以上传 300 张图片"))
+    hours = refused_for_hours(world, 9, "每天内你最多可以上传 300 张图片")
 
-    world.deliver(9)
+    assert 9.0 <= hours <= 9.1, hours
 
+
+def refused_for_hours(world: World, record_id: int, refusal: str) -> float:
+    """Deliver `record_id` to a Lsky that refuses it with `refusal`: the hours the lane
+    is paused for (the record gives its attempt back)."""
+    record(world, record_id)
+    world.lsky.script(Behaviour.status_false(refusal))
+    world.deliver(record_id)
+    assert world.state(record_id) == ("PENDING", 0)
     [[paused_for]] = world.db.run(
         "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
     )
-    hours = float(paused_for) / 3_600
-    assert 9.0 <= hours <= 9.1, hours
-    assert world.state(9) == ("PENDING", 0)
+    return float(paused_for) / 3_600
 
 
 def test_unpaced_a_lost_answer_counts_and_the_refusal_after_it_waits_for_the_limit_th_newest(
@@ -265,17 +270,9 @@ def test_unpaced_a_lost_answer_counts_and_the_refusal_after_it_waits_for_the_lim
 
     row = world.row(12)
     assert (row["archive_status"], row["archive_may_be_hosted"]) == ("PENDING", True)
-    record(world, 13)
-    world.lsky.script(Behaviour.status_false("每天内你最多可以上传 2 张图片"))
+    hours = refused_for_hours(world, 13, "每天内你最多可以上传 2 张图片")
 
-    world.deliver(13)
-
-    [[paused_for]] = world.db.run(
-        "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
-    )
-    hours = float(paused_for) / 3_600
     assert 3.95 <= hours <= 4.05, hours
-    assert world.state(13) == ("PENDING", 0)
     assert ledger(world.db, 12) == [("done", 12)]
 
 
