@@ -193,7 +193,7 @@ def window_frees(
         )
     if window == MONTH:
         start = month_start(datetime.fromtimestamp(now, zone)).timestamp()
-        inside = [t for t in counted if math.floor(t + margin) >= math.floor(start)]
+        inside = [t for t in counted if _may_count_from(t, start, margin)]
     else:
         inside = [t for t in counted if counts_until(t, seconds, margin) > now]
     inside.sort(reverse=True)
@@ -228,10 +228,24 @@ def _frees_counted_again(
         return [(-math.inf, counts_until(at, seconds, margin)), *again]
 
     end = _last_full([s for t in counted for s in spans(t)], now, limit)
-    surely = [(-math.inf, counts_surely_until(t, seconds, margin)) for t in counted]
-    if end is None or _last_full(surely, now, limit) is None:
+    surely = sum(1 for t in counted if counts_surely_until(t, seconds, margin) >= now)
+    if end is None or surely < limit:
         return max(until for _, until in spans(now))
     return end
+
+
+def _may_count_from(at: float, start: float, margin: float) -> bool:
+    """Whether an upload dated `at` may be counted by a window starting at `start` (our
+    clock), Lsky's clock `o` ahead (|o| <= margin; the same when it stored the upload and
+    when it counts, so both move): whole seconds, floor(at + o) >= floor(start + o)."""
+    behind = start - at
+    if behind <= 0:
+        return True
+    low, high = start - margin, start + margin
+    turn = math.floor(high)
+    if turn > low:  # a second turns within reach: `start + o` just before it, all but one
+        return behind < 1.0
+    return behind <= high - turn  # else the fraction of a second at its latest
 
 
 def _last_full(spans: list[tuple[float, float]], now: float, limit: int) -> float | None:
