@@ -228,7 +228,7 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
         claim = {
             "record_id": RECORDS + 1, "owner": "bench", "lock_ttl": 180, "max_attempts": 3,
             "early_slack": 5, "capture_while_paused": False, "message_id": "m", "receive_count": 1,
-            "queue_mark": None,
+            "queue_mark": None, "paced": False,
         }  # fmt: skip
         lost = {"limit": 100, "grace": 300, "lost_before": datetime.now(UTC), "after": "-infinity"}
         plans = {
