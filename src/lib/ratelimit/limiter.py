@@ -219,19 +219,24 @@ def _frees_counted_again(
     """window_frees where Lsky's clock is set back within reach: each upload counts until
     it leaves, and again at its second pass if it may have one (`repeated`). The window
     frees at the end of the last stretch from now on that holds the limit (ended sooner,
-    Lsky would refuse again in the next); or, when none does, or the uploads that surely
-    still count now (by Lsky's clock, no second pass assumed) do not fill it (others'
-    uploads do), once an upload made now has left it for good."""
+    Lsky would refuse again in the next); and when the uploads that surely still count now
+    (no second pass assumed) do not fill it (others' uploads do), no sooner than an upload
+    made now has left it for good."""
 
     def spans(at: float) -> list[tuple[float, float]]:
         again = repeated(at, REPEATS_STORED_WITHIN, seconds=seconds, margin=margin, near=near)
         return [(-math.inf, counts_until(at, seconds, margin)), *again]
 
     end = _last_full([s for t in counted for s in spans(t)], now, limit)
-    surely = sum(1 for t in counted if counts_surely_until(t, seconds, margin) >= now)
-    if end is None or surely < limit:
-        return max(until for _, until in spans(now))
-    return end
+    made_now = max(until for _, until in spans(now))
+    if end is None:
+        return made_now
+    explained = sum(
+        1
+        for t in counted
+        if counts_until(t, seconds, margin) > now and counts_surely_until(t, seconds, margin) >= now
+    )
+    return end if explained >= limit else max(end, made_now)
 
 
 def _may_count_from(at: float, start: float, margin: float) -> bool:
