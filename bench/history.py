@@ -229,7 +229,7 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
         claim = {
             "record_id": RECORDS + 1, "owner": "bench", "lock_ttl": 180, "max_attempts": 3,
             "early_slack": 5, "capture_while_paused": False, "message_id": "m", "receive_count": 1,
-            "queue_mark": None, "publish": True, "event_id": None,
+            "queue_mark": None, "paced": False, "publish": True, "event_id": None,
             "published": [str(uuid.uuid4())], "published_at": [datetime.now(UTC)],
             "by": "archive function",
         }  # fmt: skip

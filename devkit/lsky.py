@@ -344,10 +344,17 @@ class _Config:
     # config/app.php 'timezone': the zone the image list writes `date` in.
     app_timezone: tzinfo = PRC
     link_bytes_per_sec: float | None = None  # every upload body is read at this rate
+    # The limit the month's window is held to: Lsky 2.0 to 2.0.4 read the week's
+    # ('months' => GroupConfigKey::LimitPerWeek in rateLimiter; 2.1 reads the month's).
+    month_limit: str = "month"
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Validate (and freeze) the window settings when they are set, so a typo
         # fails in the test, not in a handler thread.
+        if name == "month_limit" and value not in ("month", "week"):
+            raise ValueError(
+                f"month_limit is 'month' (Lsky 2.1) or 'week' (2.0 to 2.0.4), not {value!r}"
+            )
         if name == "rate_limits":
             value = normalise_limits(value)
         elif name == "window_scale":
@@ -829,6 +836,8 @@ class LskyStandIn(BackgroundServer):
             config.windows,
             self._gallery.created_times(owner, ip),
             time.time(),  # Lsky's clock: created_at is wall time
+            zone=config.app_timezone,
+            month_limit=config.month_limit,
         )
         return None if message is None else _Refusal(message, RATE_LIMITED)
 

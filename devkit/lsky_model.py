@@ -5,7 +5,8 @@ what Lsky Pro 2.x computes from it, read from lsky-org/lsky-pro and Laravel 9.
   deleting one removes the file only when no other row of the same strategy
   shares its md5 + sha1 (`Image::booted`, deleting).
 - `rate_limit_message`: `ImageService::rateLimiter`, sliding windows counted
-  from the rows in whole seconds, the month as Carbon's "-1 month" (`window_count`,
+  from the rows in whole seconds, as wall-clock text in the app's zone (the SQL's
+  comparison), the month as Carbon's "-1 month" (`window_count`,
   `carbon_ago`: the reference the ledger's tests check pacing against).
 - `list_images`: `GET /api/v1/images`, i.e. `scopeFilter` on `$user->images()`
   and `paginate(40)->withQueryString()`, with Laravel's paginator JSON.
@@ -17,6 +18,7 @@ Not thread-safe: `LskyStandIn` calls all of this under its lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -54,6 +56,7 @@ __all__ = [
     "process_file",
     "rate_limit_message",
     "scope_filter",
+    "sql_text",
     "trimmed_query",
     "window_count",
 ]
@@ -141,30 +144,50 @@ def carbon_ago(unit: str, now: datetime) -> datetime:
 def window_count(
     created: Iterable[float], *, now: float, seconds: float, unit: str | None, zone: Any = PRC
 ) -> int:
-    """Rows a window counts at `now` (epoch seconds): `whereBetween('created_at',
-    [start, now])` with Laravel writing created_at and binding both ends as 'Y-m-d
-    H:i:s', so in whole seconds, both ends included. `unit` (minute ... month): the start
-    is Carbon's `carbon_ago` in `zone`; None: `seconds` before now (a scaled window)."""
+    """Rows a window counts at `now` (epoch seconds), as the SQL runs: `whereBetween(
+    'created_at', [start, now])`, where Laravel wrote each created_at and binds both ends
+    as wall-clock text in the app's zone (`Y-m-d H:i:s`), so MySQL compares texts: whole
+    seconds, both ends included, and where the clock is set back an hour's texts come
+    twice. `unit` (minute ... month): the start is Carbon's `carbon_ago` in `zone`; None:
+    `seconds` before now (a scaled window)."""
     if unit is None:
         start = now - seconds
     else:
         start = carbon_ago(unit, datetime.fromtimestamp(now, zone)).timestamp()
-    low, high = math.floor(start), math.floor(now)
-    return sum(1 for t in created if low <= math.floor(t) <= high)
+    low, high = sql_text(start, zone), sql_text(now, zone)
+    return sum(1 for t in created if low <= sql_text(t, zone) <= high)
+
+
+def sql_text(at: float, zone: Any = PRC) -> str:
+    """The instant `at` (epoch seconds) as Laravel writes and binds it: Carbon's
+    'Y-m-d H:i:s' on the wall clock of the app's zone (the fraction dropped)."""
+    return _wall_text(math.floor(at), zone)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _wall_text(second: int, zone: Any) -> str:
+    return datetime.fromtimestamp(second, zone).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def rate_limit_message(
-    limits: Mapping[str, int], windows: Mapping[str, float], created: Iterable[float], now: float
+    limits: Mapping[str, int],
+    windows: Mapping[str, float],
+    created: Iterable[float],
+    now: float,
+    *,
+    zone: Any = PRC,
+    month_limit: str = "month",
 ) -> str | None:
     """ImageService::rateLimiter: the first window (minute, hour, day, week, month)
-    whose limit N > 0 already holds >= N rows (`window_count`; `created` and `now` in
-    epoch seconds, Lsky's clock)."""
+    whose limit N > 0 already holds >= N rows (`window_count` in the app's `zone`;
+    `created` and `now` in epoch seconds, Lsky's clock). `month_limit`: the setting the
+    month is held to (Lsky 2.0 to 2.0.4: the week's), the N its message names."""
     times = list(created)
     for name, word, real in WINDOWS:
-        limit = limits.get(name, 0)
+        limit = limits.get(month_limit if name == "month" else name, 0)
         seconds = windows[name]
         unit = name if seconds == real else None
-        if limit and window_count(times, now=now, seconds=seconds, unit=unit) >= limit:
+        if limit and window_count(times, now=now, seconds=seconds, unit=unit, zone=zone) >= limit:
             return f"每{word}内你最多可以上传 {limit} 张图片"
     return None
 

@@ -61,6 +61,7 @@ class _RequestCounter:
         # (method, path prefix, answered, event): set when such an S3 request has begun
         # (its headers are in, its body may still be arriving), or once it was answered.
         self.s3_watches: list[tuple[str, str, bool, threading.Event]] = []
+        self.refusals: dict[str, list[tuple[str, str]]] = {}  # action: (code, message), next first
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -84,6 +85,10 @@ class _RequestCounter:
                 self.sqs_calls.append(call)
             if service == "s3":
                 self.s3_calls.append(s3)
+            pending = self.refusals.get(call[0], []) if call is not None else []
+            refusal = pending.pop(0) if pending else None
+        if refusal is not None:
+            return _refused(start_response, *refusal)
         if service != "s3":
             return self.app(environ, start_response)
         self._fire(s3, answered=False)
@@ -98,6 +103,20 @@ class _RequestCounter:
         for method, prefix, when_answered, event in watches:
             if when_answered == answered and call[0] == method and call[1].startswith(prefix):
                 event.set()
+
+
+def _refused(start_response: Callable[..., Any], code: str, message: str) -> list[bytes]:
+    """SQS's JSON error answer (the query-compatible header carries the code, as AWS's)."""
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{code}", "message": message}).encode()
+    start_response(
+        "400 Bad Request",
+        [
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("Content-Length", str(len(body))),
+            ("x-amzn-query-error", f"{code};Sender"),
+        ],
+    )
+    return [body]
 
 
 class MotoServer:
@@ -145,6 +164,12 @@ class MotoServer:
         with self._counter._lock:
             self._counter.s3_watches.append((method, path_prefix, answered, event))
         return event
+
+    def refuse(self, action: str, code: str, message: str) -> None:
+        """The next SQS `action` request (e.g. "ChangeMessageVisibility") is refused with
+        `code`, as SQS refuses it, and never reaches moto (fault injection)."""
+        with self._counter._lock:
+            self._counter.refusals.setdefault(action, []).append((code, message))
 
     def stop(self) -> None:
         if not self._stopped:

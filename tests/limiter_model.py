@@ -1,8 +1,9 @@
 """A reference of Lsky's upload limiter for the ledger's model-based tests: whether Lsky
 refuses an upload, and when a window frees, counted as lsky-pro 2.x ImageService::
-rateLimiter counts (devkit.lsky_model.window_count: rows created between Carbon's "-1
-{window}" and now, whole seconds, both ends; the month a calendar month back). Searches
-Lsky's whole seconds by brute force: it shares no arithmetic with lib.archive's."""
+rateLimiter's SQL runs (devkit.lsky_model.window_count: rows whose created_at text lies
+between Carbon's "-1 {window}" and now as wall-clock text in Lsky's zone, whole seconds,
+both ends; the month a calendar month back). Searches Lsky's whole seconds (every second
+at which a count can change, or by halves): it shares no arithmetic with lib.archive's."""
 
 from __future__ import annotations
 
@@ -55,10 +56,15 @@ def frees(
         return window.count(dated, at, zone) >= window.limit
 
     if window.unit != "month":
-        if not full(now + offset):
-            return now
-        start = math.floor(now + offset) + 1
-        return _first_free(full, start, start + 10**9) - offset
+        # The count changes only at the seconds `_changes` lists: the last of them, from
+        # now's on, at which the window is full, is followed by the one that frees it.
+        seconds = [math.floor(now + offset), *_changes(dated, now + offset, window, zone)]
+        for index in reversed(range(len(seconds))):
+            if full(seconds[index]):
+                if index + 1 == len(seconds):
+                    raise AssertionError("a window full for ever")
+                return seconds[index + 1] - offset
+        return now
     month = math.floor(now + offset)
     for _ in range(4):
         end = _month_end(month, zone)
@@ -74,6 +80,42 @@ def frees(
             return now
         return free_from - offset
     raise AssertionError("no window stays full for four months")
+
+
+BACK = {"day": 86_400, "week": 7 * 86_400}  # on the wall clock (Carbon's arithmetic)
+
+
+def _changes(dated: Sequence[float], at: float, window: Window, zone: tzinfo) -> list[int]:
+    """The seconds after `at` at which a window's count of rows `dated` may change (the
+    text of now, or of the window's start, reaching a row's text: its first or second pass
+    where the clock repeats it; or either text jumping where the clock is set back or on)."""
+    back = BACK.get(window.unit or "", window.seconds)
+    elapsed = window.unit not in BACK  # minute, hour, scaled: an elapsed span back
+    cuts: set[int] = set()
+    for second in {math.floor(c) for c in dated}:
+        wall = _wall(second, zone)
+        cuts |= _passes(wall, zone)  # now's text reaches the row's
+        if elapsed:  # the start's text passes the row's
+            cuts |= {p + back for p in _passes(wall + timedelta(seconds=1), zone)}
+        else:
+            cuts |= _passes(wall + timedelta(seconds=back + 1), zone)
+    low = math.floor(at) - back - 86_400
+    high = max(cuts, default=math.floor(at)) + back + 86_400
+    for jump in _clock_runs(low, high, zone)[1:]:
+        cuts |= {jump, jump + back}
+        for wall in (_wall(jump - 1, zone) + timedelta(seconds=1), _wall(jump, zone)):
+            cuts |= _passes(wall + timedelta(seconds=back), zone)
+    return sorted(c for c in cuts if c > at)
+
+
+def _wall(second: int, zone: tzinfo) -> datetime:
+    return datetime.fromtimestamp(second, zone).replace(tzinfo=None)
+
+
+def _passes(wall: datetime, zone: tzinfo) -> set[int]:
+    """The instants the wall clock in `zone` shows `wall` (two where it repeats it; where
+    it skips it, the readings on either side of the gap)."""
+    return {math.floor(wall.replace(tzinfo=zone, fold=fold).timestamp()) for fold in (0, 1)}
 
 
 def _first_free(full: Callable[[float], bool], low: int, high: int) -> int:

@@ -197,6 +197,27 @@ def test_lsky_s_minute_and_hour_are_elapsed_time_where_the_clock_is_set_back(uni
     assert now.timestamp() - back.timestamp() == (60 if unit == "minute" else 3_600)
 
 
+def test_a_window_compares_wall_clock_texts_where_the_clock_is_set_back() -> None:
+    # Berlin, 2026-10-25, 03:00 summer time is 02:00 again. created_at and both ends are
+    # 'Y-m-d H:i:s' text in the app's zone: an upload at 02:30:00 summer time counts in
+    # the minute's window again an hour later, at 02:30:30 winter time; and at 03:10 winter
+    # time the hour's window (from 02:10:00 text) still holds one of 02:20 summer time,
+    # 1 h 50 min old.
+    berlin = ZoneInfo("Europe/Berlin")
+
+    def at(hour: int, minute: int, second: int = 0, fold: int = 0) -> float:
+        return datetime(2026, 10, 25, hour, minute, second, fold=fold, tzinfo=berlin).timestamp()
+
+    count = lsky_model.window_count
+    first = at(2, 30)
+    assert count([first], now=at(2, 30, 30, fold=1), seconds=60, unit="minute", zone=berlin) == 1
+    assert count([first], now=at(2, 40, fold=0), seconds=60, unit="minute", zone=berlin) == 0
+    old = at(2, 20)
+    assert count([old], now=at(3, 10), seconds=3_600, unit="hour", zone=berlin) == 1
+    assert at(3, 10) - old == 110 * 60
+    assert lsky_model.sql_text(at(2, 30, fold=1), berlin) == "2026-10-25 02:30:00"
+
+
 def test_a_window_counts_whole_seconds_and_both_ends() -> None:
     # created_at and both ends of whereBetween are 'Y-m-d H:i:s': an upload at 100.9 is
     # dated 100, and a minute's window counts it until second 161 begins.

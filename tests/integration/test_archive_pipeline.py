@@ -305,7 +305,9 @@ def test_database_down_redelivers_without_spending_an_attempt(world: World) -> N
     archive = world.archive
     world.record(30)
     world.settings(
-        DATABASE_URL="postgresql://postgres@127.0.0.1:9/none", ARCHIVE_LOCK_TTL_SECONDS="60"
+        DATABASE_URL="postgresql://postgres@127.0.0.1:9/none",
+        ARCHIVE_LOCK_TTL_SECONDS="60",
+        ARCHIVE_FUNCTION_TIMEOUT_SECONDS="45",
     )
 
     response = world.deliver(30)

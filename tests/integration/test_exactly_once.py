@@ -218,7 +218,7 @@ def test_a_client_that_gives_up_after_sending_everything_is_adopted_next_time(
 def test_a_database_outage_between_upload_and_success_write(
     world: World, archive: ArchiveHarness, db: Any, upstream: Any, lsky: LskyStandIn
 ) -> None:
-    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2")
+    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2", ARCHIVE_FUNCTION_TIMEOUT_SECONDS="1")
     seed(db, upstream, 6)
 
     with world.records_table_gone_during_the_upload():

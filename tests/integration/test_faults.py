@@ -192,7 +192,7 @@ def test_a_worker_killed_mid_upload_is_taken_over_and_its_upload_adopted(
     gate: threading.Event, world: World, tmp_path: Path
 ) -> None:
     archive, lsky = world.archive, world.lsky
-    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2")
+    world.settings(ARCHIVE_LOCK_TTL_SECONDS="2", ARCHIVE_FUNCTION_TIMEOUT_SECONDS="1")
     world.record(80)
     lsky.script(Behaviour.held(gate))
     archive.send(encode(80))

@@ -22,11 +22,13 @@ from lib.archive.message import encode
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.ratelimit import margins
+from lib.state.claim import Task
+from lib.state.records import ArchiveRecords, Recorded
 from lib.state.sweeps import SweepRecords
 from tests.integration.lane_model import time_passes
 from tests.integration.world import World
 from tests.limiter_model import Window, latest_free
-from tests.support import lane_row
+from tests.support import lane_row, seed_record
 
 PNG = images.png(16, 16, size=3_000, seed=26)
 STEM = "alice_{}_20261202T120005Z"
@@ -232,17 +234,66 @@ def test_a_daily_refusal_with_more_uploads_than_the_limit_waits_for_the_limit_th
         " SELECT 'lsky', now() - g * interval '3 minutes', 'done'"
         " FROM generate_series(0, 399) AS g"
     )
-    record(world, 9)
-    world.lsky.script(Behaviour.status_false("每天内你最多可以上传 300 张图片"))
+    hours = refused_for_hours(world, 9, "每天内你最多可以上传 300 张图片")
 
-    world.deliver(9)
+    assert 9.0 <= hours <= 9.1, hours
 
+
+def refused_for_hours(world: World, record_id: int, refusal: str) -> float:
+    """Deliver `record_id` to a Lsky that refuses it with `refusal`: the hours the lane
+    is paused for (the record gives its attempt back)."""
+    record(world, record_id)
+    world.lsky.script(Behaviour.status_false(refusal))
+    world.deliver(record_id)
+    assert world.state(record_id) == ("PENDING", 0)
     [[paused_for]] = world.db.run(
         "SELECT EXTRACT(EPOCH FROM paused_until - now()) FROM image_archive_lane"
     )
-    hours = float(paused_for) / 3_600
-    assert 9.0 <= hours <= 9.1, hours
-    assert world.state(9) == ("PENDING", 0)
+    return float(paused_for) / 3_600
+
+
+def test_unpaced_a_lost_answer_counts_and_the_refusal_after_it_waits_for_the_limit_th_newest(
+    world: World,
+) -> None:
+    # Without pacing, an upload whose answer was lost (Lsky stored it) enters the ledger
+    # as one Lsky may have counted: the next refusal of Lsky's day (two a day) ends when
+    # the older of the two leaves it, in 4 h. Left out, the ledger held one upload, fewer
+    # than the limit, and the lane waited out the whole day.
+    world.db.run(
+        "INSERT INTO image_archive_uploads (lane, at, state)"
+        " VALUES ('lsky', now() - interval '20 hours', 'done')"
+    )
+    record(world, 12)
+    world.lsky.script(Behaviour.drop())
+
+    world.deliver(12)
+
+    row = world.row(12)
+    assert (row["archive_status"], row["archive_may_be_hosted"]) == ("PENDING", True)
+    hours = refused_for_hours(world, 13, "每天内你最多可以上传 2 张图片")
+
+    assert 3.95 <= hours <= 4.05, hours
+    assert ledger(world.db, 12) == [("done", 12)]
+
+
+def test_unpaced_an_attempt_that_vanished_counts_once_when_its_row_is_taken_over(
+    world: World,
+) -> None:
+    # Its container died an hour ago, mid-attempt, without pacing: the claim that takes the
+    # row over enters the upload it may have made, dated 15 minutes after its lock.
+    world.crashed(14, attempts=1)
+
+    world.deliver(14)
+
+    assert world.state(14)[0] == "SUCCEEDED"
+    [[state, age]] = world.db.run(
+        "SELECT state, EXTRACT(EPOCH FROM now() - at) FROM image_archive_uploads"
+        " WHERE record_id = 14 ORDER BY at"
+    )[:1]
+    assert state == "done"
+    assert 44 * 60 <= float(age) <= 46 * 60
+    # Its own upload, answered: one more, dated now.
+    assert len(ledger(world.db, 14)) == 2
 
 
 # -- 4. Lsky's month ------------------------------------------------------------------------
@@ -301,6 +352,41 @@ def test_a_monthly_refusal_ends_when_lsky_s_month_has_left_the_upload(world: Wor
     )
     expected = latest_free([stored], now=now, window=month, zone=PRC, margin=margin)
     assert expected <= until <= expected + 2 * margin + 1.0, (until - stored) / 86_400
+
+
+def test_against_lsky_2_0_pacing_at_the_month_s_limit_pauses_by_the_week_s(world: World) -> None:
+    # Lsky 2.0 to 2.0.4 hold the month's window to the week's limit. Two uploads ten days
+    # ago: pacing at 5 a month lets the next go; Lsky refuses it, naming the week's 2, and
+    # the lane pauses until its month holds fewer than 2 (the older leaves it), no attempt
+    # spent; a pause by the month's 5 would have ended at once and been refused again.
+    world.settings(LSKY_RATE_LIMITS="2/week,5/month")
+    world.lsky.config.rate_limits = {"week": 2, "month": 5}
+    world.lsky.config.month_limit = "week"
+    for age in (10 * 86_400, 10 * 86_400 - 60):
+        world.lsky.add_image(age=age)
+        world.db.run(
+            "INSERT INTO image_archive_uploads (lane, at, state)"
+            " VALUES ('lsky', now() - make_interval(secs => :age), 'done')",
+            age=age,
+        )
+    [[now]] = world.db.run("SELECT CAST(EXTRACT(EPOCH FROM now()) AS double precision)")
+    record(world, 15)
+
+    world.deliver(15)
+
+    assert world.lsky.rate_limited_count == 1
+    assert world.state(15) == ("PENDING", 0)
+    row = lane_row(world.db)
+    assert row["window"] == "month"
+    assert row["detail"].endswith("每月内你最多可以上传 2 张图片")  # the week's number
+    [[until]] = world.db.run(
+        "SELECT CAST(EXTRACT(EPOCH FROM paused_until) AS double precision) FROM image_archive_lane"
+    )
+    month = Window("month", LONGEST_MONTH, 2)
+    margin = margins.slot_margin([(LONGEST_MONTH, 2)])
+    older = now - 10 * 86_400
+    expected = latest_free([older, older + 60], now=now, window=month, zone=PRC, margin=margin)
+    assert expected <= until <= expected + 2 * margin + 1.0, (until - now) / 86_400
 
 
 # -- 10. a paced burst whose sources are partly gone ----------------------------------------
@@ -436,3 +522,34 @@ class VirtualClock:
             time_passes(self.world.db, gap)
             self.shifted += gap
         self.world.archive.fast_forward(event)
+
+
+# -- a success recorded after the lock passed on settles none of the new holder's rows -----
+
+
+def test_a_success_after_the_lock_passed_on_leaves_the_new_holder_s_slot(
+    db: Any, pg_dsn: str
+) -> None:
+    # Our attempt ran past its lock (an operator shortened ARCHIVE_LOCK_TTL_SECONDS below
+    # the function's timeout); another attempt took the row over, and its slot is under
+    # way. Our upload was answered: success wins the row, but the ledger's rows are the
+    # new holder's (the takeover settled ours as an attempt that vanished).
+    seed_record(db, 82, image_url="http://x/a.png", archive_status="RUNNING", locked_by="other")
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " VALUES ('lsky', now() - interval '2 seconds', 82, 'taken')"
+    )
+    records = ArchiveRecords(Database(DatabaseConfig(url=pg_dsn)))
+    try:
+        recorded = records.succeed(
+            Task(82, 1, "alice", "http://x/a.png", None, 1),
+            owner="me",
+            hosted_url="http://h/82.png",
+            mime_type="image/png",
+            response={"key": "k"},
+        )
+    finally:
+        records.db.close()
+
+    assert recorded is Recorded.AFTER_LOCK_PASSED
+    assert ledger(db) == [("taken", 82)]  # not settled as our upload, nor one added

@@ -68,8 +68,8 @@ class LedgerMachine(RuleBasedStateMachine):
         reset_lane(self.db)
         self.database = Database(DatabaseConfig(url=dsn), application_name="ledger-model")
         self.lanes = LaneStore(self.database)
-        self.records = ArchiveRecords(self.database)
-        self.sweeps = SweepRecords(self.database)
+        self.records = ArchiveRecords(self.database, paced=True)
+        self.sweeps = SweepRecords(self.database, paced=True)
         self.running: dict[int, Attempt] = {}
         self.held: set[int] = set()  # given back to come back for a booked slot
         self.idle: list[int] = []

@@ -17,9 +17,11 @@ import pytest
 from devkit import images
 from devkit.lsky import Behaviour
 from devkit.s3 import staged_keys
+from lib.archive.schedule import MIN_ATTEMPT_MS
 from tests.integration.world import World
 from tests.support import (
     HANG_SECONDS,
+    FakeLambdaContext,
     assert_nothing_sent_to_lsky,
     lane_row,
     make_due,
@@ -176,3 +178,24 @@ def test_paced_with_no_slot_now_the_fetch_comes_first_as_ever(world: World) -> N
     # The uploads, and the one booking the fetched record made (the look before the fetch
     # wrote nothing).
     assert (lane["uploads"], lane["booked"]) == (10, 1)
+
+
+def test_a_relayed_upload_cut_by_its_own_deadline_mid_body_is_not_taken_for_stored(
+    world: World,
+) -> None:
+    # The download lands at once; Lsky reads the upload's body so slowly (a limited link)
+    # that the shortest invocation's deadline cuts it part way, the image larger than the
+    # sockets' buffers: the body never went out whole, so Lsky stores nothing and the
+    # next attempt has nothing to look up.
+    image = images.png(16, 16, size=6_000_000, seed=35)
+    world.record(8, image)
+    world.lsky.config.link_bytes_per_sec = 50_000.0  # 2 min for the body: past any deadline
+    context = FakeLambdaContext(timeout_seconds=MIN_ATTEMPT_MS / 1000 + 1, from_first_look=True)
+
+    assert len(world.deliver(8, context)["batchItemFailures"]) == 1
+
+    row = world.row(8)
+    assert (row["archive_status"], row["archive_attempts"]) == ("PENDING", 1)
+    assert row["archive_error"].startswith("upload failed")  # cut: a timeout, or a reset
+    assert row["archive_may_be_hosted"] is False
+    assert world.downloads(8) == 1

@@ -457,6 +457,42 @@ def test_a_hold_sqs_refuses_parks_the_row_at_its_due_time(
     assert emf_metrics(capsys)["VisibilityRefused"] == 1
 
 
+TOO_LONG = (
+    "Value 600 for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout"
+    " for the message is beyond the limit [43200 seconds]"
+)
+
+
+def test_a_copy_whose_hold_sqs_refuses_leaves_the_held_message_its_booking(
+    archive: ArchiveHarness, db: Any, upstream: Any
+) -> None:
+    # Two messages for one row: its own, held for its booked slot 10 minutes ahead, and a
+    # copy that comes early, whose hold SQS refuses (its 12 hours in flight used up).
+    seed(db, upstream, 12, next_run_at=-600, enqueued_at=0)
+    db.run(
+        "INSERT INTO image_archive_uploads (lane, at, record_id, state)"
+        " VALUES ('lsky', now() + interval '600 seconds', 12, 'booked')"
+    )
+    archive.send(encode(12))
+    assert len(archive.receive()["Records"]) == 1  # the row's own, held meanwhile
+    archive.moto.refuse("ChangeMessageVisibility", "InvalidParameterValue", TOO_LONG)
+
+    response = archive.deliver(encode(12))  # the copy
+
+    assert response == {"batchItemFailures": []}  # acknowledged
+    row = fetch_record(db, 12)
+    assert row["archive_status"] == "PENDING"
+    assert row["archive_enqueued_at"] is not None  # its own message is still out
+    assert 590 <= seconds_until(db, 12) <= 600
+    assert db.run("SELECT state FROM image_archive_uploads WHERE record_id = 12") == [["booked"]]
+    assert archive.visible() + archive.in_flight() == 1  # the held one, and no other
+    assert archive.log_for("could not change message visibility")
+    line = archive.log_for(
+        "message visibility refused; a copy acknowledged, the row's own is held for its slot"
+    )
+    assert line["outcome"] == "duplicate"
+
+
 def test_the_longest_hold_is_within_twelve_hours_of_the_receive() -> None:
     assert schedule.max_hold_seconds(0.0, now=0.0) == 43_200 - schedule.RECEIVE_SAFETY_SECONDS
     assert schedule.max_hold_seconds(0.0, now=600.0) == 43_200 - 60 - 600

@@ -696,7 +696,7 @@ PARKED_INDEX = "image_generation_records_archive_parked_idx"
 BACKFILLED_INDEX = "image_generation_records_archive_backfilled_idx"
 PENDING_INDEX = "image_generation_records_archive_pending_idx"
 RUNNING_INDEX = "image_generation_records_archive_running_idx"
-VANISHED = settled(counted=True, vanished=True)  # the sweeper's recovery settles the ledger
+VANISHED = settled(counted=True, paced=False, vanished=True)  # the recovery settles the ledger
 UPLOADS_RECORD_INDEX = "image_archive_uploads_record_idx"
 PRIMARY_KEY = "image_generation_records_pkey"
 EVENTS_INDEX = "image_archive_events_record_idx"

@@ -117,13 +117,13 @@ def test_networks_may_be_spaced_and_written_without_a_prefix() -> None:
 @pytest.mark.parametrize(
     ("overrides", "ttl", "timeout"),
     [
-        ({"ARCHIVE_LOCK_TTL_SECONDS": "120"}, 120, 120),
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "121"}, 121, 120),
         ({"ARCHIVE_LOCK_TTL_SECONDS": "135"}, 135, 120),  # equal is not enough
-        ({"ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"}, DEFAULT_LOCK_TTL_SECONDS, 300),
+        ({"ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "170"}, DEFAULT_LOCK_TTL_SECONDS, 170),
         (
-            {"ARCHIVE_LOCK_TTL_SECONDS": "600", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "900"},
+            {"ARCHIVE_LOCK_TTL_SECONDS": "600", "ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "590"},
             600,
-            900,
+            590,
         ),
     ],
 )
@@ -141,6 +141,26 @@ def test_a_lock_ttl_that_does_not_outlast_an_attempt_is_warned_about(
     assert f"ARCHIVE_LOCK_TTL_SECONDS={ttl} " in warning
     assert f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout} " in warning
     assert f"{FINISH_RESERVE_MS // 1000} s finish reserve" in warning
+
+
+@pytest.mark.parametrize(
+    ("overrides", "ttl", "timeout"),
+    [
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "120"}, 120, 120),
+        ({"ARCHIVE_LOCK_TTL_SECONDS": "2"}, 2, 120),
+        ({"ARCHIVE_FUNCTION_TIMEOUT_SECONDS": "300"}, DEFAULT_LOCK_TTL_SECONDS, 300),
+    ],
+)
+@pytest.mark.parametrize("load", [load_settings, load_sweeper_settings])
+def test_a_lock_ttl_an_attempt_can_outlive_is_refused(
+    overrides: dict[str, str], ttl: int, timeout: int, load: Callable[[dict[str, str]], object]
+) -> None:
+    # Another attempt would take the row over and spend an attempt of the record's: a
+    # ConfigError gives every message back whole instead.
+    with pytest.raises(ConfigError) as refused:
+        load({**BASE, "ARCHIVE_QUEUE_URL": "https://sqs.invalid/1/q", **overrides})
+    assert f"ARCHIVE_LOCK_TTL_SECONDS={ttl} must exceed" in str(refused.value)
+    assert f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout}:" in str(refused.value)
 
 
 @pytest.mark.parametrize(

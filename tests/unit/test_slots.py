@@ -113,6 +113,30 @@ def test_an_upload_lsky_s_month_takes_back_in_the_repeated_hour_leaves_at_its_la
     assert limiter.month_frees(stored, later, berlin, 0.0) == later
 
 
+def test_an_upload_of_the_repeated_hour_counts_again_at_its_second_pass() -> None:
+    # Berlin sets its clocks back on 2026-10-25 at 03:00 summer time. An upload answered
+    # at 02:30 summer time leaves the minute's window at 02:31:01 and counts again from
+    # the setback (when within the hour it was stored is not known) until 02:31:01 winter
+    # time; the hour's window keeps it until 03:30:01 winter time, two hours on.
+    berlin = ZoneInfo("Europe/Berlin")
+    [(setback, shift)] = limiter.setbacks(berlin, 1.79e9, 1.8e9)
+    assert datetime.fromtimestamp(setback, berlin) == datetime(
+        2026, 10, 25, 2, 0, fold=1, tzinfo=berlin
+    )
+    assert shift == 3_600
+    answered = setback - 1_800
+    near = [(setback, shift)]
+    again = limiter.repeated(answered, 900.0, seconds=60, margin=0.0, near=near)
+    assert again == [(setback, answered + 3_600 + 61)]
+    [(_, until)] = limiter.repeated(answered, 900.0, seconds=3_600, margin=0.0, near=near)
+    assert until - answered == 2 * 3_600 + 1
+    # One stored an hour before the first pass, or a day's window: counted once.
+    assert limiter.repeated(setback - 9_000, 900.0, seconds=60, margin=0.0, near=near) == []
+    assert limiter.repeated(answered, 900.0, seconds=86_400, margin=0.0, near=near) == []
+    # Lsky's default zone never sets its clock back.
+    assert limiter.setbacks(ZoneInfo("Asia/Shanghai"), 1.7e9, 1.9e9) == ()
+
+
 def test_pacing_keeps_the_longest_window_lsky_may_count() -> None:
     limits = [(60, 20), (86_400, 300), (limiter.LONGEST_MONTH_SECONDS, 999)]
     assert limiter.pacing_windows(limits, "Asia/Shanghai") == (

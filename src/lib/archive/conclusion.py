@@ -71,6 +71,7 @@ class Rule:
 
 W, S, A = Write, Send, Attempt
 INFO, WARNING, ERROR = Level.INFO, Level.WARNING, Level.ERROR
+_REFUSED_HOLD = {Outcome.DUPLICATE: Outcome.DUPLICATE}  # a hold refused: parked, or a copy left
 
 CONCLUSIONS: Mapping[Outcome, Rule] = {
     Outcome.ARCHIVED: Rule(W.SUCCEED, S.DELETE, "Archived", INFO, "archive succeeded", A.SPENT),
@@ -186,7 +187,8 @@ class Concluder:
         if rule.send is Send.HOLD:
             seconds = min(verdict.delay_seconds, schedule.max_hold_seconds(ctx.received_at))
             if not self.delay(ctx.message, seconds):
-                verdict, rule = self._parked_instead(verdict, ctx), CONCLUSIONS[Outcome.PARKED]
+                verdict = schedule.copy_left(verdict) or self._parked_instead(verdict, ctx)
+                rule = CONCLUSIONS[_REFUSED_HOLD.get(verdict.outcome, Outcome.PARKED)]
         elif rule.send is Send.NOW:
             self.delay(ctx.message, 0)
         self._report(rule, verdict, ctx)
@@ -332,11 +334,8 @@ class Concluder:
             detail={"visibility_refused": True},
         ):
             return verdict
-        return replace(
-            verdict,
-            outcome=Outcome.PARKED,
-            log="message visibility refused; record parked, the sweeper sends it when due",
-        )
+        log = "message visibility refused; record parked, the sweeper sends it when due"
+        return replace(verdict, outcome=Outcome.PARKED, log=log)
 
     def _to_dlq(self, message: Message, reason: str) -> bool:
         if not self.dlq_url:

@@ -22,7 +22,7 @@ from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType
 from lib.transfer.lsky import LskyClient, Sendable
 from lib.transfer.lsky_upload import HostedImage
-from lib.transfer.relay import Beside, RelayedImage, relay
+from lib.transfer.relay import Beside, Relay, RelayedImage, relay
 
 
 def can_start(deadline: float) -> bool:
@@ -171,7 +171,10 @@ class Copier:
             )
         except ArchiveFailure as error:
             failure = error.failure
-        return replace(failure, may_be_hosted=may_be_hosted(failure, body_complete=True))
+        # Bytes in hand go out whole as far as we know; a relayed body only once the upload
+        # read it to its end (cut by its own deadline before that, Lsky stored nothing).
+        complete = image.read_whole if isinstance(image, Relay) else True
+        return replace(failure, may_be_hosted=may_be_hosted(failure, body_complete=complete))
 
 
 def _no_time_for(size: int | None) -> ArchiveFailure:
@@ -200,10 +203,3 @@ def file_name(task: Task, image_type: ImageType) -> str:
         started_at=task.started_at,
         extension=image_type.extension,
     )
-
-
-def sent_if_stored(failure: Failure, held: HeldImage | None) -> SentImage | None:
-    """What the failed upload sent, kept for the look-up when Lsky may have stored it."""
-    if held is None or not failure.may_be_hosted or failure.stage is not Stage.UPLOAD:
-        return None
-    return sent_of(held)

@@ -25,6 +25,9 @@ WINDOWS = {
 }
 # Wording we do not recognise: a pause long enough to matter, short enough to re-test soon.
 SAFE_PAUSE_SECONDS = 900
+# Where Lsky's clock is set back, the hour it repeats: a window's uploads of that hour count
+# again at their second pass (lib.ratelimit.limiter.repeated).
+REPEATED = timedelta(hours=1)
 # A 429 without Retry-After (Laravel's throttle middleware counts per minute).
 DEFAULT_429_SECONDS = 60
 # Problems of the host account, not of a record: no retry can fix them, an operator can.
@@ -97,8 +100,10 @@ def pause_until(
     named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
     (`window_frees_at`: lib.ratelimit.limiter.window_frees, through lib.state.lane_store;
     the whole window when the ledger holds fewer, since other clients count too); a
-    window the ledger could not date (or dates past now, or beyond two windows: Lsky's
-    second and summer time lengthen one by an hour at most) is waited out whole.
+    window the ledger could not date (or dates past now, or beyond two windows and the
+    hour a clock set back repeats: Lsky's second and summer time lengthen one by an hour
+    at most, and an upload of that hour counts again at its second pass) is waited out
+    whole.
     """
     if condition.reason is PauseReason.ACCOUNT:
         return None
@@ -108,7 +113,7 @@ def pause_until(
     if condition.window_seconds is None:
         return now + timedelta(seconds=SAFE_PAUSE_SECONDS)
     whole = timedelta(seconds=condition.window_seconds)
-    if window_frees_at is not None and now < window_frees_at <= now + 2 * whole:
+    if window_frees_at is not None and now < window_frees_at <= now + 2 * whole + REPEATED:
         return window_frees_at
     return now + whole
 

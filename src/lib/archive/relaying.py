@@ -73,6 +73,7 @@ class RelayGate:
                 book_within=0.0,  # the record holds no booking (relay_gate): none is made
                 lead=timings.lead(),
                 upload=timings.upload + pacing.ANSWER_SLACK_SECONDS,
+                zone=settings.lsky_timezone,
             )
             if slot.answer is not SlotAnswer.GO:
                 return False

@@ -75,7 +75,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     originals = _originals(settings.originals_bucket, settings.originals_storage_class)
     # Completion events (lib.publish): the statements write them only when published.
     bus = EventBus(settings.event_bus) if settings.event_bus else None
-    records = ArchiveRecords(db, publish=bus is not None)
+    records = ArchiveRecords(db, publish=bus is not None, paced=bool(settings.rate_limits))
     queue = Queue()
     if settings.rate_limits:
         # Paced, most messages of a backlog are held: the first hold is not late by the
@@ -118,7 +118,7 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
     # Queue's short default timeouts keep a send failure inside the run's time budget.
     return Sweeper(
         settings=settings,
-        records=SweepRecords(db, publish=bus is not None),
+        records=SweepRecords(db, publish=bus is not None, paced=bool(settings.rate_limits)),
         events=None if bus is None else (OutboxStore(db), bus),
         lanes=LaneStore(db),
         queue=Queue(),

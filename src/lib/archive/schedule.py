@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from datetime import datetime
 
 from lib.archive.lane import HostCondition, jitter
@@ -88,7 +89,7 @@ def not_claimed(snapshot: ClaimSnapshot, message: Message) -> Verdict:
     itself failed the row: an expired lock on the last attempt)."""
     due_in = early_delay(snapshot)
     if due_in is not None:
-        return early(due_in, message)
+        return early(due_in, message, booked=snapshot.booked_at is not None)
     if blocked_by_lane(snapshot) and snapshot.lane is not None:
         return wait_for_lane(snapshot.lane.paused_for_seconds, message)
     reason = skip_reason(snapshot)
@@ -97,9 +98,11 @@ def not_claimed(snapshot: ClaimSnapshot, message: Message) -> Verdict:
     return Verdict(Outcome.DUPLICATE, reason, fields={"reason": reason})
 
 
-def early(due_in_seconds: int, message: Message) -> Verdict:
+def early(due_in_seconds: int, message: Message, *, booked: bool = False) -> Verdict:
     """A message for a PENDING row that is not due yet (a copy during its backoff, or its
-    pacing slot): held until due, or, for a long wait, acknowledged with the row parked."""
+    pacing slot): held until due, or, for a long wait, acknowledged with the row parked.
+    `booked`: the row holds a booked slot, so its own message is held for it (this one is
+    a copy): keeps_booking says so to a hold SQS refuses (lib.archive.conclusion)."""
     if parks(due_in_seconds, message):
         return Verdict(
             Outcome.PARKED,
@@ -108,7 +111,20 @@ def early(due_in_seconds: int, message: Message) -> Verdict:
             fields={"due_in_seconds": due_in_seconds},
             log="message arrived long before the row is due; record parked",
         )
-    return Verdict(Outcome.EARLY, f"due in {due_in_seconds} s", due_in_seconds)
+    return Verdict(
+        Outcome.EARLY, f"due in {due_in_seconds} s", due_in_seconds, keeps_booking=booked
+    )
+
+
+def copy_left(verdict: Verdict) -> Verdict | None:
+    """A hold SQS refused for a copy of a booked row's message (`early`, keeps_booking):
+    the row's own message is held for its slot, so this one is acknowledged and the row
+    left as it is (parked, it would lose its booking and its message stamp: the sweeper
+    would send a third message once due). None: not such a copy."""
+    if verdict.outcome is not Outcome.EARLY or not verdict.keeps_booking:
+        return None
+    log = "message visibility refused; a copy acknowledged, the row's own is held for its slot"
+    return replace(verdict, outcome=Outcome.DUPLICATE, log=log)
 
 
 def wait_for_lane(

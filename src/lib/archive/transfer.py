@@ -259,6 +259,7 @@ class Transfer:
                 sleep_within=longest,
                 lead=lead,
                 upload=self.timings.upload + pacing.ANSWER_SLACK_SECONDS,
+                zone=self.settings.lsky_timezone,
             )
             if attempt == 0 and held is not None and at.task.booked_at is not None:
                 self.timings.came_back((slot.now - at.task.booked_at).total_seconds())

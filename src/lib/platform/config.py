@@ -125,6 +125,9 @@ class SweeperSettings:
     # when a lock has expired and on when the attempts are used up.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     lock_ttl_seconds: int = DEFAULT_LOCK_TTL_SECONDS
+    # LSKY_RATE_LIMITS, shared likewise: whether an attempt that vanished took a slot for
+    # its upload (paced) or may have uploaded without one.
+    rate_limits: tuple[tuple[int, int], ...] = ()
     # Optional: with them the sweeper probes an account-paused lane (GET /api/v1/profile).
     lsky_base_url: str | None = None
     lsky_token: str | None = field(default=None, repr=False)
@@ -183,11 +186,19 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def check_lock_ttl(env: Mapping[str, str], lock_ttl: int) -> None:
-    """Warn when a lock can expire while its attempt may still be running: the sweeper
-    would then send the row again and a second invocation upload the image twice."""
+    """Refuse a lock that an attempt can outlive (another would take the row over and
+    spend one of its attempts: our misconfiguration, never the record's to pay; as a
+    ConfigError each message is given back whole), and warn when only the finish
+    reserve is left: the sweeper may send the row again while its attempt concludes."""
     timeout = positive_int(
         env, "ARCHIVE_FUNCTION_TIMEOUT_SECONDS", DEFAULT_FUNCTION_TIMEOUT_SECONDS
     )
+    if lock_ttl <= timeout:
+        raise ConfigError(
+            f"ARCHIVE_LOCK_TTL_SECONDS={lock_ttl} must exceed "
+            f"ARCHIVE_FUNCTION_TIMEOUT_SECONDS={timeout}: a lock would expire under a "
+            "running attempt"
+        )
     reserve = FINISH_RESERVE_MS // 1000
     if lock_ttl <= timeout + reserve:
         warn(
@@ -278,6 +289,7 @@ def load_sweeper_settings(env: Mapping[str, str] | None = None) -> SweeperSettin
         ),
         max_attempts=max_attempts(env),
         lock_ttl_seconds=lock_ttl,
+        rate_limits=rate_limits(env),
         # Optional here (only the account probe uses it), but checked like the archive's.
         lsky_base_url=lsky_base_url(env),
         lsky_token=text(env, "LSKY_TOKEN"),

@@ -12,10 +12,13 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from lib.ratelimit.limiter import LSKY_SECOND, counts_from, counts_until
+from lib.ratelimit.limiter import LSKY_SECOND, counts_from, counts_until, repeated
 
 # An upload under way counts from now until it answers, never past an invocation's 15 min.
 UNDER_WAY_SECONDS = 900.0
+# How long before its date an entry's uploads may have been stored: an upload before it
+# answered; an hour's roll-up (no record, dated at the hour's end) within that hour.
+ROLLED_UP_WITHIN = 3_600.0 + UNDER_WAY_SECONDS
 
 
 class State(enum.StrEnum):
@@ -45,7 +48,8 @@ class Ask:
     `tolerance`; a booking missed by more than `stale` is given up; booked only within
     `book_within`; `sleep_within`: the attempt may sleep that long for it (booked as it
     is); `lead`: a held message's upload follows its return by this much; `upload`: how
-    long an upload takes to answer; `history`: the record is a backfill's."""
+    long an upload takes to answer; `history`: the record is a backfill's; `setbacks`:
+    where Lsky's zone sets its clock back within reach (limiter.setbacks)."""
 
     windows: Sequence[tuple[float, int]]
     margin: float
@@ -56,6 +60,7 @@ class Ask:
     lead: float = 0.0
     upload: float = 0.0
     history: bool = False
+    setbacks: Sequence[tuple[float, float]] = ()
 
 
 @dataclass(frozen=True)
@@ -124,9 +129,10 @@ def decide(entries: Sequence[Entry], *, now: float, mine: float | None, ask: Ask
     counted, displaceable = _units(entries, now=now, standing=standing, ask=ask)
     blocked: list[tuple[float, float]] = []
     for seconds, limit in ask.windows:
-        blocked += [(start, end) for start, end, _, _ in _runs(counted, seconds, limit, ask.margin)]
+        units = _counted_again(counted, seconds, ask)
+        blocked += [(start, end) for start, end, _, _ in _runs(units, seconds, limit, ask.margin)]
         if ask.history:
-            blocked += _history_blocked(counted, now=now, seconds=seconds, limit=limit, ask=ask)
+            blocked += _history_blocked(units, now=now, seconds=seconds, limit=limit, ask=ask)
     islands = _islands([(start, end) for start, end in blocked if end > low])
     exact = _free_from(islands, low)
     go = exact <= now + ask.tolerance
@@ -148,11 +154,29 @@ def decide(entries: Sequence[Entry], *, now: float, mine: float | None, ask: Ask
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
-    time: float  # count_time
+    time: float  # count_time (a second pass's: from when it may count again)
     n: int
     history: bool
     booked: bool
     record_id: int | None
+    until: float | None = None  # a second pass's: when it has left for good
+
+
+def _counted_again(units: list[_Unit], seconds: float, ask: Ask) -> list[_Unit]:
+    """The units with those Lsky counts again where its clock is set back (a window shorter
+    than a day compares wall-clock texts: limiter.repeated), each a unit of its own."""
+    again = [
+        _Unit(start, u.n, u.history, u.booked, u.record_id, until)
+        for u in units
+        for start, until in repeated(
+            u.time,
+            UNDER_WAY_SECONDS if u.record_id is not None else ROLLED_UP_WITHIN,
+            seconds=seconds,
+            margin=ask.margin,
+            near=ask.setbacks,
+        )
+    ]
+    return sorted([*units, *again], key=lambda u: u.time) if again else units
 
 
 def _units(
@@ -162,7 +186,8 @@ def _units(
     backfilled records' bookings it may take over."""
     oldest = now - 2 * (
         max((seconds for seconds, _ in ask.windows), default=0.0) + LSKY_SECOND + 2 * ask.margin
-    )  # history looks two windows back
+    )  # history looks two windows back; an upload the clock shows twice, its hour more
+    oldest -= max((shift for _, shift in ask.setbacks), default=0.0)
     counted: list[_Unit] = []
     displaceable: list[_Unit] = []
     for entry in entries:
@@ -205,7 +230,7 @@ def _runs(
             j += 1
         if j == len(units):
             return
-        until = counts_until(unit.time, seconds, margin)
+        until = counts_until(unit.time, seconds, margin) if unit.until is None else unit.until
         if units[j].time < until:
             yield counts_from(units[j].time, seconds, margin), until, i, j
 

@@ -125,6 +125,18 @@ vanished AS (
       AND (EXISTS (SELECT 1 FROM claimed) OR EXISTS (SELECT 1 FROM exhausted))
     RETURNING 1
 ),
+vanished_unpaced AS (
+    -- Unpaced, it took no slot: its upload enters the ledger all the same, dated as above
+    -- from when its lock was taken.
+    INSERT INTO image_archive_uploads (lane, at, record_id, state)
+    SELECT 'lsky', LEAST(now(), target.archive_locked_at + interval '15 minutes'),
+           target.id, 'done'
+    FROM target
+    WHERE target.archive_status = 'RUNNING' AND target.archive_locked_by IS DISTINCT FROM :owner
+      AND (EXISTS (SELECT 1 FROM claimed) OR EXISTS (SELECT 1 FROM exhausted))
+      AND NOT CAST(:paced AS boolean) AND NOT EXISTS (SELECT 1 FROM vanished)
+    RETURNING 1
+),
 unbooked AS (
     DELETE FROM image_archive_uploads AS u
     USING exhausted AS x
@@ -268,19 +280,13 @@ audited AS (
 ),
 outboxed AS ({{outbox_archived}}),
 concluded AS (
-    -- The ledger is settled whoever recorded the row: the upload happened (an adoption,
-    -- :counted false, sent nothing: its slot, if it took one, is given back).
-    SELECT CAST(:record_id AS bigint) AS id
+    -- The ledger is settled whoever recorded the row, but only under our own lock: once
+    -- it passed on, the record's rows are the new holder's (the takeover settled ours as
+    -- an attempt that vanished). The upload happened (an adoption, :counted false, sent
+    -- nothing: its slot, if it took one, is given back).
+    SELECT id FROM before WHERE archive_locked_by IS NOT DISTINCT FROM :owner
 ),
 {{settle_ledger}},
-logged AS (
-    -- Unpaced, no slot was taken: the upload enters the ledger here, dated now: Lsky
-    -- answered, so it counted the upload before now.
-    INSERT INTO image_archive_uploads (lane, at, record_id, state)
-    SELECT 'lsky', now(), :record_id, 'done'
-    WHERE CAST(:counted AS boolean) AND NOT EXISTS (SELECT 1 FROM ledger_counted)
-    RETURNING 1
-),
 original AS (
     -- The original kept beside the upload (:original_key, none when nothing was kept),
     -- recorded with the success that points at that upload: no round trip of its own.
@@ -1061,7 +1067,8 @@ SELECT EXISTS (SELECT 1 FROM bumped), (SELECT at FROM written);
 -- own). The upload this attempt's slot took stays when Lsky may have counted it
 -- (:counted), dated when that was known: now, or for an attempt that vanished
 -- (:vanished) the latest it could have answered; any other slot is given back. A booking
--- stays only when the attempt comes back for it (:keep_booking).
+-- stays only when the attempt comes back for it (:keep_booking). Unpaced (:paced false),
+-- no slot was taken: an upload Lsky may have counted enters the ledger here, dated now.
 ledger_counted AS (
     UPDATE image_archive_uploads AS u
     SET state = 'done',
@@ -1070,6 +1077,14 @@ ledger_counted AS (
                   ELSE GREATEST(u.at, now()) END
     FROM concluded AS w
     WHERE u.record_id = w.id AND u.state = 'taken' AND CAST(:counted AS boolean)
+    RETURNING u.record_id
+),
+ledger_logged AS (
+    INSERT INTO image_archive_uploads (lane, at, record_id, state)
+    SELECT 'lsky', now(), w.id, 'done'
+    FROM concluded AS w
+    WHERE CAST(:counted AS boolean) AND NOT CAST(:paced AS boolean)
+      AND NOT EXISTS (SELECT 1 FROM ledger_counted AS c WHERE c.record_id = w.id)
     RETURNING 1
 ),
 ledger_freed AS (

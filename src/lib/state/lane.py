@@ -56,13 +56,14 @@ class LedgerEntry:
 
 
 def settled(
-    *, counted: bool, keep_booking: bool = False, vanished: bool = False
+    *, counted: bool, paced: bool, keep_booking: bool = False, vanished: bool = False
 ) -> dict[str, bool]:
     """The parameters of settle_ledger (lib/sql/queries.sql), the ledger's side of every
-    statement that ends an attempt: whether its slot's upload may have been counted by
-    Lsky (kept as an upload, else given back), whether the record comes back for its booking
-    (else it goes), and whether the attempt vanished (dated the latest it could answer)."""
-    return {"counted": counted, "keep_booking": keep_booking, "vanished": vanished}
+    statement that ends an attempt: whether its upload may have been counted by Lsky (its
+    slot kept as an upload, else given back; unpaced, `paced` False, it took none and is
+    entered as it ends), whether the record comes back for its booking (else it goes), and
+    whether the attempt vanished (dated the latest it could answer)."""
+    return {"counted": counted, "paced": paced, "keep_booking": keep_booking, "vanished": vanished}
 
 
 def lane_state(row: Sequence[Any]) -> LaneState:

@@ -26,6 +26,7 @@ CONTENTION_PAUSE_SECONDS = (0.005, 0.05)
 PAUSE_DETAIL_LIMIT = 200
 # Uploads older than the ledger's exact rows move to hourly counts this many at a time.
 ROLL_UP_ROWS = 10_000
+DAY = float(limiter.DAY_SECONDS)
 
 
 class LaneContention(ServiceError):
@@ -120,13 +121,18 @@ class LaneStore(Statements):
         sleep_within: float = 0.0,
         lead: float = 0.0,
         upload: float = 0.0,
+        zone: str = "UTC",
     ) -> Slot:
         """An upload slot for `record_id` under `limits` ((span seconds, uploads) pairs, as
-        long as Lsky may count each: limiter.pacing_windows): the ledger is read, the slot
-        decided (lib.ratelimit.slots), and written only if no other slot or pause came
-        meanwhile; else read again (briefly, at random, so two do not collide in step)."""
-        # Two of the longest window back: a backfill's share looks at the window before.
+        long as Lsky may count each: limiter.pacing_windows; `zone`: Lsky's): the ledger is
+        read, the slot decided (lib.ratelimit.slots), and written only if no other slot or
+        pause came meanwhile; else read again (briefly, at random, so two do not collide)."""
+        # Two of the longest window back: a backfill's share looks at the window before;
+        # where Lsky's clock is set back, an upload of the hour it repeats counts again.
         reach = 2 * max(seconds for seconds, _ in limits)
+        guess = time.time()  # the database's clock is read with the ledger
+        near = limiter.setbacks(ZoneInfo(zone), guess - reach - DAY, guess + DAY)
+        reach += max((shift for _, shift in near), default=0.0)
         for _ in range(SLOT_TRIES):
             ledger = self._ledger(record_id, reach)
             if ledger.paused:
@@ -141,6 +147,7 @@ class LaneStore(Statements):
                 lead=lead,
                 upload=upload,
                 history=ledger.history,
+                setbacks=near,
             )
             decision = slots.decide(ledger.entries, now=ledger.epoch, mine=ledger.mine, ask=ask)
             kept = decision.go or decision.book
@@ -185,7 +192,9 @@ class LaneStore(Statements):
         [(seconds, limit)] = limiter.pacing_windows([(int(seconds), limit)], zone)
         if margin is None:
             margin = margins.slot_margin([(seconds, limit)])
-        ledger = self._ledger(record_id, seconds)
+        # A window shorter than a day counts an upload of the hour the clock repeats again.
+        again = limiter.dst_shift(zone) + limiter.REPEATS_STORED_WITHIN if seconds < DAY else 0.0
+        ledger = self._ledger(record_id, seconds + again)
         counted = [
             slots.count_time(entry, ledger.epoch, 0.0)
             for entry in ledger.entries

@@ -48,11 +48,15 @@ class Recorded(enum.StrEnum):
 
 class ArchiveRecords(Statements):
     """The archive's state machine in PostgreSQL, one round trip per call. publish:
-    completion events are on; each one a statement writes is kept in `written`."""
+    completion events are on; each one a statement writes is kept in `written`. `paced`
+    (LSKY_RATE_LIMITS set): every upload takes a slot first, so an attempt without one
+    uploaded nothing; unpaced, an upload Lsky may have counted enters the ledger as its
+    attempt ends (settle_ledger), or as a claim takes over an attempt that vanished."""
 
-    def __init__(self, db: Database, *, publish: bool = False) -> None:
+    def __init__(self, db: Database, *, publish: bool = False, paced: bool = False) -> None:
         super().__init__(db)
         self.written = Written(publish)
+        self.paced = paced
 
     def claim(
         self,
@@ -88,6 +92,7 @@ class ArchiveRecords(Statements):
             publish=self.written.publish,
             event_id=None,
             **published_params(published, Actor.WORKER),
+            paced=self.paced,
         )
         self.written.add(record_id, row[25:29])
         (status, archive_status, expired, due_in, exhausted) = row[:5]
@@ -174,7 +179,7 @@ class ArchiveRecords(Statements):
             event_id=event_id,
             event_detail=json.dumps(event, ensure_ascii=False),
             **_original_params(original),
-            **settled(counted=log_upload),
+            **settled(counted=log_upload, paced=self.paced),
             **_story(task, events, story),
         )
         if not rows:
@@ -219,7 +224,7 @@ class ArchiveRecords(Statements):
             sent=_sent(sent),
             kind=str(EventKind.RETRIED),
             **_staged_params(staged),
-            **settled(counted=counted),
+            **settled(counted=counted, paced=self.paced),
             **_story(
                 task, events, {"error": kept, "delay_seconds": delay_seconds, **(detail or {})}
             ),
@@ -265,7 +270,7 @@ class ArchiveRecords(Statements):
             event_id=event_id,
             publish=event_id is not None,
             **params,
-            **settled(counted=counted),
+            **settled(counted=counted, paced=self.paced),
             **_story(task, events, {**story, **(detail or {})}),
         )
         if rows:
@@ -314,7 +319,7 @@ class ArchiveRecords(Statements):
             sent=_sent(sent),
             kind=str(EventKind.PARKED if park else EventKind.HELD),
             **_staged_params(staged, forget=forget_staged),
-            **settled(counted=counted, keep_booking=keep_booking),
+            **settled(counted=counted, paced=self.paced, keep_booking=keep_booking),
             **_story(task, events, {**story, **(detail or {})}),
         )
         return bool(rows)
@@ -338,7 +343,7 @@ class ArchiveRecords(Statements):
                 record_id=record_id,
                 delay=delay_seconds,
                 wait_reason=None if wait_reason is None else str(wait_reason),
-                **settled(counted=False),
+                **settled(counted=False, paced=self.paced),
                 detail=detail_param(**(detail or {})),
                 held=held,
             )

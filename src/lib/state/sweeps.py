@@ -57,18 +57,17 @@ def _swept(rows: list[list[Any]]) -> list[SweptRow]:
     ]
 
 
-# A recovered attempt vanished: a slot it took may have been counted by Lsky (it stays as
-# an upload), and it comes back for no booking.
-_VANISHED = settled(counted=True, vanished=True)
-
-
 class SweepRecords(Statements):
     """publish: completion events are published (ARCHIVE_EVENT_BUS): a row a sweep fails
-    gets its event in the outbox, in the same statement (SweptRow.event_id)."""
+    gets its event in the outbox, in the same statement (SweptRow.event_id). `paced`: as
+    ArchiveRecords' (an unpaced attempt that vanished took no slot)."""
 
-    def __init__(self, db: Database, *, publish: bool = False) -> None:
+    def __init__(self, db: Database, *, publish: bool = False, paced: bool = False) -> None:
         super().__init__(db)
         self.publish = publish
+        # A recovered attempt vanished: its upload may have been counted by Lsky (its slot
+        # stays as an upload, or unpaced one is entered), and it comes back for no booking.
+        self._vanished = settled(counted=True, paced=paced, vanished=True)
 
     def _events(self) -> dict[str, Any]:
         return {"publish": self.publish, "event_id": None}
@@ -82,7 +81,7 @@ class SweepRecords(Statements):
                 limit=limit,
                 lock_ttl=lock_ttl_seconds,
                 max_attempts=max_attempts,
-                **_VANISHED,
+                **self._vanished,
                 **self._events(),
             )
         )
@@ -93,7 +92,7 @@ class SweepRecords(Statements):
                 "recover_lockless",
                 limit=limit,
                 max_attempts=max_attempts,
-                **_VANISHED,
+                **self._vanished,
                 **self._events(),
             )
         )

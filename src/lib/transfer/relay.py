@@ -61,6 +61,9 @@ class Relay:
         self._failed = False
         self._waiting_at: int | None = None  # the offset the upload's thread waits at
         self._changed = threading.Condition()
+        # Whether the upload read the image to its end, on some pass: only then did its
+        # request's body go out whole (one cut by its own deadline before that did not).
+        self.read_whole = False
 
     def pour(self, chunks: Iterable[bytes]) -> None:
         """Every chunk into the spool as it comes, never waiting for a reader; exactly
@@ -147,6 +150,7 @@ class Relay:
         while chunk := self._next(at):
             at += len(chunk)
             yield chunk
+        self.read_whole = at == self.size
 
 
 @dataclass
