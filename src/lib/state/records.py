@@ -47,11 +47,9 @@ class Recorded(enum.StrEnum):
 
 
 class ArchiveRecords(Statements):
-    """The archive's state machine in PostgreSQL, one round trip per call. publish:
-    completion events are on; each one a statement writes is kept in `written`. `paced`
-    (LSKY_RATE_LIMITS set): every upload takes a slot first, so an attempt without one
-    uploaded nothing; unpaced, an upload Lsky may have counted enters the ledger as its
-    attempt ends (settle_ledger), or as a claim takes over an attempt that vanished."""
+    """The archive's state machine in PostgreSQL, one round trip per call. publish: the
+    completion events written are kept in `written`. paced (LSKY_RATE_LIMITS set): an
+    attempt without a slot uploaded nothing; unpaced, settle_ledger enters the upload."""
 
     def __init__(self, db: Database, *, publish: bool = False, paced: bool = False) -> None:
         super().__init__(db)
