@@ -177,7 +177,12 @@ def unadopt(dsn: str) -> None:
         for table in declaration.tables:
             conn.run(f"DROP TABLE IF EXISTS {table.name}")
         for constraint in declaration.constraints:
-            conn.run(migration_plan.drop_constraint_sql(constraint))
+            # A table of the project's (image_archive_events) was dropped above with its own.
+            conn.run(
+                migration_plan.drop_constraint_sql(constraint).replace(
+                    "ALTER TABLE ", "ALTER TABLE IF EXISTS ", 1
+                )
+            )
         for index in declaration.indexes:
             conn.run(f"DROP INDEX IF EXISTS {index.name}")
         columns = declaration.columns_of(migration_file.RECORDS)
