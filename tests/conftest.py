@@ -240,3 +240,14 @@ def lsky(_lsky_server: LskyStandIn) -> LskyStandIn:
     """The Lsky stand-in with an empty script, no records, default config."""
     _lsky_server.reset()
     return _lsky_server
+
+
+@pytest.fixture
+def clean_metrics() -> Iterator[None]:
+    """Outside a handler nothing flushes Powertools' metrics: a test that runs the code
+    directly leaves none for the next test's."""
+    from lib.platform.observability import metrics
+
+    metrics.clear_metrics()
+    yield
+    metrics.clear_metrics()

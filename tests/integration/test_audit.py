@@ -6,14 +6,12 @@ EventBridge schedule does, and the archive handler again for what it repairs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from devkit import images
-from lib.platform.observability import metrics
 from tests.integration.world import World
 from tests.support import FakeLambdaContext, fetch_record
 
@@ -65,11 +63,7 @@ class Audit:
         )
 
 
-@pytest.fixture(autouse=True)
-def _no_metric_leaks() -> Iterator[None]:
-    metrics.clear_metrics()
-    yield
-    metrics.clear_metrics()
+pytestmark = pytest.mark.usefixtures("clean_metrics")
 
 
 @pytest.fixture

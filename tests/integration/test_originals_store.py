@@ -46,11 +46,7 @@ def kept(originals: Originals, record_id: int, source: OriginalSource) -> KeptOr
     return original
 
 
-@pytest.fixture(autouse=True)
-def _metrics_stay_here() -> Iterator[None]:
-    """Outside a handler nothing flushes the metrics: none is left for the next test's."""
-    yield
-    metrics.clear_metrics()
+pytestmark = pytest.mark.usefixtures("clean_metrics")
 
 
 @pytest.fixture

@@ -81,14 +81,7 @@ class SweepHarness(LogAssertions):
                 )
 
 
-@pytest.fixture(autouse=True)
-def _no_metric_leaks() -> Iterator[None]:
-    # Tests that call Sweeper.run directly add metrics that no handler flushes.
-    from lib.platform.observability import metrics
-
-    metrics.clear_metrics()
-    yield
-    metrics.clear_metrics()
+pytestmark = pytest.mark.usefixtures("clean_metrics")
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ The SQL itself is tested against PostgreSQL in tests/integration/test_sweeper.py
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -132,12 +132,7 @@ def plenty() -> int:
     return 600_000
 
 
-@pytest.fixture(autouse=True)
-def _no_metric_leaks() -> Iterator[None]:
-    from lib.platform.observability import metrics
-
-    yield
-    metrics.clear_metrics()
+pytestmark = pytest.mark.usefixtures("clean_metrics")
 
 
 def test_pages_through_every_step_and_sends_ten_per_call() -> None:
