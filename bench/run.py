@@ -27,7 +27,15 @@ from bench import (
     sweep,
     transfer,
 )
-from bench.common import RESULTS, Row, as_dict, machine, revision, write_results
+from bench.common import (
+    RESULTS,
+    Row,
+    as_dict,
+    command_for,
+    machine,
+    revision,
+    write_results,
+)
 from bench.services import Services
 
 TIME_BUDGET_SECONDS = 600
@@ -80,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         began = time.monotonic()
         try:
             return bench()
+        except Exception as error:  # noqa: BLE001 - one bench's failure is one FAIL row
+            # The other benches still run, and the table is still written: a run of
+            # three quarters of an hour is not lost to one bench on a loaded machine.
+            return [Row("-", f"{name} stopped", f"{type(error).__name__}: {error}"[:300],
+                        "runs to its end", False, command_for(name))]  # fmt: skip
         finally:
             seconds[name] = round(time.monotonic() - began, 1)
 
