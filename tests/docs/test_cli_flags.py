@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from tests.docs.log_texts import modules
-from tests.docs.markdown import every_doc, fenced_blocks, inline_spans, read, section
+from tests.docs.markdown import ARCHIVE_CTL, every_doc, fenced_blocks, inline_spans, read, section
 
 FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
 
@@ -64,8 +64,8 @@ def mentions() -> list[tuple[str, str, list[str]]]:
 
 def command_table() -> list[list[str]]:
     """The first cell of each row of the archive-ctl reference's command table."""
-    text = read("docs/operations.md")
-    assert "\n| command | does |\n" in text, "docs/operations.md has no command table"
+    text = read(ARCHIVE_CTL)
+    assert "\n| command | does |\n" in text, f"{ARCHIVE_CTL} has no command table"
     table = text.split("\n| command | does |\n", 1)[1].split("\n\n", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `")]
     return [re.sub(r"\\\|", "|", cells.split(" | ")[0].strip("| `")).split() for cells in rows]
@@ -98,7 +98,7 @@ def test_the_command_table_names_real_commands_and_flags() -> None:
 
 def sections_of_commands() -> list[tuple[str, str]]:
     """(command words, body) for each `### archive-ctl COMMAND ...` section."""
-    text = read("docs/operations.md")
+    text = read(ARCHIVE_CTL)
     found = []
     for heading in re.findall(r"^(### `archive-ctl [^`]+`)$", text, re.M):
         words = heading.split("`")[1].split()[1:]
@@ -163,7 +163,7 @@ def test_the_check_tells_real_flags_from_invented_ones(words: list[str], known: 
 
 
 def test_the_exit_code_table_is_the_code_s() -> None:
-    """docs/operations.md's exit codes are the EXIT_* codes archive-ctl's modules name."""
+    """The reference's exit codes are the EXIT_* codes archive-ctl's modules name."""
     codes = {
         node.value.value
         for name, module in modules().items()
@@ -173,7 +173,7 @@ def test_the_exit_code_table_is_the_code_s() -> None:
         and isinstance(node.value, ast.Constant)
         and any(isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in node.targets)
     }
-    text = read("docs/operations.md")
+    text = read(ARCHIVE_CTL)
     table = text.split("\n| exit code | meaning |\n", 1)[1].split("\n\n", 1)[0]
     documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
     assert documented == codes

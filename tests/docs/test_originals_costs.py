@@ -1,5 +1,5 @@
-"""What keeping the originals costs, as docs/deploy.md prices it and docs/performance.md
-repeats it: each month's and each write's figure follows from the list prices in the same
+"""What keeping the originals costs, as docs/performance.md prices it and repeats it: each
+month's and each write's figure follows from the list prices in the same
 row, every storage class the template allows has a row, and the two documents agree."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from lib.platform.env_values import ORIGINALS_STORAGE_CLASSES
-from tests.docs.markdown import read
+from tests.docs.markdown import PERFORMANCE, read
 
 IMAGES = 1_000_000
 IMAGE_BYTES = 2_000_000
@@ -31,9 +31,9 @@ def dollars(cell: str) -> list[float]:
 
 
 def test_every_storage_class_is_priced_from_its_own_list_prices() -> None:
-    priced = rows("docs/deploy.md", "| `OriginalsStorageClass` | storage, per GB-month")
+    priced = rows(PERFORMANCE, "| `OriginalsStorageClass` | storage, per GB-month")
     assert set(priced) == set(ORIGINALS_STORAGE_CLASSES)
-    assert "1,862.6 GB" in read("docs/deploy.md")
+    assert "1,862.6 GB" in read(PERFORMANCE)
     assert round(STORED_GB, 1) == 1862.6
     for name, cells in priced.items():
         per_gb, kept, per_thousand, written = (dollars(cells[i]) for i in (1, 2, 3, 4))
@@ -47,8 +47,8 @@ def test_every_storage_class_is_priced_from_its_own_list_prices() -> None:
 
 
 def test_performance_md_gives_the_same_costs() -> None:
-    priced = rows("docs/deploy.md", "| `OriginalsStorageClass` | storage, per GB-month")
-    repeated = rows("docs/performance.md", "| `OriginalsStorageClass` | a million kept")
+    priced = rows(PERFORMANCE, "| `OriginalsStorageClass` | storage, per GB-month")
+    repeated = rows(PERFORMANCE, "| `OriginalsStorageClass` | a million kept")
     assert set(repeated) == set(priced)
     for name, cells in repeated.items():
         kept = dollars(cells[1])

@@ -1,5 +1,5 @@
 """The host-aware lane's rules (pure): which answers pause every upload, for how long,
-and when pacing lets the next upload go. docs/archive.md has the rationale.
+and when pacing lets the next upload go. docs/explanation/lane-and-pacing.md has the rationale.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pacing (LSKY_RATE_LIMITS), the pure part an attempt decides: how long it may sleep for a
 slot, and whether to fetch first. The slots and their margins are lib.ratelimit's, given
-by lib.state.lane_store's take_slot; docs/archive.md ("When a record runs") says why an
+by lib.state.lane_store's take_slot; docs/explanation/lane-and-pacing.md says why an
 attempt never sleeps long.
 """
 

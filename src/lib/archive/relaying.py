@@ -1,5 +1,5 @@
 """Whether an attempt's upload may start with its download and read it as it lands (the
-relayed copy, docs/transfer.md): only where the upload would start as soon as the bytes
+relayed copy, docs/explanation/transfers.md): only where the upload would start as soon as the bytes
 are in hand anyway, so every rule of the transfer step (look-up, slot, upload) holds."""
 
 from __future__ import annotations

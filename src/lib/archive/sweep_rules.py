@@ -1,6 +1,6 @@
 """The sweeper's rules (pure): the kinds of stale rows in the order a run takes them, the
 paging and time budget, when a row's message is lost rather than on its way, and what a
-run reports. lib.archive.sweeper applies them; docs/archive.md has the rationale.
+run reports. lib.archive.sweeper applies them; docs/explanation/sweeper.md has the rationale.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
 
 
-# -- lost or on its way (docs/archive.md, "Lost, or still on its way") --------------------
+# -- lost or on its way (docs/explanation/sweeper.md) --------------------
 
 # A standard queue serves messages roughly in the order they became visible: one that
 # entered the queue (was sent, or came back from a hold) is received before any that

@@ -372,7 +372,8 @@ def _stage(staging: Staging, at: _Attempt, held: HeldImage | None, why: str) -> 
 
 
 def _restore_blocked(transfer: Transfer, at: _Attempt, restore: Restoring) -> Verdict | None:
-    """A restore Lsky would dedupe onto the damaged copy's file fails (docs/audit.md)."""
+    """A restore Lsky would dedupe onto the damaged copy's file fails
+    (docs/explanation/audit-and-repair.md)."""
     if not restore.old_key:
         return None
     try:

@@ -1,1 +1,2 @@
-"""The audit of hosted images, in rotation, and the repair of what it finds (docs/audit.md)."""
+"""The audit of hosted images, in rotation, and the repair of what it finds
+(docs/explanation/audit-and-repair.md)."""

@@ -1,4 +1,5 @@
-"""What a check of a hosted copy found, and what to do about it: pure (docs/audit.md).
+"""What a check of a hosted copy found, and what to do about it: pure
+(docs/explanation/audit-and-repair.md).
 
 A check ends in a verdict (intact, missing, altered) or in none (unreachable: the host did
 not answer for it). What Lsky reported of the stored file at upload (sha1, size in KB) is

@@ -1,6 +1,6 @@
 """`archive-ctl migrate`: under the migration's advisory lock, reads the catalog, checks the rows,
 plans with lib.platform.migration_plan and runs only what is missing, each step with the lock
-wait it can afford (docs/database.md, "The migration"). `--dry-run` stops after the plan."""
+wait it can afford (docs/explanation/live-migration.md). `--dry-run` stops after the plan."""
 
 from __future__ import annotations
 

@@ -350,7 +350,7 @@ def legacy_refusal(legacy: Sequence[LegacyValue]) -> str:
     lines.append(
         "The schema was left as it was. Set those rows to NULL (never queued), PENDING (archive"
         " again), SUCCEEDED (only with a hosted_image_url) or FAILED, then run migrate again"
-        " (docs/operations.md, 'Legacy archive_status values')."
+        " (docs/reference/database.md, 'Legacy archive_status values')."
     )
     mappable = [v for v in legacy if v.target is not None]
     if mappable:

@@ -257,7 +257,7 @@ class OriginalsBucket:
     @cached_property
     def client(self) -> _S3:
         # Unsigned payload: signed, the body is read whole before a byte is sent (the
-        # download waited for, the spool read twice). docs/archive.md, Originals.
+        # download waited for, the spool read twice). docs/explanation/staging-and-originals.md.
         s3: _S3 = aws.s3_client(*self._timeouts, s3={"payload_signing_enabled": False})
         return s3
 

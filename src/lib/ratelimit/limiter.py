@@ -1,8 +1,8 @@
 """Lsky's upload limiter as the ledger reads it (pure), from lsky-pro 2.x
 ImageService::rateLimiter: an image counts in whole seconds, both ends of a window, the
 month is PHP's "-1 month" (28 to 31 days); when an upload leaves a window, the longest
-windows pacing keeps, and when a window Lsky named frees. docs/archive.md says why.
-"""
+windows pacing keeps, and when a window Lsky named frees.
+docs/explanation/lane-and-pacing.md says why."""
 
 from __future__ import annotations
 

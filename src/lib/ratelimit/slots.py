@@ -1,8 +1,7 @@
 """Pacing's upload slots (pure): from the ledger's entries, the earliest time a record's
 upload may start under LSKY_RATE_LIMITS and what it books. LaneStore.take_slot reads the
-ledger, asks `decide`, and writes the answer under the lane's version; docs/archive.md
-("When a record runs") gives each rule's reason.
-"""
+ledger, asks `decide`, and writes the answer under the lane's version;
+docs/explanation/lane-and-pacing.md ("When a record runs") gives each rule's reason."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 (archive_locked_at IS NULL OR {{lock_time_expired}})
 
 -- name: producer_enqueued
--- The generation service's enqueue, which writes no event (docs/history.md): inferred from
+-- The generation service's enqueue, which writes no event (docs/explanation/stories.md): inferred from
 -- the row by the first statement that writes an event for a record that has none: the
 -- claim, or the sweeper's. As a row of (at, seq, attempt, kind, detail) for the record
 -- `target` (id, archive_status, enqueued_at, next_run_at).
@@ -139,7 +139,7 @@ outboxed AS ({{outbox_failed}}),
 published AS ({{outbox_published}}),
 told AS ({{note_publication}}),
 noted AS (
-    -- The story (docs/history.md): the message received, and the claim's own change. A
+    -- The story (docs/explanation/stories.md): the message received, and the claim's own change. A
     -- re-run with the same owner (after a lost reply) writes nothing twice.
     INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
     SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
@@ -182,7 +182,7 @@ noted AS (
       -- A message for a record that is not live (archived, failed, never queued) is told
       -- in its story only while the story holds a conclusion, which the retention removes
       -- it with: after the retention it would start a story of its own, never removed
-      -- and read as a record just queued (docs/history.md).
+      -- and read as a record just queued (docs/explanation/stories.md).
       AND (target.archive_status IN ('PENDING', 'RUNNING')
            OR EXISTS (SELECT 1 FROM image_archive_events AS told
                       WHERE told.record_id = target.id AND told.kind IN ('archived', 'failed')))
@@ -1206,7 +1206,7 @@ noted AS (
 SELECT id, was FROM marked ORDER BY id;
 
 -- name: expire_events
--- Retention (docs/history.md), run by the sweeper: the oldest conclusions (archived,
+-- Retention (docs/explanation/stories.md), run by the sweeper: the oldest conclusions (archived,
 -- failed) older than :retention seconds, :limit at most, of records that are not live
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
 -- are removed, and when that is its last conclusion, the events after it too (a
@@ -1471,7 +1471,7 @@ FROM ({{attempt_events}}
                   ELSE jsonb_build_object('write', CAST(:kind AS text)) END) AS e
 
 -- name: outbox_archived
--- succeed's completion event (docs/operations.md, "Completion events"): of the row it wrote
+-- succeed's completion event (docs/reference/events-and-metrics.md, "Completion events"): of the row it wrote
 -- (`written`), `Image Restored` when the row held another hosted URL before (`before`: a
 -- repair re-published the record; the detail keeps the old URL and Lsky key), else `Image
 -- Archived`. :event_detail is what the worker knows (URL, type, size, key); :event_id is
@@ -1643,7 +1643,7 @@ ORDER BY created_at;
 -- ---------------------------------------------------------------------------------------
 -- `archive-ctl migrate` (lib.cli.migrate) and `archive-ctl grants` (lib.cli.grants): the
 -- catalog, the migration's advisory lock (its key is the one archive_migration.sql takes),
--- and the migration's own row updates. docs/database.md says why each is shaped so.
+-- and the migration's own row updates. docs/explanation/live-migration.md says why each is shaped so.
 
 -- name: schema_catalog
 -- Which of the declared objects exist, as (kind, name, table, flag, definition): flag says
@@ -1818,7 +1818,7 @@ LEFT JOIN pg_attribute AS a
        ON a.attrelid = c.oid AND a.attname = n.col AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY n.ord;
 
--- The audit of hosted images (lib.audit, lib.state.audits; docs/audit.md). A check never
+-- The audit of hosted images (lib.audit, lib.state.audits; docs/explanation/audit-and-repair.md). A check never
 -- writes the generation's row; a restore does, through the archive's own state machine.
 
 -- name: audit_target

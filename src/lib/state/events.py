@@ -1,6 +1,6 @@
 """A record's story: the kinds of event (mirrored by the CHECK of image_archive_events), who
 enqueues, the bound every detail keeps, and EventLog, an attempt's events kept in memory
-until the statement that concludes it writes them. docs/history.md says why it is so.
+until the statement that concludes it writes them. docs/explanation/stories.md says why it is so.
 """
 
 from __future__ import annotations

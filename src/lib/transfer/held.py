@@ -1,7 +1,7 @@
-"""The image's bytes in hand: the first download (or a staged copy read back), spooled
-once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, and read by
-every later step: never the source again (docs/transfer.md). Their SHA-1 is taken as the
-upload reads them (Sha1Reader), where it overlaps with the host's own work."""
+"""The image's bytes in hand: the first download (or a staged copy read back), spooled once
+(memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, and read by every
+later step: never the source again (docs/explanation/transfers.md). Their SHA-1 is taken
+as the upload reads them (Sha1Reader), where it overlaps with the host's own work."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ MAX_RESPONSE_BYTES = 256 * 1024
 LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's side
 PROFILE_READ_TIMEOUT_SECONDS = 10.0
 # The keyword names one record, so its images fit on the first page; more pages than
-# this means the list cannot say whether the image is there (docs/transfer.md).
+# this means the list cannot say whether the image is there (docs/explanation/transfers.md).
 MAX_LOOKUP_PAGES = 3
 # A failure's whole message as kept (Lsky's own part is already shorter: MESSAGE_LIMIT).
 FAILURE_MESSAGE_LIMIT = 300

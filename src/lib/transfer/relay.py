@@ -1,5 +1,5 @@
 """A download poured into the spool while an upload, on a thread of its own, reads it as
-it lands (docs/transfer.md, "The relayed copy"). `relay(...)` gives the whole image in
+it lands (docs/explanation/transfers.md, "The relayed copy"). `relay(...)` gives the whole image in
 hand once the download has ended, its upload maybe still under way (`RelayedImage`): the
 upload never reads a byte the spool lacks, never holds the download back but to take a
 CPU, briefly, and a download that fails cuts it before its last byte (BodyLengthError)."""
