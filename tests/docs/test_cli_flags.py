@@ -63,12 +63,12 @@ def mentions() -> list[tuple[str, str, list[str]]]:
 
 
 def command_table() -> list[list[str]]:
-    """The first cell of each row of the archive-ctl reference's command table."""
+    """The command of each row of the archive-ctl reference's command table."""
     text = read(ARCHIVE_CTL)
     assert "\n| command | does |\n" in text, f"{ARCHIVE_CTL} has no command table"
     table = text.split("\n| command | does |\n", 1)[1].split("\n\n", 1)[0]
-    rows = [line for line in table.splitlines() if line.startswith("| `")]
-    return [re.sub(r"\\\|", "|", cells.split(" | ")[0].strip("| `")).split() for cells in rows]
+    rows = [line for line in table.splitlines() if line.startswith("| [`")]
+    return [re.findall(r"`([^`]+)`", row)[0].split() for row in rows]
 
 
 def test_every_archive_ctl_flag_named_exists() -> None:
@@ -97,13 +97,16 @@ def test_the_command_table_names_real_commands_and_flags() -> None:
 
 
 def sections_of_commands() -> list[tuple[str, str]]:
-    """(command words, body) for each `### archive-ctl COMMAND ...` section."""
-    text = read(ARCHIVE_CTL)
+    """(command words, body) for each command's page of the reference."""
+    from tests.docs.cli_reference import pages
+
     found = []
-    for heading in re.findall(r"^(### `archive-ctl [^`]+`)$", text, re.M):
-        words = heading.split("`")[1].split()[1:]
-        command, _ = archive_ctl_flags(words)
-        found.append((command, section(text, heading)))
+    for doc in pages()[1:]:
+        text = read(doc)
+        words = re.fullmatch(r"# `archive-ctl ([^`]+)`", text.splitlines()[0])
+        assert words, doc
+        command, _ = archive_ctl_flags(words.group(1).split())
+        found.append((command, text))
     return found
 
 

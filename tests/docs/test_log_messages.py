@@ -135,7 +135,7 @@ def test_the_scan_finds_what_the_code_logs_and_nothing_else(phrase: str, written
 
 def test_the_metrics_table_names_every_metric_the_code_counts() -> None:
     """The metrics table against lib's add_metric calls and verdicts."""
-    body = section(read(EVENTS), "## Logs and metrics")
+    body = section(read(EVENTS), "## Metrics")
     table = body.split("| metric | counted when |", 1)[1].split("\n\n", 1)[0]
     listed = {
         name
