@@ -1,6 +1,6 @@
 """The archive-ctl reference, written from its parser (lib.cli.parser.build_parser).
 
-Each command's page (docs/reference/archive-ctl/NAME.md) holds a generated block between
+Each command has its page in docs/reference/archive-ctl/, which holds a generated block between
 `<!-- cli: NAME -->` and `<!-- /cli -->`: its synopsis, a table of its arguments (each
 with its default and its help) and a table of the exit codes it can return. The
 `archive-ctl` block of docs/reference/archive-ctl.md lists the commands (each linking its

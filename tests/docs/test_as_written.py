@@ -1,5 +1,5 @@
 """The docs' instructions work as written: the make targets they name set up what they use,
-what docs/deploy.md says the stack creates is what the template creates, and every
+what the docs say the stack creates is what the template creates, and every
 example a reader would copy runs: Python and SQL blocks against the test services,
 archive-ctl lines through the real parser, parameter values through the template."""
 
