@@ -2,7 +2,7 @@
 source once into a spool (lib.transfer.held), or relays it to the upload as it lands
 (lib.transfer.relay); `find_ours` looks up an image an earlier attempt may have stored;
 `upload` sends the spool, or gives the relayed upload's answer. Every failure says
-whether Lsky may hold the image."""
+whether Lsky may have stored the image."""
 
 from __future__ import annotations
 

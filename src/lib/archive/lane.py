@@ -94,9 +94,9 @@ def pause_until(
     """When the lane may upload again; None: until an operator or the probe clears it.
 
     A Retry-After (or a 429's default) is capped at max_retry_after_seconds. A window Lsky
-    named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
+    named frees when the limit-th newest upload the ledger has leaves it, as Lsky counts
     (`window_frees_at`: lib.ratelimit.limiter.window_frees, through lib.state.lane_store;
-    the whole window when the ledger holds fewer, since other clients count too); a
+    the whole window when the ledger has fewer, since other clients count too); a
     window the ledger could not date (or dates past now, or beyond two windows: Lsky's
     second and summer time lengthen one by an hour at most) is waited out whole.
     """

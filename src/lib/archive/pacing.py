@@ -47,7 +47,7 @@ def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> fl
 def affordable_sleep(
     wait_seconds: float, *, longest: float, deadline: float, size: int, staging: bool
 ) -> bool:
-    """Whether an attempt holding `size` bytes may sleep `wait_seconds` for its slot: no
+    """Whether an attempt with `size` bytes in hand may sleep `wait_seconds` for its slot: no
     longer than `longest` (its `longest_sleep`), and only what the budget can pay after
     the upload (and, with staging on, after staging the bytes should the upload fail)."""
     if wait_seconds > longest:

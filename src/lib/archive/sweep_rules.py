@@ -35,7 +35,7 @@ def named_ids(ids: Iterable[int]) -> str:
 
 
 # Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
-# row locks are held for milliseconds and that a stop mid-run leaves little behind.
+# row locks last milliseconds and that a stop mid-run leaves little behind.
 PAGE_SIZE = 100
 # Worst case of one SendMessageBatch with the sweeper's client (2 attempts, 2 s
 # connect / 5 s read timeouts, plus backoff) and the statement that puts back the
@@ -63,7 +63,7 @@ class Step(enum.StrEnum):
     """
 
     # PENDING rows long past due and not sent recently: their message was lost; and rows
-    # we parked, once due. Live records' only: history's come last.
+    # we parked, once due. Live records' only: backfilled ones come last.
     LOST = "lost"
     # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
     LOCKLESS = "lockless"

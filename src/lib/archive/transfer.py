@@ -288,7 +288,7 @@ class Transfer:
             if not can_sleep:
                 booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
                 verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
-                # Waiting, it may outwait the source URL: stage what is held.
+                # Waiting, it may outwait the source URL: stage the bytes in hand.
                 return replace(verdict, staged=_stage(self.staging, at, held, "paced"))
             time.sleep(wait)
             at.slot_wait_seconds += wait

@@ -3,7 +3,8 @@
 
 A check ends in a verdict (intact, missing, altered) or in none (unreachable: the host did
 not answer for it). What Lsky reported of the stored file at upload (sha1, size in KB) is
-what the hosted bytes are held to; what was sent is what the provider's bytes are held to.
+what the hosted bytes are checked against; what was sent is what the provider's bytes
+are checked against.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from lib.cli.help import EXAMPLES, EXIT_CODES, PARTIAL_RECORDS, HelpFormatter, e
 
 
 def _shared_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """The flags every command takes, before or after its name: the top-level parser holds
+    """The flags every command takes, before or after its name: the top-level parser keeps
     their defaults; a command's parser leaves an absent flag unset (SUPPRESS), so it never
     overwrites one given before the command's name."""
 

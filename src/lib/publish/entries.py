@@ -30,7 +30,7 @@ class DetailType(enum.StrEnum):
 
 
 # Bounds of the detail's texts. A hosted URL is checked at 2,048 characters when Lsky
-# answers (lib.transfer.lsky_upload); a row may hold anything.
+# answers (lib.transfer.lsky_upload); a row may contain anything.
 URL_LIMIT = 2_048
 KEY_LIMIT = 64
 MIME_LIMIT = 100

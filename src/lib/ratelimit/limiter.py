@@ -119,7 +119,7 @@ def window_frees(
 ) -> float:
     """When a window Lsky named (`window`: minute ... month; `seconds` long) frees its next
     slot by the ledger's uploads (`counted`: each upload's latest count time, epoch seconds):
-    the limit-th newest upload still in it leaves it. When the ledger holds fewer (other
+    the limit-th newest upload still in it leaves it. When the ledger has fewer (other
     clients of the account count too), or that one may have left already, the whole
     window: an upload made now leaves it."""
     if window == MONTH:

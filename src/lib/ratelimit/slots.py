@@ -106,7 +106,7 @@ def live_demand(
 
 
 def history_share(limit: int, live: int) -> int:
-    """Uploads of backfilled records a window may hold: what live demand (`live` entries
+    """Uploads of backfilled records a window may have: what live demand (`live` entries
     of live records in it) and the live margin leave of its limit."""
     return max(limit - live - live_margin(live), 0)
 
@@ -117,7 +117,7 @@ def decide(entries: Sequence[Entry], *, now: float, mine: float | None, ask: Ask
     measured against the uploads made so far only (the bookings after it were measured from
     it, and yield). A live record does not count backfilled records' bookings: it takes
     the slot and they are `displaced`. A backfilled record keeps within each window's
-    history share (history_share) as well as its limit."""
+    backfill share (history_share) as well as its limit."""
     standing = mine is not None and mine >= now - ask.stale
     low = max(mine, now) if standing and mine is not None else now
     counted, displaceable = _units(entries, now=now, standing=standing, ask=ask)
@@ -161,7 +161,7 @@ def _units(
     backfilled records' bookings it may take over."""
     oldest = now - 2 * (
         max((seconds for seconds, _ in ask.windows), default=0.0) + LSKY_SECOND + 2 * ask.margin
-    )  # history looks two windows back
+    )  # a backfill's share looks two windows back
     counted: list[_Unit] = []
     displaceable: list[_Unit] = []
     for entry in entries:
@@ -213,11 +213,11 @@ def _history_blocked(
     counted: Sequence[_Unit], *, now: float, seconds: float, limit: int, ask: Ask
 ) -> list[tuple[float, float]]:
     """A backfilled record's further bound: backfilled records' uploads within the window's
-    history share, live demand measured as `live_demand` measures it."""
+    backfill share, live demand measured as `live_demand` measures it."""
     live = [(u.time, u.n) for u in counted if not u.history]
     share = history_share(limit, live_demand(live, now=now, seconds=seconds, margin=ask.margin))
     if share <= 0:
-        # Nothing is left for history now: look again once a window has passed.
+        # Nothing is left for backfilled records now: look again once a window has passed.
         return [(-math.inf, now + seconds + LSKY_SECOND + 2 * ask.margin)]
     history = [u for u in counted if u.history]
     return [(start, end) for start, end, _, _ in _runs(history, seconds, share, ask.margin)]
@@ -235,7 +235,7 @@ def _islands(blocked: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _inside(islands: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
-    """The stretch holding `at`, if any."""
+    """The stretch with `at` in it, if any."""
     index = bisect.bisect_right(islands, (at, math.inf)) - 1
     if index >= 0 and islands[index][0] <= at < islands[index][1]:
         return islands[index]
@@ -267,7 +267,7 @@ def _displace(
     counted: Sequence[_Unit], displaceable: Sequence[_Unit], *, at: float, ask: Ask
 ) -> tuple[int, ...]:
     """The backfilled records' bookings a live slot at `at` takes over: while a window's run
-    of entries holding `at` includes such bookings, the latest of them gives way."""
+    of entries around `at` includes such bookings, the latest of them gives way."""
     kept = list(displaceable)
     displaced: list[int] = []
     while kept:

@@ -12,7 +12,7 @@ SET lock_timeout = '5s';
 
 -- One migration at a time, archive-ctl's or psql's: a second run waits here, so it
 -- never takes the first one's index build, still INVALID while it runs, for an
--- interrupted one. Held until the session ends. (1634888552 is 'arch' in ASCII.)
+-- interrupted one. Kept until the session ends. (1634888552 is 'arch' in ASCII.)
 SELECT pg_advisory_lock(1634888552);
 
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_status TEXT;
@@ -98,7 +98,7 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_
     WHERE archive_status = 'FAILED';
 
 -- `archive-ctl backfill` pages through the never-queued SUCCEEDED generations by
--- (started_at, id); the index holds only those rows, and a row leaves it when queued.
+-- (started_at, id); the index has only those rows, and a row leaves it when queued.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfill_idx
     ON image_generation_records (started_at, id)
     WHERE archive_status IS NULL AND status = 'SUCCEEDED';
@@ -131,7 +131,7 @@ BEGIN
 END
 $$;
 
--- A NOT VALID constraint still refuses every UPDATE of a row holding another value, so
+-- A NOT VALID constraint still refuses every UPDATE of a row with another value, so
 -- one that cannot be validated is dropped again rather than left behind.
 DO $$
 BEGIN
@@ -164,7 +164,7 @@ INSERT INTO image_archive_lane (lane) VALUES ('lsky') ON CONFLICT (lane) DO NOTH
 -- The lane's upload ledger: one row per upload (state done: when Lsky answered; taken:
 -- an upload under way) and per booked slot (state booked: a future upload time kept for
 -- record_id). Rows older than two hours are rolled up into image_archive_upload_hours by
--- the sweeper, so the table holds hours, not history (lib.state.lane_store).
+-- the sweeper, so the table keeps hours, not months of rows (lib.state.lane_store).
 CREATE TABLE IF NOT EXISTS image_archive_uploads (
     lane TEXT NOT NULL DEFAULT 'lsky',
     at TIMESTAMPTZ NOT NULL,
@@ -261,7 +261,7 @@ INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) D
 -- period. Only pending events stay: a published or dropped one is deleted, and the story's
 -- conclusion event notes it. The detail types mirror lib.publish.entries.DetailType.
 -- tries: publications that failed; rejections: those EventBridge refused for good (an
--- entry is dropped after a few); retry_at: a sweeper holds it until then while it publishes.
+-- entry is dropped after a few); retry_at: a sweeper keeps it until then while it publishes.
 CREATE TABLE IF NOT EXISTS image_archive_outbox (
     event_id UUID PRIMARY KEY,
     record_id BIGINT NOT NULL,

@@ -33,7 +33,7 @@ WHERE target.archive_status IS NOT NULL
 -- `received` moves the queue's receive mark on (the sweeper's lost-message rule) to
 -- :queue_mark, the SentTimestamp of a message received for the first time (NULL
 -- otherwise): never back, never past now(), and only by a second or more, so that a
--- burst sent together writes it once. A mark another claim holds is skipped, never
+-- burst sent together writes it once. A mark another claim has locked is skipped, never
 -- waited for: the mark then lags, which can only delay a re-send, not cause one.
 WITH lane AS (
     SELECT paused_until, {{lane_paused_for}} AS paused_for,
@@ -180,7 +180,7 @@ noted AS (
     ) AS e
     WHERE target.archive_locked_by IS DISTINCT FROM :owner
       -- A message for a record that is not live (archived, failed, never queued) is told
-      -- in its story only while the story holds a conclusion, which the retention removes
+      -- in its story only while the story has a conclusion, which the retention removes
       -- it with: after the retention it would start a story of its own, never removed
       -- and read as a record just queued (docs/explanation/stories.md).
       AND (target.archive_status IN ('PENDING', 'RUNNING')
@@ -215,11 +215,11 @@ LEFT JOIN image_archive_originals AS o ON o.record_id = restore.record_id;
 -- name: succeed
 -- Success wins whatever happened meanwhile (the lock passed on, or the sweeper failed
 -- the row): the picture is hosted, so record it rather than upload it again. Returns
--- whether we still held the lock, whether this statement wrote the row, and whether
--- the row already holds this very URL (a re-run after a lost reply).
+-- whether we still had the lock, whether this statement wrote the row, and whether
+-- the row already has this very URL (a re-run after a lost reply).
 -- The completion event (:event_id, NULL when none is published) goes into the outbox only
 -- when this statement wrote the row, so a re-run after a lost reply writes none:
--- `Image Restored` when the row held another hosted URL (a repair re-published it),
+-- `Image Restored` when the row had another hosted URL (a restore published it again),
 -- `Image Archived` otherwise (outbox_archived).
 WITH before AS (
     SELECT id, archive_status, archive_locked_by, hosted_image_url,
@@ -759,7 +759,7 @@ AND (CAST(:waiting AS text) IS NULL
      OR (archive_status = 'PENDING' AND archive_next_run_at > now()
          AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
 -- :audit, what the audit last found (missing, altered; lost: either, nothing to restore
--- from): its partial index holds only such rows.
+-- from): its partial index has only such rows.
 AND (CAST(:audit AS text) IS NULL
      OR id IN (SELECT a.record_id FROM image_archive_audits AS a
                WHERE a.verdict <> 'intact'
@@ -789,7 +789,7 @@ hosted_response ->> 'key'
 
 -- name: list_failed
 -- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
--- of the failed_at index read backwards, however many rows the table holds.
+-- of the failed_at index read backwards, however many rows the table has.
 SELECT {{listed_record}}
 FROM image_generation_records
 WHERE {{failed_selection}}
@@ -829,7 +829,7 @@ ORDER BY wanted.id;
 
 -- name: requeue_failed
 -- A fresh attempt budget for the FAILED rows the selection names, in list_failed's order
--- (what `list --state FAILED` shows is what is taken); the last error is kept as history,
+-- (what `list --state FAILED` shows is what is taken); the last error is kept until the next attempt,
 -- the failure time cleared.
 WITH picked AS (
     SELECT id, archive_attempts, archive_error
@@ -901,7 +901,7 @@ ORDER BY 1;
 -- step sends a new one once the row is due and the lane open (no stamp: no message is out
 -- for it). :held: its message is kept, hidden until the row is due, so the due time says
 -- when it comes back (the sweeper's lost-message rule reads it as the message's entry).
--- A booking it held goes (settle_ledger): it comes back for no booked slot.
+-- A booking it had goes (settle_ledger): it comes back for no booked slot.
 WITH parked AS (
     UPDATE image_generation_records
     SET archive_next_run_at = GREATEST(archive_next_run_at,
@@ -1292,7 +1292,7 @@ ORDER BY at, seq;
 -- name: backfill_selection
 -- The generations `archive-ctl backfill` queues: SUCCEEDED and never queued, started in
 -- [:since, :until), of one user when :user_id is given. The partial index
--- image_generation_records_archive_backfill_idx holds exactly the first two conditions.
+-- image_generation_records_archive_backfill_idx has exactly the first two conditions.
 status = 'SUCCEEDED'
 AND archive_status IS NULL
 AND started_at >= CAST(:since AS timestamptz)
@@ -1313,9 +1313,9 @@ LIMIT :limit;
 -- One backfill page, marked as mark_for_enqueue marks (PENDING, due now, stamped); the
 -- caller then sends the messages. Keyset paging after (:after_started, :after_id) keeps
 -- each page an index range read. A marked row leaves the selection and rows another
--- transaction holds are skipped, so concurrent runs or a re-run never mark a row twice
+-- transaction has locked are skipped, so concurrent runs or a re-run never mark a row twice
 -- (the caller counts the range again at its end, for the rows skipped). archive_backfilled
--- makes the row history: served after live records.
+-- marks the row backfilled for good: served after live records.
 WITH picked AS (
     SELECT id
     FROM image_generation_records
@@ -1369,10 +1369,10 @@ noted AS (
 SELECT id FROM unmarked;
 
 -- name: lane_demand
--- `archive-ctl backfill`: what the lane holds before history may have more. Live rows (not
+-- `archive-ctl backfill`: what the lane has before backfilled records may have more. Live rows (not
 -- archive_backfilled) waiting for the lane (a host pause, a pacing slot), and live rows due
--- now (RUNNING, or PENDING and due) that hold no slot yet; backfilled rows queued (PENDING
--- other than in backoff), and backfilled rows in the lane (those, or RUNNING) holding no
+-- now (RUNNING, or PENDING and due) that have no slot yet; backfilled rows queued (PENDING
+-- other than in backoff), and backfilled rows in the lane (those, or RUNNING) with no
 -- slot. Range reads of the PENDING and RUNNING partial indexes, at most :limit rows.
 WITH lane AS (
     SELECT id, archive_status, archive_backfilled, archive_wait_reason,
@@ -1472,7 +1472,7 @@ FROM ({{attempt_events}}
 
 -- name: outbox_archived
 -- succeed's completion event (docs/reference/events-and-metrics.md, "Completion events"): of the row it wrote
--- (`written`), `Image Restored` when the row held another hosted URL before (`before`: a
+-- (`written`), `Image Restored` when the row had another hosted URL before (`before`: a
 -- repair re-published the record; the detail keeps the old URL and Lsky key), else `Image
 -- Archived`. :event_detail is what the worker knows (URL, type, size, key); :event_id is
 -- NULL when events are off. ON CONFLICT: an event id is written once, whatever happens.
@@ -1570,7 +1570,7 @@ WHERE archive_staged_key IS NOT NULL;
 -- name: outbox_take
 -- The sweeper's page of completion events to publish (lib.publish.sweep): those older than
 -- the grace period (their container published them and has not claimed since, or never
--- could), oldest first, and those this run's own statements wrote (:own). Each is held for
+-- could), oldest first, and those this run's own statements wrote (:own). Each is kept for
 -- :lease seconds (retry_at), so a second sweeper passes it by while this one publishes.
 -- Two range reads of the created_at index, not the table.
 WITH due AS (
@@ -1676,7 +1676,7 @@ WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oi
 SELECT pg_try_advisory_lock(CAST(:key AS bigint));
 
 -- name: migration_lock_holder
--- The session holding the migration's lock (a bigint key: classid is its high half).
+-- The session that has the migration's lock (a bigint key: classid is its high half).
 SELECT a.pid, a.backend_start, a.application_name
 FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
@@ -1685,8 +1685,8 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND (CAST(l.classid AS bigint) << 32) + CAST(l.objid AS bigint) = CAST(:key AS bigint);
 
 -- name: table_lock_holders
--- The sessions holding a lock on :table, longest-running first: what a brief exclusive
--- request gave up waiting for. No query text: it may hold other people's values.
+-- The sessions with a lock on :table, longest-running first: what a brief exclusive
+-- request gave up waiting for. No query text: it may contain other people's values.
 SELECT a.pid, a.application_name, a.state,
        EXTRACT(EPOCH FROM now() - COALESCE(a.xact_start, a.query_start))
 FROM pg_stat_activity AS a
@@ -1900,9 +1900,9 @@ LIMIT :limit;
 
 -- name: enrol_archived
 -- The walk: the next :batch records by id after the walk's position, the archived ones
--- enrolled (due now: history is checked at the audit's own pace) unless they are. At the
+-- enrolled (due now: older archives are checked at the audit's own pace) unless they are. At the
 -- end of the table the pass is finished; the next begins :period seconds after the last
--- began. A walk another run holds is skipped. Reads the primary key, :batch rows a call.
+-- began. A walk another run has locked is skipped. Reads the primary key, :batch rows a call.
 WITH walk AS (
     SELECT after_id, started_at FROM image_archive_audit_walk
     WHERE walk = 'archived'

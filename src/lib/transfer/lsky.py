@@ -1,7 +1,7 @@
 """Lsky Pro v1 client (upload, image list, profile; read from lsky-org/lsky-pro 2.x).
 
 `upload` sends an image's bytes (in hand, or landing in the spool: lib.transfer.relay).
-Every exchange ends by its deadline (the download's watchdog holds a trickling answer
+Every exchange ends by its deadline (the download's watchdog binds a trickling answer
 too); nothing of a response is kept beyond Lsky's short, redacted `message`."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class LskyClient:
         self, origin_names: Collection[str], *, keyword: str, deadline: float
     ) -> list[HostedImage]:
         """The token user's images whose origin_name is exactly one of `origin_names`, oldest
-        first: GET /api/v1/images?keyword=...&order=earliest, paged until a page holds a
+        first: GET /api/v1/images?keyword=...&order=earliest, paged until a page has a
         match (at most MAX_LOOKUP_PAGES). Raises ArchiveFailure (stage lookup)."""
         token = self._token(False)
         used = [token]
