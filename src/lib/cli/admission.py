@@ -1,10 +1,8 @@
 """What a backfill does next, from one look at the lane (pure: no I/O).
 
-Live records first: backfilled records are sent only while the lane is open, no live record
-waits for it, no slot is booked ahead, and (pacing on) every window keeps live demand's
-share free. Few backfilled records are queued at a time, so a live record is never queued
-behind much.
-"""
+Live records first: backfilled records go only while the lane is open, no live record waits
+for it, no slot is booked ahead, and (pacing on) every window keeps live demand's share
+free. Few are queued at a time, so a live record is never queued behind much."""
 
 from __future__ import annotations
 
