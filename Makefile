@@ -40,7 +40,7 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 	$(SAM_VENV)/bin/python -m pip install -q -r requirements-sam.txt
 	touch $@
 
-# The TypeScript producer of docs/operations.md is type-checked and run by the tests.
+# The TypeScript producer of docs/how-to/connect-the-generation-service.md is type-checked and run by the tests.
 PRODUCER_TS := tests/producer_ts
 $(PRODUCER_TS)/node_modules/.installed: $(PRODUCER_TS)/package.json $(PRODUCER_TS)/package-lock.json
 	./scripts/ensure-node.sh

@@ -1,4 +1,4 @@
-"""Point 10: the audit of hosted images (docs/audit.md).
+"""Point 10: the audit of hosted images (docs/explanation/audit-and-repair.md).
 
 - Throughput: one audit invocation (the handler, in a fresh process: one container) over
   CHECKS archived records whose 1 MB hosted copies the Lsky stand-in serves on loopback,

@@ -1,10 +1,10 @@
-"""Point 3 with completion events on (docs/operations.md, "Completion events"): the same
-container as bench.overhead archiving tiny images, every second warm message publishing its
-event with one PutEvents to an EventBridge on loopback that answers at once
-(devkit.eventbridge), the two kinds interleaved so that drift weighs on both alike. Round
-trips and statements per archive must not change; the time is held to the one without.
-For reference, the same against moto's EventBridge, which delivers to a rule's SQS queue.
-"""
+"""Point 3 with completion events on (docs/reference/events-and-metrics.md, "Completion
+events"): the same container as bench.overhead archiving tiny images, every second warm
+message publishing its event with one PutEvents to an EventBridge on loopback that
+answers at once (devkit.eventbridge), the two kinds interleaved so that drift weighs on
+both alike. Round trips and statements per archive must not change; the time is held to
+the one without. For reference, the same against moto's EventBridge, which delivers to a
+rule's SQS queue."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure Node.js 20+ and npm exist: the tests type-check and run the TypeScript producer
-# of docs/operations.md (tests/producer_ts). AWS's SDK for JavaScript needs Node.js 20.
+# of docs/how-to/connect-the-generation-service.md (tests/producer_ts). AWS's SDK for JavaScript needs Node.js 20.
 set -euo pipefail
 
 if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then

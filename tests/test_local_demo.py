@@ -107,8 +107,8 @@ def test_short_mode_archives_everything_and_prints_the_summary(tmp_path: Path) -
 
 def assert_doc_samples(out: str, data_dir: Path) -> None:
     """The docs' samples of `make local ARGS=--short` (README's summary, the output in
-    docs/development.md) are lines this run printed. Which container took a record and the
-    order of concurrent lines vary, so each line is looked for anywhere."""
+    docs/getting-started/local-run.md) are lines this run printed. Which container took a
+    record and the order of concurrent lines vary, so each line is looked for anywhere."""
     shown = re.sub(r"archive-\d", "archive-N", scrub(out, data_dir=str(data_dir)))
     found = [s for s in samples() if s.name.startswith("make-local")]
     assert len(found) >= 2, found

@@ -438,7 +438,7 @@ def test_the_audit_runs_alone_on_its_own_schedule_and_can_only_send_restores() -
     assert grants["sqs:SendMessage"] == [{"Fn::GetAtt": ["ArchiveQueue", "Arn"]}]
     assert "sqs:ReceiveMessage" not in grants
     assert grants["logs:PutLogEvents"] == [{"Fn::GetAtt": ["AuditLogGroup", "Arn"]}]
-    # The alarms an operator is told about (docs/operations.md's runbook).
+    # The alarms an operator is told about (docs/how-to/runbook.md).
     alarms = ("AuditMissingAlarm", "AuditAlteredAlarm", "LostOnHostAlarm", "AuditHostDownAlarm")
     for alarm in alarms:
         assert resource(alarm)["Type"] == "AWS::CloudWatch::Alarm"

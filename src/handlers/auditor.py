@@ -1,5 +1,5 @@
 """AuditFunction: on the EventBridge schedule, check archived images' hosted copies in
-rotation and repair what is missing or altered (docs/audit.md).
+rotation and repair what is missing or altered (docs/explanation/audit-and-repair.md).
 
 The event's content is not used. Returns the run's summary (also logged, and emitted
 as metrics).

@@ -11,7 +11,24 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")))
+DOCS = (
+    "README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")),
+)
+# Where the docs keep what the tests read (one page each).
+CONFIGURATION = "docs/reference/configuration.md"
+ARCHIVE_CTL = "docs/reference/archive-ctl.md"
+EVENTS = "docs/reference/events-and-metrics.md"
+DATABASE = "docs/reference/database.md"
+STACK = "docs/reference/stack.md"
+CODE_MAP = "docs/reference/code-map.md"
+RUNBOOK = "docs/how-to/runbook.md"
+PRODUCER = "docs/how-to/connect-the-generation-service.md"
+FIRST_DEPLOY = "docs/getting-started/first-deploy.md"
+LOCAL_RUN = "docs/getting-started/local-run.md"
+ATTEMPT = "docs/explanation/attempt.md"
+PERFORMANCE = "docs/performance.md"
+INDEX = "docs/README.md"
 
 # A fenced block, indented ones (in lists) too: (indent, language, body).
 FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```", re.S | re.M)
@@ -109,7 +126,7 @@ def samples() -> list[Sample]:
 SCHEMA = re.compile(r"^<!-- schema: ([\w-]+) -->\n```json\n(.*?)^```", re.S | re.M)
 
 
-def json_schema(name: str, doc: str = "docs/operations.md") -> dict[str, Any]:
+def json_schema(name: str, doc: str = EVENTS) -> dict[str, Any]:
     """The JSON Schema a doc shows under `<!-- schema: NAME -->`."""
     [body] = [m.group(2) for m in SCHEMA.finditer(read(doc)) if m.group(1) == name]
     schema: dict[str, Any] = json.loads(body)

@@ -1,5 +1,5 @@
 """The docs' instructions work as written: the make targets they name set up what they use,
-what docs/deploy.md says the stack creates is what the template creates, and every
+what the docs say the stack creates is what the template creates, and every
 example a reader would copy runs: Python and SQL blocks against the test services,
 archive-ctl lines through the real parser, parameter values through the template."""
 
@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from tests.docs.markdown import (
+    CODE_MAP,
+    CONFIGURATION,
+    FIRST_DEPLOY,
+    INDEX,
     ROOT,
+    RUNBOOK,
+    STACK,
     anchors,
     every_doc,
     fenced_blocks,
@@ -138,16 +144,16 @@ def test_the_busy_check_reports_its_runs_and_stops_its_spinners(
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 
 
-def test_deploy_doc_counts_the_iam_roles_the_stack_creates() -> None:
+def test_the_stack_page_counts_the_iam_roles_the_stack_creates() -> None:
     roles = sorted(
         name for name, r in translated()["Resources"].items() if r["Type"] == "AWS::IAM::Role"
     )
-    text = " ".join((ROOT / "docs" / "deploy.md").read_text(encoding="utf-8").split())
+    text = " ".join(read(STACK).split())
     claims = re.findall(r"creates (\w+) IAM roles", text)
-    assert claims, "docs/deploy.md no longer says how many IAM roles the stack creates"
+    assert claims, f"{STACK} no longer says how many IAM roles the stack creates"
     assert [NUMBERS.get(word) for word in claims] == [len(roles)] * len(claims), roles
     for name in roles:
-        assert f"`{name}`" in text, f"docs/deploy.md does not name the role {name}"
+        assert f"`{name}`" in text, f"{STACK} does not name the role {name}"
 
 
 # ---------------------------------------------------------------- what deploy.md and README say
@@ -157,49 +163,48 @@ def test_every_alarm_is_documented_and_has_a_runbook_step() -> None:
     from tests.test_template import alarm_names
 
     alarms = alarm_names()
-    deploy, operations = read("docs/deploy.md"), read("docs/operations.md")
-    documented = table_rows(deploy, "## Alarms")
-    assert set(documented) == set(alarms), "docs/deploy.md's alarm table"
+    documented = table_rows(read(STACK), "## Alarms")
+    assert set(documented) == set(alarms), f"{STACK}'s alarm table"
     headings = {
         heading_anchor(line.lstrip("#")): line
-        for line in operations.splitlines()
-        if line.startswith("### ")
+        for line in read(RUNBOOK).splitlines()
+        if line.startswith("## ")
     }
     for name in alarms:
-        [link] = re.findall(r"\(operations\.md#([\w-]+)\)", documented[name][-1])
-        assert link in headings, f"{name}: runbook link #{link} is not a heading of operations.md"
+        [link] = re.findall(r"\(\.\./how-to/runbook\.md#([\w-]+)\)", documented[name][-1])
+        assert link in headings, f"{name}: runbook link #{link} is not a heading of {RUNBOOK}"
         assert f"`{name}`" in headings[link], f"the runbook step for {name} does not name it"
-    # The front page sends the reader to that table.
-    assert "](docs/deploy.md" in read("README.md")
+    # The index sends the reader to that table.
+    assert "](reference/stack.md" in read(INDEX)
 
 
-def test_deploy_doc_states_no_stale_count_of_alarms() -> None:
-    text = " ".join(read("docs/deploy.md").split())
+def test_no_doc_states_a_count_of_alarms() -> None:
+    text = " ".join(" ".join(every_doc().values()).split())
     counted = re.findall(r"\b(\w+) alarms\b", text)
     numbers = set(NUMBERS) | {"six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
     assert not [word for word in counted if word in numbers or word.isdigit()], counted
 
 
-def test_deploy_doc_names_every_output() -> None:
+def test_the_stack_page_names_every_output() -> None:
     from tests.test_template import template
 
-    text = read("docs/deploy.md")
+    text = read(STACK)
     outputs = text.split("\nOutputs: ", 1)[1].split("\n\n", 1)[0]
     for name in template()["Outputs"]:
-        assert f"`{name}`" in outputs, f"docs/deploy.md's outputs omit {name}"
+        assert f"`{name}`" in outputs, f"{STACK}'s outputs omit {name}"
 
 
 def test_deploy_doc_says_what_reserved_concurrency_needs() -> None:
-    text = " ".join(read("docs/deploy.md").split())
+    text = " ".join(read(FIRST_DEPLOY).split())
     assert "100 unreserved concurrent executions" in text
 
 
 def test_the_parameter_table_has_every_parameter_with_its_default() -> None:
     from tests.test_template import template
 
-    rows = table_rows(read("docs/deploy.md"), "## Parameters")
+    rows = table_rows(read(CONFIGURATION), "## Parameters")
     parameters = template()["Parameters"]
-    assert set(rows) == set(parameters), "docs/deploy.md's parameter table"
+    assert set(rows) == set(parameters), f"{CONFIGURATION}'s parameter table"
     required = {"DbSecretArn", "LskyTokenSecretArn", "LskyBaseUrl"}  # rules or no default
     for name, param in parameters.items():
         default = rows[name][1]
@@ -356,10 +361,10 @@ def test_template_values_in_the_docs_pass_the_template_and_the_code() -> None:
                 checked.append((name, setting.variable, value, ok))
                 checked.append((name, "code", value, config_verdict(setting, value) == "ok"))
     # The parameter table's examples ("e.g. `20/minute,100/hour` or `10/30 seconds`").
-    for parameter, cells in table_rows(read("docs/deploy.md"), "## Parameters").items():
+    for parameter, cells in table_rows(read(CONFIGURATION), "## Parameters").items():
         examples = re.findall(r"e\.g\. `([^`]+)`(?: or `([^`]+)`)?", cells[4])
         for value in (v for pair in examples for v in pair if v):
-            checked.append(("docs/deploy.md", parameter, value, template_accepts(parameter, value)))
+            checked.append((CONFIGURATION, parameter, value, template_accepts(parameter, value)))
     assert {"LskyRateLimits", "DbSslMode", "LSKY_RATE_LIMITS"} <= {c[1] for c in checked}
     assert [c for c in checked if not c[3]] == []
 
@@ -401,13 +406,13 @@ def test_deploy_doc_counts_what_the_migration_declares() -> None:
     from lib.platform.migration_file import RECORDS, load_declaration
 
     declared = load_declaration()
-    text = " ".join(read("docs/deploy.md").split())
+    text = " ".join(read(FIRST_DEPLOY).split())
     counts = re.search(
         r"\((\d+) columns, (\d+) of them on `(\w+)`, (\d+) indexes, (\d+) constraints?"
         r" and (\d+) project tables\)",
         text,
     )
-    assert counts, "docs/deploy.md no longer says what the migration declares"
+    assert counts, f"{FIRST_DEPLOY} no longer says what the migration declares"
     assert counts.group(3) == RECORDS
     assert [int(counts.group(n)) for n in (1, 2, 4, 5, 6)] == [
         len(declared.columns),
@@ -447,27 +452,28 @@ def test_every_make_target_the_docs_name_exists_and_make_help_lists_it(
         dry_run(fresh_clone, target)  # fails (check=True) on a target make does not know
 
 
-DOC_FILES = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
-
-
 def test_the_readme_is_a_front_page() -> None:
     """At most 150 lines: what it is, the picture, how to run and deploy it, the figures,
-    and links; the rest is in docs/."""
+    and links; the rest is in docs/, whose index it links (tests/docs/test_links.py: every
+    page is reachable from the index)."""
     lines = read("README.md").splitlines()
     assert len(lines) <= 150, len(lines)
-    for doc in DOC_FILES:
-        assert f"](docs/{doc})" in read("README.md"), f"the README does not link docs/{doc}"
+    assert f"]({INDEX})" in read("README.md"), "the README does not link the docs' index"
 
 
 def code_map() -> dict[str, list[str]]:
-    """docs/development.md's code map: folder -> the files its row names."""
-    body = read("docs/development.md").split("\n## Code map\n", 1)[1]
-    rows = {}
-    for line in body.splitlines():
-        cells = line.strip("|").split(" | ")
-        folder = re.fullmatch(r"\s*`(src/[\w/]+/)`", cells[0]) if line.startswith("|") else None
-        if folder:
-            rows[folder.group(1)] = re.findall(r"`(\w+\.(?:py|sql))`", " ".join(cells[1:]))
+    """The code map: folder -> the files its section's table names."""
+    rows: dict[str, list[str]] = {}
+    folder = None
+    for line in read(CODE_MAP).splitlines():
+        heading = re.match(r"## `(src/[\w/]+/)`", line)
+        if heading:
+            folder = heading.group(1)
+            rows[folder] = []
+        elif line.startswith("## "):
+            folder = None
+        elif folder and line.startswith("| `"):
+            rows[folder] += re.findall(r"^\| `(\w+\.(?:py|sql))` \|", line)
     return rows
 
 

@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from tests.docs.log_texts import modules
-from tests.docs.markdown import every_doc, fenced_blocks, inline_spans, read, section
+from tests.docs.markdown import ARCHIVE_CTL, every_doc, fenced_blocks, inline_spans, read, section
 
 FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
 
@@ -63,12 +63,12 @@ def mentions() -> list[tuple[str, str, list[str]]]:
 
 
 def command_table() -> list[list[str]]:
-    """The first cell of each row of the archive-ctl reference's command table."""
-    text = read("docs/operations.md")
-    assert "\n| command | does |\n" in text, "docs/operations.md has no command table"
+    """The command of each row of the archive-ctl reference's command table."""
+    text = read(ARCHIVE_CTL)
+    assert "\n| command | does |\n" in text, f"{ARCHIVE_CTL} has no command table"
     table = text.split("\n| command | does |\n", 1)[1].split("\n\n", 1)[0]
-    rows = [line for line in table.splitlines() if line.startswith("| `")]
-    return [re.sub(r"\\\|", "|", cells.split(" | ")[0].strip("| `")).split() for cells in rows]
+    rows = [line for line in table.splitlines() if line.startswith("| [`")]
+    return [re.findall(r"`([^`]+)`", row)[0].split() for row in rows]
 
 
 def test_every_archive_ctl_flag_named_exists() -> None:
@@ -97,13 +97,16 @@ def test_the_command_table_names_real_commands_and_flags() -> None:
 
 
 def sections_of_commands() -> list[tuple[str, str]]:
-    """(command words, body) for each `### archive-ctl COMMAND ...` section."""
-    text = read("docs/operations.md")
+    """(command words, body) for each command's page of the reference."""
+    from tests.docs.cli_reference import pages
+
     found = []
-    for heading in re.findall(r"^(### `archive-ctl [^`]+`)$", text, re.M):
-        words = heading.split("`")[1].split()[1:]
-        command, _ = archive_ctl_flags(words)
-        found.append((command, section(text, heading)))
+    for doc in pages()[1:]:
+        text = read(doc)
+        words = re.fullmatch(r"# `archive-ctl ([^`]+)`", text.splitlines()[0])
+        assert words, doc
+        command, _ = archive_ctl_flags(words.group(1).split())
+        found.append((command, text))
     return found
 
 
@@ -163,7 +166,7 @@ def test_the_check_tells_real_flags_from_invented_ones(words: list[str], known: 
 
 
 def test_the_exit_code_table_is_the_code_s() -> None:
-    """docs/operations.md's exit codes are the EXIT_* codes archive-ctl's modules name."""
+    """The reference's exit codes are the EXIT_* codes archive-ctl's modules name."""
     codes = {
         node.value.value
         for name, module in modules().items()
@@ -173,7 +176,7 @@ def test_the_exit_code_table_is_the_code_s() -> None:
         and isinstance(node.value, ast.Constant)
         and any(isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in node.targets)
     }
-    text = read("docs/operations.md")
+    text = read(ARCHIVE_CTL)
     table = text.split("\n| exit code | meaning |\n", 1)[1].split("\n\n", 1)[0]
     documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.M)}
     assert documented == codes

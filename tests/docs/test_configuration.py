@@ -1,4 +1,5 @@
-"""The configuration table (one, in docs/operations.md) is the code's and the template's:
+"""The configuration table (one, in docs/reference/configuration.md) is the code's and the
+template's:
 every variable the functions or archive-ctl read has a row, and each row's template
 parameter, default and readers are what template.yaml and lib.platform.config do.
 
@@ -23,11 +24,11 @@ import pytest
 from lib.platform import config
 from lib.platform.errors import ConfigError
 from tests.docs.log_texts import modules
-from tests.docs.markdown import every_doc, read
+from tests.docs.markdown import CONFIGURATION, every_doc, read
 from tests.test_template import READ_BY_LIBRARIES, template
 
 HEADER = "| variable | template parameter | default | used by | meaning |"
-TABLE_DOC = "docs/operations.md"
+TABLE_DOC = CONFIGURATION
 # What every reader needs to get past its required settings.
 BASE = {
     "DATABASE_URL": "postgresql://u@127.0.0.1:5432/db",

@@ -14,7 +14,15 @@ import re
 import pytest
 
 from tests.docs.log_texts import emitted, logged, metric_names, modules
-from tests.docs.markdown import every_doc, fenced_blocks, inline_spans, read, section
+from tests.docs.markdown import (
+    EVENTS,
+    RUNBOOK,
+    every_doc,
+    fenced_blocks,
+    inline_spans,
+    read,
+    section,
+)
 
 # Lines Lambda itself writes to a function's log group.
 LAMBDA_LINES = {"Task timed out": "the runtime's line for an invocation that timed out"}
@@ -45,7 +53,7 @@ def filter_patterns(text: str) -> list[str]:
 def test_the_docs_quote_log_messages_and_searches() -> None:
     phrases = {phrase for _, phrase in quoted_messages()}
     assert len(phrases) >= 10, phrases  # the runbook quotes what it searches for
-    assert filter_patterns(every_doc()["docs/operations.md"])
+    assert filter_patterns(every_doc()[RUNBOOK])
 
 
 def test_every_quoted_log_message_is_one_the_code_writes() -> None:
@@ -126,8 +134,8 @@ def test_the_scan_finds_what_the_code_logs_and_nothing_else(phrase: str, written
 
 
 def test_the_metrics_table_names_every_metric_the_code_counts() -> None:
-    """docs/operations.md's metrics table against lib's add_metric calls and verdicts."""
-    body = section(read("docs/operations.md"), "## Logs and metrics")
+    """The metrics table against lib's add_metric calls and verdicts."""
+    body = section(read(EVENTS), "## Metrics")
     table = body.split("| metric | counted when |", 1)[1].split("\n\n", 1)[0]
     listed = {
         name

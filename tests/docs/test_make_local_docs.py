@@ -7,10 +7,8 @@ from __future__ import annotations
 import re
 
 from devkit.demo import run, scenario
-from tests.docs.markdown import ROOT, read, samples
+from tests.docs.markdown import CODE_MAP, LOCAL_RUN, ROOT, read, samples
 from tests.docs.samples import commands
-
-DEVELOPMENT = "docs/development.md"
 
 
 def test_every_make_local_sample_names_the_run_it_shows() -> None:
@@ -27,9 +25,9 @@ def test_every_make_local_sample_names_the_run_it_shows() -> None:
 
 
 def test_the_records_the_docs_point_at_are_the_scenario_s() -> None:
-    """`archive-ctl show 7`, the stale one: development.md once sent readers to record 5
-    (the broken one) for the sweeper's takeover."""
-    text = " ".join(read(DEVELOPMENT).split())
+    """`archive-ctl show 7`, the stale one: the docs once sent readers to record 5 (the
+    broken one) for the sweeper's takeover."""
+    text = " ".join(read(LOCAL_RUN).split())
     pointed = re.findall(r"`archive-ctl show (\d+)`, the ([\w-]+) one", text)
     assert len(pointed) >= 3, pointed
     for profile in (scenario.SHORT, scenario.NORMAL):
@@ -38,21 +36,21 @@ def test_the_records_the_docs_point_at_are_the_scenario_s() -> None:
             assert kinds[int(record_id)] == kind, (record_id, kind, kinds[int(record_id)])
 
 
-def test_the_demo_s_exit_codes_are_the_ones_development_md_gives() -> None:
-    text = " ".join(read(DEVELOPMENT).split())
+def test_the_demo_s_exit_codes_are_the_ones_the_docs_give() -> None:
+    text = " ".join(read(LOCAL_RUN).split())
     said = re.search(
         r"Exit codes: (\d+) when every record concluded, (\d+) on timeout or a failure to "
         r"start, (\d+) after Ctrl-C \(or SIGTERM\) during the run",
         text,
     )
-    assert said, "development.md's exit codes of make local"
+    assert said, f"{LOCAL_RUN}'s exit codes of make local"
     assert tuple(map(int, said.groups())) == (run.EXIT_OK, run.EXIT_FAILED, run.EXIT_INTERRUPTED)
     # --keep's Ctrl-C ends a finished run: tests/test_local_demo.py sees it exit 0.
     assert "With `--keep`, the Ctrl-C that stops the kept services" in text
 
 
 def test_the_handlers_are_as_small_as_the_code_map_says() -> None:
-    text = " ".join(read(DEVELOPMENT).split())
+    text = " ".join(read(CODE_MAP).split())
     said = re.search(r"the three Lambda entries, under (\d+) lines each", text)
     assert said, "the code map's handlers row"
     for handler in ("archive.py", "sweeper.py", "auditor.py"):

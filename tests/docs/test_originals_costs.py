@@ -1,5 +1,5 @@
-"""What keeping the originals costs, as docs/deploy.md prices it and docs/performance.md
-repeats it: each month's and each write's figure follows from the list prices in the same
+"""What keeping the originals costs, as docs/performance.md prices it and repeats it: each
+month's and each write's figure follows from the list prices in the same
 row, every storage class the template allows has a row, and the two documents agree."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from lib.platform.env_values import ORIGINALS_STORAGE_CLASSES
-from tests.docs.markdown import read
+from tests.docs.markdown import PERFORMANCE, read
 
 IMAGES = 1_000_000
 IMAGE_BYTES = 2_000_000
@@ -31,9 +31,9 @@ def dollars(cell: str) -> list[float]:
 
 
 def test_every_storage_class_is_priced_from_its_own_list_prices() -> None:
-    priced = rows("docs/deploy.md", "| `OriginalsStorageClass` | storage, per GB-month")
+    priced = rows(PERFORMANCE, "| `OriginalsStorageClass` | storage, per GB-month")
     assert set(priced) == set(ORIGINALS_STORAGE_CLASSES)
-    assert "1,862.6 GB" in read("docs/deploy.md")
+    assert "1,862.6 GB" in read(PERFORMANCE)
     assert round(STORED_GB, 1) == 1862.6
     for name, cells in priced.items():
         per_gb, kept, per_thousand, written = (dollars(cells[i]) for i in (1, 2, 3, 4))
@@ -46,11 +46,32 @@ def test_every_storage_class_is_priced_from_its_own_list_prices() -> None:
     assert monitoring == round(per_thousand_objects * IMAGES / 1000, 2)
 
 
-def test_performance_md_gives_the_same_costs() -> None:
-    priced = rows("docs/deploy.md", "| `OriginalsStorageClass` | storage, per GB-month")
-    repeated = rows("docs/performance.md", "| `OriginalsStorageClass` | a million kept")
-    assert set(repeated) == set(priced)
-    for name, cells in repeated.items():
-        kept = dollars(cells[1])
-        assert kept == dollars(priced[name][2])[: len(kept)], name
-        assert dollars(cells[2]) == dollars(priced[name][4]), name
+def test_the_sums_in_the_prose_and_the_readme_follow_from_the_table() -> None:
+    """One costs table (docs/performance.md); the year's sum below it and the README's
+    summary row are computed from it, not copied."""
+    text = " ".join(read(PERFORMANCE).split())
+    assert text.count("| `OriginalsStorageClass` |") == 1, "one costs table"
+    priced = rows(PERFORMANCE, "| `OriginalsStorageClass` | storage, per GB-month")
+    default_per_gb = dollars(priced["GLACIER_IR"][1])[0]
+    standard_kept, standard_written = (
+        dollars(priced["STANDARD"][2])[0],
+        dollars(priced["STANDARD"][4])[0],
+    )
+    kept, written = dollars(priced["GLACIER_IR"][2])[0], dollars(priced["GLACIER_IR"][4])[0]
+    twelfth = round(default_per_gb * STORED_GB * 12, 2)
+    year = re.search(
+        r"The default class costs \$([\d.]+) a month to write them, and \$([\d.]+) a month more "
+        r"for each million kept: the twelfth month, \$([\d.]+) of storage. `STANDARD` would cost "
+        r"\$([\d.]+) and \$([\d.]+)\.",
+        text,
+    )
+    assert year, "the year's example under the costs table"
+    assert [float(v) for v in year.groups()] == [
+        written,
+        kept,
+        twelfth,
+        standard_written,
+        standard_kept,
+    ]
+    readme = " ".join(read("README.md").split())
+    assert f"${kept:.2f} per month kept, ${written:.2f} to write" in readme

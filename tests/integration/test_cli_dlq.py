@@ -65,7 +65,7 @@ def test_delete_malformed_deletes_only_them(
 def test_the_runbooks_way_empties_the_dlq_without_a_purge(
     archive_ctl: ArchiveCtl, sqs: Any, queues: QueuePair
 ) -> None:
-    """docs/operations.md: look, move back what can be archived, then delete only what
+    """docs/how-to/runbook.md: look, move back what can be archived, then delete only what
     never can; a message that arrives meanwhile is never lost to a purge."""
     fill(sqs, queues, [6, 7])
     looked = archive_ctl("redrive-dlq", "--dry-run")

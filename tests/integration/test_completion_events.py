@@ -2,7 +2,7 @@
 EventBridge, a rule on a bus whose target is an SQS queue (what the generation service
 would subscribe), and devkit's EventBridge gate in front of it where PutEvents must fail,
 be throttled or refuse entries. Each event that arrives is checked against the JSON Schema
-of docs/operations.md."""
+of docs/reference/events-and-metrics.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The database grants docs/operations.md documents are enough, and nothing more is needed:
+"""The database grants docs/reference/database.md documents are enough, and nothing more is needed:
 every statement, the archive handler and the sweeper run as a role that has exactly them."""
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ from tests.logcapture import capture_logs, parse
 from tests.support import FakeLambdaContext, emf_metrics, fetch_record, seed_record, seed_running
 
 ROOT = Path(__file__).resolve().parents[2]
-OPERATIONS = ROOT / "docs" / "operations.md"
+GRANTS_DOC = ROOT / "docs" / "reference" / "database.md"
 STATE = ROOT / "src" / "lib" / "state"
 DOC_ROLE = "image_archive"
 URL = "https://upstream.invalid/gen.png"
 
 
 def documented_grants() -> str:
-    """The ```sql block of the Permissions section of docs/operations.md."""
-    text = OPERATIONS.read_text(encoding="utf-8")
+    """The ```sql block of the Permissions section of docs/reference/database.md."""
+    text = GRANTS_DOC.read_text(encoding="utf-8")
     section = text.split("### Permissions", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sql\n(.*?)```", section, re.DOTALL)
     assert len(blocks) == 1, "the Permissions section should hold one SQL block of grants"

@@ -1,5 +1,5 @@
 """LskyClient.find against the Lsky stand-in: exact origin_name only, whatever the
-listing's keyword and album filters let through (docs/transfer.md)."""
+listing's keyword and album filters let through (docs/explanation/transfers.md)."""
 
 from __future__ import annotations
 

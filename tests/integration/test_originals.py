@@ -1,7 +1,7 @@
 """A second copy of every original: each archived image's bytes kept in a (moto) S3 bucket,
 written beside the Lsky upload from the spool it reads, recorded by the success write;
 S3 refusing or slow never fails or delays the record beyond the bound; off, nothing
-calls S3 (lib.archive.originals, docs/archive.md "Originals")."""
+calls S3 (lib.archive.originals, docs/explanation/staging-and-originals.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The standalone Python producer of docs/operations.md, as a reader would save and run it:
+"""The standalone Python producer of docs/how-to/connect-the-generation-service.md, as a
+reader would save and run it:
 a script of its own in a process of its own (isolated: no PYTHONPATH, no checkout on the
 path), against the test database and moto's SQS. It imports nothing of this repository."""
 
@@ -27,8 +28,10 @@ URL = "https://upstream.invalid/gen.png"
 
 
 def doc_block(heading: str, language: str) -> str:
-    """The one `language` code block under `heading` in docs/operations.md."""
-    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    """The one `language` code block under `heading` in the producer's how-to."""
+    text = (ROOT / "docs" / "how-to" / "connect-the-generation-service.md").read_text(
+        encoding="utf-8"
+    )
     section = text.split(heading, 1)[1].split("\n### ", 1)[0]
     [block] = re.findall(rf"```{language}\n(.*?)```", section, re.S)
     return str(block)

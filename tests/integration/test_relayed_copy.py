@@ -1,5 +1,6 @@
 """The relayed copy: the upload reads the download as it lands in the spool, which still
-ends holding the whole image (lib.transfer.relay, docs/transfer.md "The relayed copy").
+ends holding the whole image (lib.transfer.relay, docs/explanation/transfers.md, "The
+relayed copy").
 
 The provider's route holds the second half of the image until Lsky has seen what the test
 waits for (an upload's body begin, or its refusal): so "while the download is still

@@ -1,4 +1,5 @@
-"""Repair from the originals (docs/audit.md): the audit finds a hosted copy missing or
+"""Repair from the originals (docs/explanation/audit-and-repair.md): the audit finds a
+hosted copy missing or
 altered, the archive function publishes the record's original again through the archive
 path, read back and checked against its SHA-256 first; history gains an original from the
 audit's own GET; an original S3 refused is filled later; off, nothing calls S3. Real

@@ -407,8 +407,9 @@ def test_a_message_for_a_row_due_in_twelve_hours_parks_it_instead_of_holding(
 def test_a_message_is_held_twice_at_most_and_parks_the_row_on_its_third_receive(
     archive: ArchiveHarness, db: Any, upstream: Any
 ) -> None:
-    # Every receive counts towards the redrive policy's maxReceiveCount: a row that keeps
-    # its message waiting is parked on the third (docs/archive.md), never sent to the DLQ.
+    # Every receive counts towards the redrive policy's maxReceiveCount: a row that keeps its
+    # message waiting is parked on the third (docs/explanation/lane-and-pacing.md), never sent to
+    # the DLQ.
     seed(db, upstream, 15, next_run_at=-120, enqueued_at=0)  # due in 2 min: short enough to hold
     archive.send(encode(15))
     for receive in (1, 2, 3):

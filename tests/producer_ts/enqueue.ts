@@ -1,4 +1,4 @@
-// Runs the TypeScript producer of docs/operations.md as an application would: the test
+// Runs the TypeScript producer of docs/how-to/connect-the-generation-service.md as an application would: the test
 // writes the doc's block beside this file as imageArchive.ts, then runs
 // `tsx enqueue.ts ID...` with DATABASE_URL and ARCHIVE_QUEUE_URL set.
 import pg from "pg";

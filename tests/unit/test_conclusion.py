@@ -1,5 +1,5 @@
 """The conclusion table (lib.archive.conclusion.CONCLUSIONS): complete, consistent with the
-ack-or-redeliver rule, and the copy in docs/archive.md is the table itself."""
+ack-or-redeliver rule, and the copy in docs/explanation/attempt.md is the table itself."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from lib.archive.conclusion import CONCLUSIONS, Attempt, Send, Write
 from lib.archive.outcome import Outcome
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "archive.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "explanation" / "attempt.md"
 
 
 def test_every_outcome_has_one_row() -> None:
@@ -29,7 +29,7 @@ def test_an_attempt_is_given_back_exactly_by_the_release_statements() -> None:
         assert writes_result is (rule.attempt is Attempt.SPENT), outcome
 
 
-def test_the_table_in_docs_archive_md_is_the_code_s() -> None:
+def test_the_table_in_the_docs_is_the_code_s() -> None:
     text = DOC.read_text(encoding="utf-8")
     start = text.index("| outcome | statement | message | metric | log line | attempt |")
     lines = text[start:].split("\n\n", 1)[0].splitlines()[2:]

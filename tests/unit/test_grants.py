@@ -91,10 +91,10 @@ def test_the_verdict_separates_missing_privileges_from_missing_objects() -> None
 
 
 def test_the_documented_grants_are_what_the_release_needs() -> None:
-    """docs/operations.md's block (which tests/integration/test_database_grants.py runs the
+    """docs/reference/database.md's block (which tests/integration/test_database_grants.py runs the
     functions with) is exactly what `archive-ctl grants` prints for a role without any."""
     expected = grants.grant_statements("image_archive", grants.privileges(DECLARATION))
-    assert documented(ROOT / "docs" / "operations.md", "### Permissions") == expected
+    assert documented(ROOT / "docs" / "reference" / "database.md", "### Permissions") == expected
 
 
 @pytest.mark.parametrize(
@@ -139,7 +139,8 @@ def test_other_errors_are_described_as_usual() -> None:
 
 
 def test_the_grants_table_in_database_md_lists_each_need() -> None:
-    text = (ROOT / "docs" / "database.md").read_text(encoding="utf-8").split("## Grants", 1)[1]
+    text = (ROOT / "docs" / "reference" / "database.md").read_text(encoding="utf-8")
+    text = text.split("## Grants", 1)[1]
     rows = re.findall(r"^\| `(\w+)` \| ([A-Z, ]+) \|", text, re.MULTILINE)
     assert [
         (table, tuple(p.strip() for p in privileges.split(","))) for table, privileges in rows

@@ -12,7 +12,7 @@ database's plus a skew; a sweep measures it as the sweeper does (an upper bound,
 
 After every sweep (one every SWEEP_PERIOD of model time, and more on demand): no row whose
 message lives (delayed, visible or in flight) was judged lost, and every row whose message
-is gone was judged lost once docs/archive.md's bound says it must be: sent more than the
+is gone was judged lost once docs/explanation/sweeper.md's bound says it must be: sent more than the
 requeue interval ago, and nothing waiting in the queue or a message sent more than the
 entry slack (and the clock allowance) after it received; or older than the retention.
 """
@@ -108,7 +108,7 @@ class LostMessageModel(RuleBasedStateMachine):
         self.delay = delay
         self.retention = retention
         # Unmeasured, the rule assumes SQS at most ASSUMED_CLOCK_AHEAD_SECONDS ahead: the
-        # model keeps to that (docs/archive.md states it as a condition).
+        # model keeps to that (docs/explanation/sweeper.md states it as a condition).
         self.skew = skew if measured else max(-60.0, min(skew, ASSUMED_CLOCK_AHEAD_SECONDS))
         self.measured_ahead = self.skew + error if measured else None
         self.now = 0.0
@@ -289,7 +289,8 @@ class LostMessageModel(RuleBasedStateMachine):
         )
 
     def _bound_passed(self, row: Row) -> bool:
-        """docs/archive.md's bound, from the model's own truth: must a row whose message is
+        """docs/explanation/sweeper.md's bound, from the model's own truth: must a row whose
+        message is
         gone have been judged lost by now?"""
         if row.due >= self.now - self.grace:
             return False

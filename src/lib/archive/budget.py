@@ -1,7 +1,7 @@
 """How long a transfer may take, so an attempt never starts what it cannot finish (pure).
 
 Pessimistic on purpose and capped so a fresh invocation always has room for the largest
-image; docs/archive.md says why.
+image; docs/explanation/attempt.md says why.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One table from outcome to action, and the one function that carries it out.
 
 For every Outcome: the statement it runs, what happens to the message, the metric, the
-log line and whether the attempt counts. docs/archive.md prints the table.
+log line and whether the attempt counts. docs/explanation/attempt.md prints the table.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 source once into a spool (lib.transfer.held), or relays it to the upload as it lands
 (lib.transfer.relay); `find_ours` looks up an image an earlier attempt may have stored;
 `upload` sends the spool, or gives the relayed upload's answer. Every failure says
-whether Lsky may hold the image."""
+whether Lsky may have stored the image."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class Copier:
         Content-Length (the upload's exact length) are known: yes, and the upload starts
         on a thread of its own, reading the spool as it fills (a RelayedImage: `upload`
         gives its answer). Raises ArchiveFailure (stage download); a relayed upload is
-        then cut before its last byte, and stores nothing (docs/transfer.md). `beside`
+        then cut before its last byte, and stores nothing (docs/explanation/transfers.md). `beside`
         starts another reader of a relayed download as it lands (the original's write)."""
         with self.downloader.open(task.image_url, deadline=deadline - upload_needs(0)) as stream:
             declared = stream.declared_length

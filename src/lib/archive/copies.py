@@ -1,6 +1,7 @@
 """The bytes in hand from a copy we keep, not from the provider: the row's staged copy, or
 a restore's original, read back and checked against what was kept; a copy that is not what
-was kept is never published (docs/archive.md, docs/audit.md)."""
+was kept is never published (docs/explanation/staging-and-originals.md,
+docs/explanation/audit-and-repair.md)."""
 
 from __future__ import annotations
 

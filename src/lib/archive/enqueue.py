@@ -1,9 +1,8 @@
 """The producer's side in Python: mark the rows, then send their messages.
 
-The order is the contract (docs/operations.md): a send that fails leaves a PENDING
-row the sweeper sends later; the reverse order could leave a message for a row that
-is not PENDING yet, which the worker would drop as a stray.
-"""
+The order is the contract (docs/how-to/connect-the-generation-service.md): a send that fails
+leaves a PENDING row the sweeper sends later; the reverse order could leave a message for a
+row that is not PENDING yet, which the worker would drop as a stray."""
 
 from __future__ import annotations
 

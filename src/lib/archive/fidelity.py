@@ -1,7 +1,7 @@
 """Did Lsky keep the bytes we sent? sha1 and size of the bytes in hand (lib.transfer.held),
 compared with what Lsky reports of the file it stored (it may re-encode or watermark it).
 
-The comparison is pure; docs/archive.md ("The archived bytes") has the reasoning.
+The comparison is pure; docs/explanation/one-stored-copy.md has the reasoning.
 """
 
 from __future__ import annotations

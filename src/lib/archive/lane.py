@@ -1,5 +1,5 @@
 """The host-aware lane's rules (pure): which answers pause every upload, for how long,
-and when pacing lets the next upload go. docs/archive.md has the rationale.
+and when pacing lets the next upload go. docs/explanation/lane-and-pacing.md has the rationale.
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def pause_until(
     """When the lane may upload again; None: until an operator or the probe clears it.
 
     A Retry-After (or a 429's default) is capped at max_retry_after_seconds. A window Lsky
-    named frees when the limit-th newest upload the ledger holds leaves it, as Lsky counts
+    named frees when the limit-th newest upload the ledger has leaves it, as Lsky counts
     (`window_frees_at`: lib.ratelimit.limiter.window_frees, through lib.state.lane_store;
-    the whole window when the ledger holds fewer, since other clients count too); a
+    the whole window when the ledger has fewer, since other clients count too); a
     window the ledger could not date (or dates past now, or beyond two windows and the
     hour a clock set back repeats: Lsky's second and summer time lengthen one by an hour
     at most, and an upload of that hour counts again at its second pass) is waited out

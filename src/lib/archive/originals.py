@@ -1,8 +1,8 @@
 """Every archived image's original, kept in the originals bucket (ARCHIVE_ORIGINALS_BUCKET):
 written beside the Lsky upload from the spool it reads, a staged copy copied in
 server-side; `keep` and `read_back` for the audit. S3's failures never become the
-record's: logged, counted (OriginalsFailed), the audit fills the gap. docs/archive.md.
-"""
+record's: logged, counted (OriginalsFailed), the audit fills the gap.
+docs/explanation/staging-and-originals.md."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from lib.transfer.imagetype import ImageType, by_extension
 __all__ = ["OriginalMismatch", "OriginalMissing", "Originals", "OriginalsError"]
 
 # Once Lsky has taken the image, the record waits at most this long for its original
-# (docs/archive.md, "Originals", says why this bound); S3 slower than that is cut.
+# (docs/explanation/staging-and-originals.md says why this bound); S3 slower than that is cut.
 WAIT_SECONDS = 2.0
 # One archive at a time per container, beside an audit's keeps.
 _WRITERS = KeptThreads(2, "original")

@@ -1,6 +1,6 @@
 """Pacing (LSKY_RATE_LIMITS), the pure part an attempt decides: how long it may sleep for a
 slot, and whether to fetch first. The slots and their margins are lib.ratelimit's, given
-by lib.state.lane_store's take_slot; docs/archive.md ("When a record runs") says why an
+by lib.state.lane_store's take_slot; docs/explanation/lane-and-pacing.md says why an
 attempt never sleeps long.
 """
 
@@ -47,7 +47,7 @@ def longest_sleep(*, fetched_seconds: float | None, fetch_estimate: float) -> fl
 def affordable_sleep(
     wait_seconds: float, *, longest: float, deadline: float, size: int, staging: bool
 ) -> bool:
-    """Whether an attempt holding `size` bytes may sleep `wait_seconds` for its slot: no
+    """Whether an attempt with `size` bytes in hand may sleep `wait_seconds` for its slot: no
     longer than `longest` (its `longest_sleep`), and only what the budget can pay after
     the upload (and, with staging on, after staging the bytes should the upload fail)."""
     if wait_seconds > longest:

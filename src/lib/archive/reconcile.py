@@ -1,6 +1,6 @@
-"""After a failed attempt: may Lsky hold an image for it that the row does not point at,
+"""After a failed attempt: may Lsky have stored an image for it that the row does not point at,
 and is a listed image one it can adopt? Pure; the copier applies both, the row keeps
-archive_may_be_hosted. docs/archive.md ("Exactly one stored copy") has the reasoning.
+archive_may_be_hosted. docs/explanation/one-stored-copy.md has the reasoning.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def may_be_hosted(failure: Failure, *, body_complete: bool) -> bool:
 
     body_complete: an upload request was started and, as far as we know, every byte of it
     went out. False when none was started or a streamed body broke off: Lsky stores
-    nothing from an incomplete request (docs/transfer.md, "Multipart bodies").
+    nothing from an incomplete request (docs/explanation/transfers.md, "Multipart bodies").
     """
     if failure.stage is Stage.LOOKUP:
         # The look-up that should have settled the earlier attempt did not: still unknown.
@@ -72,7 +72,7 @@ def not_ours(
 ) -> str | None:
     """Why a listed image with the record's name cannot be this record's upload, or None
     when it can: stored after the record's first claim (by any reading of its listed
-    time), and holding the bytes we send (the same sha1: the host kept them) or,
+    time), and having the bytes we send (the same sha1: the host kept them) or,
     re-encoded, the same dimensions."""
     readings = listed_instants(item.get("date"), host_timezone)
     earliest = None if first_claimed_at is None else first_claimed_at - SKEW

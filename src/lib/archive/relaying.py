@@ -1,6 +1,6 @@
 """Whether an attempt's upload may start with its download and read it as it lands (the
-relayed copy, docs/transfer.md): only where the upload would start as soon as the bytes
-are in hand anyway, so every rule of the transfer step (look-up, slot, upload) holds."""
+relayed copy, docs/explanation/transfers.md): only where the upload would start as soon as the bytes
+are in hand anyway, so every rule of the transfer step (look-up, slot, upload) stands."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def relay_gate(at: Attempt, step: Step) -> Callable[[], bool] | None:
 @dataclass
 class RelayGate:
     """Whether the upload starts now: paced, only with the record's slot due now, taken;
-    if not, nothing is written (no booking, no sleep) and the download is held whole, and
+    if not, nothing is written (no booking, no sleep) and the download is spooled whole, and
     the transfer step takes the slot or waits with the bytes in hand, as ever."""
 
     at: Attempt
@@ -70,7 +70,7 @@ class RelayGate:
                 margin=margins.slot_margin(limits),
                 tolerance=margins.slot_tolerance(limits),
                 stale=pacing.BOOKING_STALE_SECONDS,
-                book_within=0.0,  # the record holds no booking (relay_gate): none is made
+                book_within=0.0,  # the record has no booking (relay_gate): none is made
                 lead=timings.lead(),
                 upload=timings.upload + pacing.ANSWER_SLACK_SECONDS,
                 zone=settings.lsky_timezone,

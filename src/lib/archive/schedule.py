@@ -1,6 +1,6 @@
 """When a record may run next, and why (pure): the verdicts for a message that must wait
 (backoff, a paused lane, a pacing slot, no time left) and hold versus park, every hold
-a visibility SQS accepts. docs/archive.md ("When a record runs") draws the states.
+a visibility SQS accepts. docs/explanation/lane-and-pacing.md draws the states.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Capture now, publish later: the rules (when an image is worth staging, what its copy
 is called, what a FAILED row keeps) and Staging, the one collaborator that captures,
-stages after a failure, reads back and deletes. docs/archive.md (Staging) says why.
+stages after a failure, reads back and deletes. docs/explanation/staging-and-originals.md says why.
 """
 
 from __future__ import annotations

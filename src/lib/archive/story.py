@@ -1,6 +1,6 @@
 """An attempt's story in its steps' words: what each step notes in the attempt's EventLog
 (lib.state.events; written by the statement that concludes it), and what a verdict adds
-to that statement's own event. docs/history.md lists the kinds and their details."""
+to that statement's own event. docs/reference/database.md lists the kinds and their details."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The sweeper's rules (pure): the kinds of stale rows in the order a run takes them, the
 paging and time budget, when a row's message is lost rather than on its way, and what a
-run reports. lib.archive.sweeper applies them; docs/archive.md has the rationale.
+run reports. lib.archive.sweeper applies them; docs/explanation/sweeper.md has the rationale.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def named_ids(ids: Iterable[int]) -> str:
 
 
 # Rows claimed per statement: ten SendMessageBatch calls. Small enough that a page's
-# row locks are held for milliseconds and that a stop mid-run leaves little behind.
+# row locks last milliseconds and that a stop mid-run leaves little behind.
 PAGE_SIZE = 100
 # Worst case of one SendMessageBatch with the sweeper's client (2 attempts, 2 s
 # connect / 5 s read timeouts, plus backoff) and the statement that puts back the
@@ -63,7 +63,7 @@ class Step(enum.StrEnum):
     """
 
     # PENDING rows long past due and not sent recently: their message was lost; and rows
-    # we parked, once due. Live records' only: history's come last.
+    # we parked, once due. Live records' only: backfilled ones come last.
     LOST = "lost"
     # RUNNING rows whose lock time is missing: the archive claim treats them as expired.
     LOCKLESS = "lockless"
@@ -110,7 +110,7 @@ def can_send_batch(remaining_ms: int) -> bool:
     return remaining_ms >= SEND_RESERVE_MS
 
 
-# -- lost or on its way (docs/archive.md, "Lost, or still on its way") --------------------
+# -- lost or on its way (docs/explanation/sweeper.md) --------------------
 
 # A standard queue serves messages roughly in the order they became visible: one that
 # entered the queue (was sent, or came back from a hold) is received before any that

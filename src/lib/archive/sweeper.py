@@ -2,7 +2,7 @@
 
 Each run, in bounded pages: lost messages are sent again, expired locks go back to
 PENDING (and are sent) or to FAILED. The paging and time rules are pure, in
-lib.archive.sweep_rules; docs/archive.md has the rationale.
+lib.archive.sweep_rules; docs/explanation/sweeper.md has the rationale.
 """
 
 from __future__ import annotations
@@ -306,7 +306,8 @@ class Sweeper:
 
     def _expire_events(self, summary: SweepSummary, remaining_ms: Callable[[], int]) -> None:
         """Retention: concluded records' stories past ARCHIVE_EVENT_RETENTION_DAYS, a batch
-        of records at a time while time is left; never a live record's (docs/history.md)."""
+        of records at a time while time is left; never a live record's
+        (docs/explanation/stories.md)."""
         retention = self.settings.event_retention_days * 86_400
         for _ in range(EXPIRY_BATCHES):
             if remaining_ms() < PAGE_RESERVE_MS:

@@ -289,7 +289,7 @@ class Transfer:
             if not can_sleep:
                 booked, early = slot.answer is SlotAnswer.BOOKED, lead + tolerance
                 verdict = schedule.wait_for_slot(wait, at.message, booked=booked, early=early)
-                # Waiting, it may outwait the source URL: stage what is held.
+                # Waiting, it may outwait the source URL: stage the bytes in hand.
                 return replace(verdict, staged=_stage(self.staging, at, held, "paced"))
             time.sleep(wait)
             at.slot_wait_seconds += wait
@@ -373,7 +373,8 @@ def _stage(staging: Staging, at: _Attempt, held: HeldImage | None, why: str) -> 
 
 
 def _restore_blocked(transfer: Transfer, at: _Attempt, restore: Restoring) -> Verdict | None:
-    """A restore Lsky would dedupe onto the damaged copy's file fails (docs/audit.md)."""
+    """A restore Lsky would dedupe onto the damaged copy's file fails
+    (docs/explanation/audit-and-repair.md)."""
     if not restore.old_key:
         return None
     try:

@@ -1,1 +1,1 @@
-"""The audit of hosted images, in rotation, and the repair of what it finds (docs/audit.md)."""
+"""The audit of hosted images and their repair (docs/explanation/audit-and-repair.md)."""

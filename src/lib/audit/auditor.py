@@ -1,7 +1,7 @@
 """The audit run: archived records in rotation (or chosen by an operator), a batch at a
 time: each hosted copy read and judged, at most ARCHIVE_AUDIT_RATE GETs a second, within
 the invocation's time, then what each verdict calls for. A batch whose checks mostly got
-no answer judges nothing: the host seems down (docs/audit.md)."""
+no answer judges nothing: the host seems down (docs/explanation/audit-and-repair.md)."""
 
 from __future__ import annotations
 

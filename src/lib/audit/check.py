@@ -1,5 +1,5 @@
 """One check's I/O: the hosted file read (the download's guard, deadline and size cap) and
-judged against what Lsky reported; the provider's URL read again and held to the bytes
+judged against what Lsky reported; the provider's URL read again and checked against the bytes
 first sent. The bytes read are kept in hand (a spool) while they may become an original."""
 
 from __future__ import annotations

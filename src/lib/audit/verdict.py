@@ -1,9 +1,8 @@
-"""What a check of a hosted copy found, and what to do about it: pure (docs/audit.md).
+"""What a check of a hosted copy found, and what to do about it: pure.
 
 A check ends in a verdict (intact, missing, altered) or in none (unreachable: the host did
-not answer for it). What Lsky reported of the stored file at upload (sha1, size in KB) is
-what the hosted bytes are held to; what was sent is what the provider's bytes are held to.
-"""
+not answer for it). The hosted bytes are checked against what Lsky reported at upload (sha1,
+size in KB), the provider's against what was sent (docs/explanation/audit-and-repair.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """What a backfill does next, from one look at the lane (pure: no I/O).
 
-Live records first: history is sent only while the lane is open, no live record waits for
-it, no slot is booked ahead, and (pacing on) every window keeps live demand's share free.
-Little history is queued at a time, so a live record is never queued behind much.
-"""
+Live records first: backfilled records go only while the lane is open, no live record waits
+for it, no slot is booked ahead, and (pacing on) every window keeps live demand's share
+free. Few are queued at a time, so a live record is never queued behind much."""
 
 from __future__ import annotations
 
@@ -29,13 +28,13 @@ LOOK_SECONDS = 1.0
 WAIT_LOOK_SECONDS = 5.0
 # The lane's speed is its uploads over this many seconds (the ledger).
 SPEED_WINDOW_SECONDS = 60
-# Queued history is kept to what the lane uploads in --ahead-seconds, and at least this.
+# Queued backfilled records are kept to what the lane uploads in --ahead-seconds, and at least this.
 MIN_AHEAD = 2
 
 
 @dataclass(frozen=True)
 class LaneView:
-    """One look at the lane: its pause, its ledger, and the records it holds."""
+    """One look at the lane: its pause, its ledger, and the records it has."""
 
     paused_for: float  # > 0: a host pause (inf: until cleared)
     pause_words: str  # how `lane.brief` reads it ('' when open)
@@ -61,7 +60,7 @@ class LaneView:
         return max(MIN_AHEAD, math.floor(speed * seconds))
 
     def backfill_eta(self, remaining: int) -> float | None:
-        """Seconds until the last of `remaining` unsent rows (and those sent but holding no
+        """Seconds until the last of `remaining` unsent rows (and those sent but with no
         slot yet) may upload, pacing on; None: never, or pacing off."""
         if not self.paced or math.isinf(self.paused_for):
             return None

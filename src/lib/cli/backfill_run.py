@@ -1,6 +1,6 @@
 """One `archive-ctl backfill` run: look at the lane every second or so, send a page when
 lib.cli.admission allows, redraw the progress line every second, and at the range's end
-count it again, so rows another transaction held (SKIP LOCKED) are taken or reported.
+count it again, so rows another transaction locked (SKIP LOCKED) are taken or reported.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from lib.cli.progress import Display, Meter, Progress
 from lib.platform.db import describe
 from lib.state.operations import OperatorRecords
 
-# At the range's end, rows still never queued (held by another transaction when their page
-# was marked) are looked for again this many times, a look apart, before they are reported.
+# At the range's end, rows still never queued (locked by another transaction when their page
+# was marked) are looked for again this many times, a second apart, before they are reported.
 MAX_EMPTY_PASSES = 10
 
 
 @contextmanager
 def held_interrupts(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
-    """Hold a Ctrl-C until the block (a page: rows marked, then sent) is through; yields
+    """Delay a Ctrl-C until the block (a page: rows marked, then sent) is through; yields
     whether one came. A second Ctrl-C stops at once (backfill_page settles the page).
     An ignored SIGINT stays ignored: a shell starts a background job so, that the
     terminal's Ctrl-C leaves it running, and the run keeps to that during a page too."""
@@ -42,7 +42,7 @@ def held_interrupts(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]
         return requested
 
     if threading.current_thread() is not threading.main_thread():
-        yield came  # signal handlers belong to the main thread; nothing to hold
+        yield came  # signal handlers belong to the main thread; nothing to delay
         return
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         yield came
@@ -89,7 +89,7 @@ class Outcome:
     taken: int = 0  # rows marked
     unsent: dict[int, str] = field(default_factory=dict)
     finished: bool = False  # the range was counted again at its end: nothing left
-    left: int | None = None  # rows still never queued after the last pass (held elsewhere)
+    left: int | None = None  # rows still never queued after the last pass (locked elsewhere)
     uncounted: bool = False  # the count at the range's end outlasted the statement timeout
 
 
@@ -217,12 +217,12 @@ class Backfill:
         if page.report.unsent:
             # SQS trouble: stop rather than mark more rows that would not be sent either.
             return False
-        # A short page: the keyset reached the range's end (or skipped held rows).
+        # A short page: the keyset reached the range's end (or skipped locked rows).
         return len(page.marked) == rows or self._range_end()
 
     def _range_end(self) -> bool:
         """Count the range again: nothing left ends the run; rows left (another transaction
-        held them, or they joined the range) are looked for from the start again, until a
+        locked them, or they joined the range) are looked for from the start again, until a
         bounded number of passes found none of them."""
         left = self.count_range()
         if left == 0:

@@ -1,7 +1,7 @@
 """`archive-ctl migrate`'s data steps that outlive a run: the notes it keeps in
 image_archive_migration_steps (lib.platform.migration_plan plans from them) and the
 may-be-hosted marking they guard, resumed after the last batch a stopped run got through
-(docs/database.md, "Rows an older release may have uploaded")."""
+(docs/explanation/live-migration.md, "Rows an older release may have uploaded")."""
 
 from __future__ import annotations
 

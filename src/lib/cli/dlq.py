@@ -1,7 +1,7 @@
 """Moving messages from the DLQ back to the archive queue (`archive-ctl redrive-dlq`).
 
 StartMessageMoveTask on AWS; a manual receive/send/delete path (at-least-once) where the
-API is missing (moto). docs/archive.md has the details.
+API is missing (moto). docs/explanation/sweeper.md has the details.
 """
 
 from __future__ import annotations

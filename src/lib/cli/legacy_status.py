@@ -1,5 +1,6 @@
 """archive_status values an older release or a script wrote, and the state each one maps to
-(docs/operations.md, "Legacy archive_status values"). Pure: `migrate` scans, this decides."""
+(docs/reference/database.md, "Legacy archive_status values"). Pure: `migrate` scans, this
+decides."""
 
 from __future__ import annotations
 

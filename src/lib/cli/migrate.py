@@ -1,6 +1,6 @@
 """`archive-ctl migrate`: under the migration's advisory lock, reads the catalog, checks the rows,
 plans with lib.platform.migration_plan and runs only what is missing, each step with the lock
-wait it can afford (docs/database.md, "The migration"). `--dry-run` stops after the plan."""
+wait it can afford (docs/explanation/live-migration.md). `--dry-run` stops after the plan."""
 
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ class Migration:
     def brief(self, step: mp.Step, call: Callable[[], T]) -> T:
         """`call` under the short lock_timeout, retried with backoff for up to --retry-for
         seconds: a busy table is never queued behind our lock request for longer than the
-        timeout at a time, however long its readers hold it."""
+        timeout at a time, however long its readers keep it."""
         deadline = self.ctx.clock() + self.retry_for
         for attempt in itertools.count(1):
             self.lock_timeout(MIGRATION_LOCK_TIMEOUT_MS)
@@ -286,7 +286,7 @@ class Migration:
 
     def validate(self, step: mp.Step) -> None:
         """VALIDATE, or, when it fails, the NOT VALID constraint dropped again: it would refuse
-        every UPDATE of a row holding a value it does not allow (a value written since the
+        every UPDATE of a row with a value it does not allow (a value written since the
         check, by a release still running)."""
         try:
             self.patient(step)

@@ -73,7 +73,7 @@ def rate_text(per_second: float | None) -> str:
 
 @dataclass(frozen=True)
 class WindowUse:
-    """One pacing window as the ledger holds it now."""
+    """One pacing window as the ledger has it now."""
 
     seconds: int
     limit: int
@@ -89,13 +89,13 @@ class WindowUse:
 
     @property
     def backfill_share(self) -> int:
-        """Uploads of backfilled records the window may hold: what live demand and the
+        """Uploads of backfilled records the window may have: what live demand and the
         margin leave of its limit (lib.ratelimit.slots.history_share)."""
         return history_share(self.limit, self.live)
 
     @property
     def room(self) -> int:
-        """Uploads a backfill may add now (its share, less what it holds)."""
+        """Uploads a backfill may add now (its share, less what it has)."""
         return max(self.backfill_share - self.backfill, 0)
 
     @property
@@ -131,8 +131,8 @@ def schedule_end(
     count: int, limits: Sequence[tuple[int, int]], entries: Iterable[tuple[float, int]]
 ) -> float | None:
     """Seconds from now until the last of `count` more uploads may start, each window
-    holding at most its limit (take_slot's rule: the limit-th newest entry + the window);
-    `entries` are (seconds from now, uploads) the windows already hold. None: never (a
+    with at most its limit (take_slot's rule: the limit-th newest entry + the window);
+    `entries` are (seconds from now, uploads) the windows already have. None: never (a
     window allows nothing). Past SCHEDULE_STEPS uploads, the steady rate extends it."""
     if count <= 0:
         return 0.0
@@ -161,7 +161,7 @@ def schedule_end(
 def backfill_schedule(
     count: int, uses: Sequence[WindowUse], entries: Iterable[LedgerEntry]
 ) -> float | None:
-    """When the last of `count` more backfilled uploads may start, each window holding at
+    """When the last of `count` more backfilled uploads may start, each window with at
     most its backfill share (live demand as measured now, the margin kept free)."""
     shares = [(use.seconds, use.backfill_share) for use in uses]
     return schedule_end(count, shares, [(e.at, e.backfill) for e in entries if e.backfill])

@@ -23,7 +23,7 @@ from lib.cli.help import EXAMPLES, EXIT_CODES, PARTIAL_RECORDS, HelpFormatter, e
 
 
 def _shared_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
-    """The flags every command takes, before or after its name: the top-level parser holds
+    """The flags every command takes, before or after its name: the top-level parser keeps
     their defaults; a command's parser leaves an absent flag unset (SUPPRESS), so it never
     overwrites one given before the command's name."""
 
@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "failure-time bound) by when they failed, on the failed_at index; any others by id, "
         "newest record first, on the primary key or their state's partial index. A page "
         "ends with the cursor of the next (--after); a cursor stays correct while rows "
-        "change. docs/database.md says which index serves which filter.",
+        "change. docs/reference/database.md says which index serves which filter.",
     )
     add_selection(p, failures_only=False)
     p.add_argument(
@@ -380,11 +380,11 @@ def _schema_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         grants.run,
         "check a database role's privileges against what this release needs",
         "Checks, in the live database, that ROLE has every privilege the functions and these "
-        "commands need (lib.platform.grants.NEEDS; docs/database.md lists them): SELECT and "
-        "UPDATE on the archive columns, SELECT on the generation's columns the claim reads and "
-        "on users, and what the project's own tables need. Prints the GRANT statements that "
-        "add what is missing; run them as the tables' owner. The exit code tells a script "
-        "which case it is.",
+        "commands need (lib.platform.grants.NEEDS; docs/reference/database.md lists them): "
+        "SELECT and UPDATE on the archive columns, SELECT on the generation's columns the "
+        "claim reads and on users, and what the project's own tables need. Prints the GRANT "
+        "statements that add what is missing; run them as the tables' owner. The exit code "
+        "tells a script which case it is.",
         codes=[
             (EXIT_OK, "the role has every privilege this release needs"),
             (EXIT_MISSING_GRANTS, "the role lacks privileges: the GRANT statements are printed"),

@@ -121,7 +121,7 @@ def render(shown: Shown) -> str:
         if row.hosted_url:
             altered = ", stored altered" if row.altered else ""
             lines.append(
-                # As stored: a row an older release or a hand wrote may hold what no
+                # As stored: a row an older release or a hand wrote may contain what no
                 # answer passes now (lsky_upload.hosted_url); shown on one redacted line.
                 f"  hosted       {outside_text(row.hosted_url, MAX_HOSTED_URL)}, "
                 f"archived {when(row.archived_at, now)}{altered}"

@@ -60,11 +60,11 @@ DEFAULT_SWEEP_MAX_ROWS = 5000
 # a day must not stop archiving for a day without an operator seeing it first.
 DEFAULT_MAX_RETRY_AFTER_SECONDS = 3600
 # Sweeper: a record's events are kept this many days after the conclusion they lead to
-# (docs/history.md), and ten years at most.
+# (docs/explanation/stories.md), and ten years at most.
 DEFAULT_EVENT_RETENTION_DAYS = 30
 MAX_EVENT_RETENTION_DAYS = 3650
 # Auditor: every archived image's hosted copy is checked at least once in this many days,
-# at most this many GETs a second on the host (docs/audit.md).
+# at most this many GETs a second on the host (docs/explanation/audit-and-repair.md).
 DEFAULT_AUDIT_DAYS = 30
 MAX_AUDIT_DAYS = 3650
 DEFAULT_AUDIT_RATE = 5.0

@@ -1,7 +1,7 @@
 """One PostgreSQL connection per Lambda container, reopened when it drops.
 
 Autocommit, named parameters, statements prepared once per connection (one round trip
-each); `run` retries once on a fresh connection. docs/database.md says why.
+each); `run` retries once on a fresh connection. docs/reference/database.md says why.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 # tests/test_template.py checks that the two agree value by value).
 # An image spooled without a Content-Length goes to /tmp (512 MB on Lambda by default).
 MAX_IMAGE_BYTES_BOUND = 500_000_000
-# SQS holds a message's visibility for 12 hours at most.
+# SQS keeps a message hidden for 12 hours at most.
 MAX_DELAY_SECONDS = MAX_VISIBILITY_SECONDS
 MAX_SWEEP_SECONDS = 86_400  # grace and requeue interval: beyond a day nothing is "lost"
 MAX_SWEEP_ROWS = 1_000_000
@@ -175,7 +175,7 @@ RATE_WINDOWS = {
     "day": 86_400,
     "week": 604_800,
     # Lsky's month is PHP's "-1 month": as long as the month before, 28 to 31 days; pacing
-    # keeps the longest (lib.ratelimit.limiter), so no month Lsky counts holds more.
+    # keeps the longest (lib.ratelimit.limiter), so no month Lsky counts has more.
     "month": 31 * 86_400,
 }
 # Lsky's longest window is a month: pacing over a longer one is a typo.

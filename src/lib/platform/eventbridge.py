@@ -1,6 +1,6 @@
 """EventBridge's PutEvents, the one call the functions make to it (boto3 imported on first
 use). One try per call and short timeouts: a call follows a record's conclusion, and a slow
-or failing EventBridge must not hold the record's message (the outbox keeps what was not
+or failing EventBridge must not delay the record's message (the outbox keeps what was not
 published: lib.publish)."""
 
 from __future__ import annotations

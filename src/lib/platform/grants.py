@@ -23,9 +23,9 @@ class Need:
     why: str
 
 
-# What the functions and archive-ctl's commands (all but `migrate`, which needs the table's
-# owner) do in the database. A project table (image_archive_*) needs an entry here: a test
-# checks that every table the migration creates has one. docs/database.md lists this table.
+# What the functions and archive-ctl's commands (all but `migrate`, which needs the table's owner)
+# do in the database. A project table (image_archive_*) needs an entry here: a test checks that
+# every table the migration creates has one. docs/reference/database.md lists this table.
 NEEDS: tuple[Need, ...] = (
     Need(
         RECORDS,

@@ -145,7 +145,8 @@ def _item(sql: str) -> _Item | None:
         return _Validated(m.group(1))
     raise ValueError(
         f"archive-ctl migrate cannot check this statement against the catalog before running"
-        f" it: {sql.splitlines()[0][:80]!r} (docs/database.md lists the shapes it knows)"
+        f" it: {sql.splitlines()[0][:80]!r} (docs/explanation/live-migration.md lists the"
+        " shapes it knows)"
     )
 
 

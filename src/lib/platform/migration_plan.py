@@ -1,4 +1,4 @@
-"""What archive_migration.sql declares, what the catalog already holds, and the steps between.
+"""What archive_migration.sql declares, what the catalog already has, and the steps between.
 
 Pure: `archive-ctl migrate` reads the catalog, calls `plan`, then runs the steps. Each statement
 of the file must have one of the shapes parsed here, so each can be checked before it runs.
@@ -39,7 +39,7 @@ BACKOFF_SECONDS = (0.25, 0.5, 1.0, 2.0, 3.0)
 
 @dataclass(frozen=True)
 class Catalog:
-    """What the database holds of the declared objects (the `schema_catalog` query's rows)."""
+    """What the database has of the declared objects (the `schema_catalog` query's rows)."""
 
     tables: frozenset[str] = frozenset()
     columns: frozenset[tuple[str, str]] = frozenset()  # (table, column)
@@ -326,7 +326,7 @@ def _adds_may_be_hosted(declaration: Declaration, catalog: Catalog) -> bool:
 
 
 def _repairs(declaration: Declaration, catalog: Catalog) -> tuple[Step, ...]:
-    """A NOT VALID constraint an earlier run left refuses every UPDATE of the rows holding a
+    """A NOT VALID constraint an earlier run left refuses every UPDATE of the rows with a
     value it does not allow (the generation service's own updates of them included)."""
     return tuple(
         Step(
@@ -350,7 +350,7 @@ def legacy_refusal(legacy: Sequence[LegacyValue]) -> str:
     lines.append(
         "The schema was left as it was. Set those rows to NULL (never queued), PENDING (archive"
         " again), SUCCEEDED (only with a hosted_image_url) or FAILED, then run migrate again"
-        " (docs/operations.md, 'Legacy archive_status values')."
+        " (docs/reference/database.md, 'Legacy archive_status values')."
     )
     mappable = [v for v in legacy if v.target is not None]
     if mappable:

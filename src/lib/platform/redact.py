@@ -2,7 +2,7 @@
 
 Secrets are redacted first, then the length is bounded: a cut made first could leave
 the start of a token behind. Every text an archive keeps passes here, so a pattern runs
-only on a text holding what its matches must hold (a `|`, `bearer`, a secret word).
+only on a text that has what its matches must have (a `|`, `bearer`, a secret word).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _PIPE_TOKEN = re.compile(r"(?<![0-9])[0-9]+\|[^\s\"'<>,;|]{4,}")
 _USERINFO = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z0-9+.-]++://)[^/\s@\"'<>]*+@")
 # A URL's query: presigned URLs carry their signature (a credential) there.
 _QUERY = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z0-9+.-]++://[^\s?#\"'<>]*+)\?[^\s#\"'<>]+")
-# A field that holds a secret, by its key: conninfo and environment (password=,
+# A field with a secret, by its key: conninfo and environment (password=,
 # PGPASSWORD=, client_secret=), a query (X-Amz-Signature=, sig=, URL-encoded %3D too),
 # JSON ("access_token": "...", escaped or not), headers (X-Api-Key: ...), PHP (=>). The
 # key may be glued to what is before it (db_password, PGPASSWORD); only `sig` needs a
@@ -53,7 +53,7 @@ _SECRET_FIELD = re.compile(
       | [^\s&"',;]+ )
     """
 )
-# What every match of _SECRET_FIELD holds, lower-cased.
+# What every match of _SECRET_FIELD has, lower-cased.
 _FIELD_WORDS = ("pass", "pwd", "secret", "token", "sig", "credential", "session", "key")
 
 
@@ -69,7 +69,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     a scheme or a token shape cannot take the key and leave the value."""
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=len)[::-1]:
         text = text.replace(secret, REDACTED)
-    # Each pattern runs only when the text holds what it needs (the replacements add
+    # Each pattern runs only when the text has what it needs (the replacements add
     # none of it): most texts are words, types, keys and plain URLs, and skip them all.
     lower = text.lower()
     if any(word in lower for word in _FIELD_WORDS):

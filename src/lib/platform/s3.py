@@ -1,7 +1,7 @@
 """The staging bucket (put a stream, read it back, delete: lib.archive.staging) and the
 originals bucket (put from a spool, copy a staged copy in, read a version back:
 lib.archive.originals). boto3 is imported on first use; memory stays bounded whatever
-the image size; every call ends by its deadline (lib.platform.watchdog holds S3's sockets).
+the image size; every call ends by its deadline (lib.platform.watchdog binds S3's sockets).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lib.platform.errors import ServiceError
 from lib.platform.s3_body import Cut, Readable, StreamedBody
 from lib.platform.watchdog import Watchdog, watched
 
-# S3's smallest multipart part, and the only image bytes held in memory while staging:
+# S3's smallest multipart part, and the only image bytes kept in memory while staging:
 # one buffer, filled from the source, sent, then filled again.
 PART_BYTES = 5 * 1024 * 1024
 READ_CHUNK_BYTES = 256 * 1024
@@ -60,8 +60,8 @@ class _S3(Protocol):
 
 
 class PartReader:
-    """Fills one reused part buffer from an iterator of chunks: the only image bytes held
-    in memory while staging (boto3's upload_fileobj held two to three copies of a part)."""
+    """Fills one reused part buffer from an iterator of chunks: the only image bytes kept
+    in memory while staging (boto3's upload_fileobj kept two to three copies of a part)."""
 
     def __init__(self, chunks: Iterable[bytes], deadline: float) -> None:
         self._chunks = iter(chunks)
@@ -89,7 +89,7 @@ class PartReader:
 @dataclass
 class StagedObject:
     """An object being read (a staged copy, an original): iterate `chunks()` once; `size`
-    is its length, `etag` and `version_id` S3's. The watchdog of the GET holds its body to
+    is its length, `etag` and `version_id` S3's. The watchdog of the GET binds its body to
     the deadline; close() stops it. Errors are `error` (StagingError, OriginalsError)."""
 
     key: str
@@ -257,7 +257,7 @@ class OriginalsBucket:
     @cached_property
     def client(self) -> _S3:
         # Unsigned payload: signed, the body is read whole before a byte is sent (the
-        # download waited for, the spool read twice). docs/archive.md, Originals.
+        # download waited for, the spool read twice). docs/explanation/staging-and-originals.md.
         s3: _S3 = aws.s3_client(*self._timeouts, s3={"payload_signing_enabled": False})
         return s3
 

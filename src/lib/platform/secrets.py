@@ -107,7 +107,7 @@ _TOKEN_SHAPE = re.compile(r"[\x21-\x7e]+")
 
 
 def lsky_token(token: str | None, secret_arn: str | None, *, force: bool = False) -> str:
-    """The Lsky personal token ("<id>|<token>"); a secret may hold it plain or as {"token": ...}."""
+    """The Lsky personal token ("<id>|<token>"); a secret may have it plain or as {"token": ...}."""
     if token:
         return _checked_token(token.strip(), "LSKY_TOKEN")
     if not secret_arn:

@@ -1,4 +1,4 @@
-"""A deadline that holds whatever a connection is blocked on (connect, TLS, headers, body).
+"""A deadline that binds whatever a connection is blocked on (connect, TLS, headers, body).
 
 A socket timeout bounds each read, not their sum: an answer sent a byte a second never
 trips it. The watchdog shuts the connection's socket when the deadline passes (one keeper
@@ -139,7 +139,7 @@ class _Keeper:
 
 
 def _fire_guarded(watchdog: Watchdog) -> None:
-    # Outside the keeper's lock: a shutdown must not hold up arming elsewhere.
+    # Outside the keeper's lock: a shutdown must not delay arming elsewhere.
     with contextlib.suppress(Exception):
         watchdog._fire()
 
@@ -183,7 +183,7 @@ def _watching(conn: _Connection, send: Callable[[], None]) -> None:
     watchdog = active()
     if watchdog is not None:
         if watchdog.fired:
-            # A retry after the deadline (botocore retries): it could not be held.
+            # A retry after the deadline (botocore retries): it could not be bound.
             raise DeadlinePassed("the deadline of this call has passed")
         watchdog.watch(conn)
     send()

@@ -1,8 +1,8 @@
 """Completion events as EventBridge receives them (pure): each detail type's detail (its
-JSON Schema is in docs/operations.md), PutEvents' entries and batches, what its answer means.
-Every field is read from the outbox row and bounded here, whoever wrote the row: texts
-redacted and cut, numbers checked, unknown fields left out; an entry stays far below 256 KB.
-"""
+JSON Schema is in docs/reference/events-and-metrics.md), PutEvents' entries and batches,
+what its answer means. Every field is read from the outbox row and bounded here, whoever
+wrote the row: texts redacted and cut, numbers checked, unknown fields left out; an entry
+stays far below 256 KB."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class DetailType(enum.StrEnum):
 
 
 # Bounds of the detail's texts. A hosted URL is checked at 2,048 characters when Lsky
-# answers (lib.transfer.lsky_upload); a row may hold anything.
+# answers (lib.transfer.lsky_upload); a row may contain anything.
 URL_LIMIT = 2_048
 KEY_LIMIT = 64
 MIME_LIMIT = 100
@@ -63,7 +63,8 @@ def iso_time(moment: datetime) -> str:
 
 
 def detail(event: OutboxEvent) -> dict[str, Any]:
-    """The event's detail, as its detail type's schema says (docs/operations.md)."""
+    """The event's detail, as its detail type's schema says
+    (docs/reference/events-and-metrics.md)."""
     stored = event.detail
     found: dict[str, Any] = {
         "eventId": event.event_id,

@@ -24,7 +24,7 @@ from lib.state.outbox import OutboxEvent, Publication
 RESERVE_MS = 5_000
 # After a call failed (EventBridge unreachable, throttled, refused): no call for this long.
 COOLDOWN_SECONDS = 60.0
-# Events a container holds for its next call at most (older ones are the sweeper's), and
+# Events a container keeps for its next call at most (older ones are the sweeper's), and
 # the tries it gives each before leaving it to the sweeper.
 MAX_HELD = 50
 MAX_TRIES = 3
@@ -73,7 +73,7 @@ class Publisher:
         self._unrecorded = [p for p in self._unrecorded if p.event_id not in done]
 
     def publish(self, remaining_ms: int) -> None:
-        """One PutEvents for the events held, newest conclusion included, when it can be
+        """One PutEvents for the events kept, newest conclusion included, when it can be
         made now; never raises."""
         if self.bus is None or not self._held:
             return

@@ -23,7 +23,7 @@ from lib.state.outbox import Missed, OutboxStore, OutboxSummary, Page, Publicati
 # Events taken a statement (ten PutEvents calls at most), and a run's bound.
 PAGE_SIZE = 100
 MAX_EVENTS_PER_RUN = 2_000
-# A page is held this long against a second sweeper; longer than a run (60 s timeout).
+# A page is kept this long from a second sweeper; longer than a run (60 s timeout).
 LEASE_SECONDS = 120
 # A page is started only with this much of the run left: ten calls' worst case (one try,
 # 1 s connect and 2 s read timeouts each) and the settling statement.

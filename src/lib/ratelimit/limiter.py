@@ -2,7 +2,7 @@
 ImageService::rateLimiter: an image counts in whole seconds, both ends of a window,
 compared as wall-clock text (an hour the clock repeats counts twice), the month is PHP's
 "-1 month" (28 to 31 days); when an upload leaves a window, the longest windows pacing
-keeps, and when a window Lsky named frees. docs/archive.md says why.
+keeps, and when a window Lsky named frees. docs/explanation/lane-and-pacing.md says why.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def window_frees(
 ) -> float:
     """When a window Lsky named (`window`: minute ... month; `seconds` long) frees its next
     slot by the ledger's uploads (`counted`: each upload's latest count time, epoch seconds):
-    the limit-th newest upload still in it leaves it. When the ledger holds fewer (other
+    the limit-th newest upload still in it leaves it. When the ledger has fewer (other
     clients of the account count too), or that one may have left already, the whole
     window: an upload made now leaves it."""
     near = setbacks(zone, now - seconds - DAY_SECONDS, now + DAY_SECONDS)

@@ -1,8 +1,7 @@
 """Pacing's upload slots (pure): from the ledger's entries, the earliest time a record's
 upload may start under LSKY_RATE_LIMITS and what it books. LaneStore.take_slot reads the
-ledger, asks `decide`, and writes the answer under the lane's version; docs/archive.md
-("When a record runs") gives each rule's reason.
-"""
+ledger, asks `decide`, and writes the answer under the lane's version;
+docs/explanation/lane-and-pacing.md ("When a record runs") gives each rule's reason."""
 
 from __future__ import annotations
 
@@ -112,7 +111,7 @@ def live_demand(
 
 
 def history_share(limit: int, live: int) -> int:
-    """Uploads of backfilled records a window may hold: what live demand (`live` entries
+    """Uploads of backfilled records a window may have: what live demand (`live` entries
     of live records in it) and the live margin leave of its limit."""
     return max(limit - live - live_margin(live), 0)
 
@@ -123,7 +122,7 @@ def decide(entries: Sequence[Entry], *, now: float, mine: float | None, ask: Ask
     measured against the uploads made so far only (the bookings after it were measured from
     it, and yield). A live record does not count backfilled records' bookings: it takes
     the slot and they are `displaced`. A backfilled record keeps within each window's
-    history share (history_share) as well as its limit."""
+    backfill share (history_share) as well as its limit."""
     standing = mine is not None and mine >= now - ask.stale
     low = max(mine, now) if standing and mine is not None else now
     counted, displaceable = _units(entries, now=now, standing=standing, ask=ask)
@@ -239,11 +238,11 @@ def _history_blocked(
     counted: Sequence[_Unit], *, now: float, seconds: float, limit: int, ask: Ask
 ) -> list[tuple[float, float]]:
     """A backfilled record's further bound: backfilled records' uploads within the window's
-    history share, live demand measured as `live_demand` measures it."""
+    backfill share, live demand measured as `live_demand` measures it."""
     live = [(u.time, u.n) for u in counted if not u.history]
     share = history_share(limit, live_demand(live, now=now, seconds=seconds, margin=ask.margin))
     if share <= 0:
-        # Nothing is left for history now: look again once a window has passed.
+        # Nothing is left for backfilled records now: look again once a window has passed.
         return [(-math.inf, now + seconds + LSKY_SECOND + 2 * ask.margin)]
     history = [u for u in counted if u.history]
     return [(start, end) for start, end, _, _ in _runs(history, seconds, share, ask.margin)]
@@ -261,7 +260,7 @@ def _islands(blocked: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _inside(islands: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
-    """The stretch holding `at`, if any."""
+    """The stretch with `at` in it, if any."""
     index = bisect.bisect_right(islands, (at, math.inf)) - 1
     if index >= 0 and islands[index][0] <= at < islands[index][1]:
         return islands[index]
@@ -293,7 +292,7 @@ def _displace(
     counted: Sequence[_Unit], displaceable: Sequence[_Unit], *, at: float, ask: Ask
 ) -> tuple[int, ...]:
     """The backfilled records' bookings a live slot at `at` takes over: while a window's run
-    of entries holding `at` includes such bookings, the latest of them gives way."""
+    of entries around `at` includes such bookings, the latest of them gives way."""
     kept = list(displaceable)
     displaced: list[int] = []
     while kept:

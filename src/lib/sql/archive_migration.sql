@@ -1,7 +1,7 @@
 -- Archive columns and indexes on image_generation_records, and the project's own tables.
 -- This file is the declaration: `archive-ctl migrate` reads it, compares each statement
 -- with the catalog and runs only what is missing, with a short lock_timeout and retries
--- for what needs the table's exclusive lock (docs/database.md, "The migration"). Each
+-- for what needs the table's exclusive lock (docs/explanation/live-migration.md). Each
 -- statement must keep one of the shapes it knows: ALTER TABLE ... ADD COLUMN IF NOT
 -- EXISTS, CREATE [UNIQUE] INDEX [CONCURRENTLY] IF NOT EXISTS, CREATE TABLE IF NOT EXISTS,
 -- INSERT ... ON CONFLICT DO NOTHING, and the CHECK constraint's two DO blocks.
@@ -12,7 +12,7 @@ SET lock_timeout = '5s';
 
 -- One migration at a time, archive-ctl's or psql's: a second run waits here, so it
 -- never takes the first one's index build, still INVALID while it runs, for an
--- interrupted one. Held until the session ends. (1634888552 is 'arch' in ASCII.)
+-- interrupted one. Kept until the session ends. (1634888552 is 'arch' in ASCII.)
 SELECT pg_advisory_lock(1634888552);
 
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_status TEXT;
@@ -27,7 +27,7 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_image_url T
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS image_mime_type TEXT;
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS hosted_response JSONB;
 -- The last attempt may have left an image on Lsky that the row does not point at: set by
--- every claim, cleared by the writes that know the host's answer (queries.sql, docs/archive.md).
+-- every claim, cleared by the writes that know the host's answer (queries.sql, docs/explanation/one-stored-copy.md).
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_may_be_hosted BOOLEAN NOT NULL DEFAULT false;
 -- Lsky stored other bytes than the generated ones (re-encoded, watermarked): true; the
 -- same: false; not compared (adopted, archived before the check): NULL.
@@ -54,7 +54,7 @@ ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_first_clai
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_backfilled BOOLEAN NOT NULL DEFAULT false;
 -- When the archive became FAILED: set by every statement that fails a row, cleared by a
 -- requeue. NULL on a row an older release failed: readers then take queries.sql's
--- failed_time, which falls back to the last send (docs/database.md, "Failure time").
+-- failed_time, which falls back to the last send (docs/reference/database.md, "Failure time").
 ALTER TABLE image_generation_records ADD COLUMN IF NOT EXISTS archive_failed_at TIMESTAMPTZ;
 
 -- The claim is by primary key and needs no index. The sweeper's two scans do:
@@ -98,7 +98,7 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_failed_
     WHERE archive_status = 'FAILED';
 
 -- `archive-ctl backfill` pages through the never-queued SUCCEEDED generations by
--- (started_at, id); the index holds only those rows, and a row leaves it when queued.
+-- (started_at, id); the index has only those rows, and a row leaves it when queued.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS image_generation_records_archive_backfill_idx
     ON image_generation_records (started_at, id)
     WHERE archive_status IS NULL AND status = 'SUCCEEDED';
@@ -131,7 +131,7 @@ BEGIN
 END
 $$;
 
--- A NOT VALID constraint still refuses every UPDATE of a row holding another value, so
+-- A NOT VALID constraint still refuses every UPDATE of a row with another value, so
 -- one that cannot be validated is dropped again rather than left behind.
 DO $$
 BEGIN
@@ -164,7 +164,7 @@ INSERT INTO image_archive_lane (lane) VALUES ('lsky') ON CONFLICT (lane) DO NOTH
 -- The lane's upload ledger: one row per upload (state done: when Lsky answered; taken:
 -- an upload under way) and per booked slot (state booked: a future upload time kept for
 -- record_id). Rows older than two hours are rolled up into image_archive_upload_hours by
--- the sweeper, so the table holds hours, not history (lib.state.lane_store).
+-- the sweeper, so the table keeps hours, not months of rows (lib.state.lane_store).
 CREATE TABLE IF NOT EXISTS image_archive_uploads (
     lane TEXT NOT NULL DEFAULT 'lsky',
     at TIMESTAMPTZ NOT NULL,
@@ -189,7 +189,7 @@ CREATE TABLE IF NOT EXISTS image_archive_upload_hours (
 -- window is the rest (`archive-ctl status` and `backfill`).
 ALTER TABLE image_archive_upload_hours ADD COLUMN IF NOT EXISTS backfill_uploads INT NOT NULL DEFAULT 0;
 
--- Every record's story (lib.state.events, docs/history.md): one row per event, written by
+-- Every record's story (lib.state.events, docs/explanation/stories.md): one row per event, written by
 -- the statements that change the record; an attempt's own events are carried in memory to
 -- the statement that concludes it. `seq` orders the events one statement writes at one
 -- time. The kinds mirror lib.state.events.EventKind. The sweeper removes a record's events
@@ -254,14 +254,14 @@ CREATE TABLE IF NOT EXISTS image_archive_queue (
 
 INSERT INTO image_archive_queue (queue) VALUES ('archive') ON CONFLICT (queue) DO NOTHING;
 
--- Completion events waiting to be published on EventBridge (lib.publish; docs/operations.md,
+-- Completion events waiting to be published on EventBridge (lib.publish; docs/reference/events-and-metrics.md,
 -- "Completion events"). The statement that concludes a record (archived, failed) writes its
 -- event here in the same statement; the archive function publishes it right after and its
 -- next claim deletes it, and the sweeper publishes what is still here after the grace
 -- period. Only pending events stay: a published or dropped one is deleted, and the story's
 -- conclusion event notes it. The detail types mirror lib.publish.entries.DetailType.
 -- tries: publications that failed; rejections: those EventBridge refused for good (an
--- entry is dropped after a few); retry_at: a sweeper holds it until then while it publishes.
+-- entry is dropped after a few); retry_at: a sweeper keeps it until then while it publishes.
 CREATE TABLE IF NOT EXISTS image_archive_outbox (
     event_id UUID PRIMARY KEY,
     record_id BIGINT NOT NULL,

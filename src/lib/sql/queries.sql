@@ -12,7 +12,7 @@ archive_locked_at < now() - make_interval(secs => :lock_ttl)
 (archive_locked_at IS NULL OR {{lock_time_expired}})
 
 -- name: producer_enqueued
--- The generation service's enqueue, which writes no event (docs/history.md): inferred from
+-- The generation service's enqueue, which writes no event (docs/explanation/stories.md): inferred from
 -- the row by the first statement that writes an event for a record that has none: the
 -- claim, or the sweeper's. As a row of (at, seq, attempt, kind, detail) for the record
 -- `target` (id, archive_status, enqueued_at, next_run_at).
@@ -33,7 +33,7 @@ WHERE target.archive_status IS NOT NULL
 -- `received` moves the queue's receive mark on (the sweeper's lost-message rule) to
 -- :queue_mark, the SentTimestamp of a message received for the first time (NULL
 -- otherwise): never back, never past now(), and only by a second or more, so that a
--- burst sent together writes it once. A mark another claim holds is skipped, never
+-- burst sent together writes it once. A mark another claim has locked is skipped, never
 -- waited for: the mark then lags, which can only delay a re-send, not cause one.
 WITH lane AS (
     SELECT paused_until, {{lane_paused_for}} AS paused_for,
@@ -151,7 +151,7 @@ outboxed AS ({{outbox_failed}}),
 published AS ({{outbox_published}}),
 told AS ({{note_publication}}),
 noted AS (
-    -- The story (docs/history.md): the message received, and the claim's own change. A
+    -- The story (docs/explanation/stories.md): the message received, and the claim's own change. A
     -- re-run with the same owner (after a lost reply) writes nothing twice.
     INSERT INTO image_archive_events (record_id, at, seq, attempt, kind, detail)
     SELECT target.id, e.at, e.seq, e.attempt, e.kind, e.detail
@@ -192,9 +192,9 @@ noted AS (
     ) AS e
     WHERE target.archive_locked_by IS DISTINCT FROM :owner
       -- A message for a record that is not live (archived, failed, never queued) is told
-      -- in its story only while the story holds a conclusion, which the retention removes
+      -- in its story only while the story has a conclusion, which the retention removes
       -- it with: after the retention it would start a story of its own, never removed
-      -- and read as a record just queued (docs/history.md).
+      -- and read as a record just queued (docs/explanation/stories.md).
       AND (target.archive_status IN ('PENDING', 'RUNNING')
            OR EXISTS (SELECT 1 FROM image_archive_events AS told
                       WHERE told.record_id = target.id AND told.kind IN ('archived', 'failed')))
@@ -227,11 +227,11 @@ LEFT JOIN image_archive_originals AS o ON o.record_id = restore.record_id;
 -- name: succeed
 -- Success wins whatever happened meanwhile (the lock passed on, or the sweeper failed
 -- the row): the picture is hosted, so record it rather than upload it again. Returns
--- whether we still held the lock, whether this statement wrote the row, and whether
--- the row already holds this very URL (a re-run after a lost reply).
+-- whether we still had the lock, whether this statement wrote the row, and whether
+-- the row already has this very URL (a re-run after a lost reply).
 -- The completion event (:event_id, NULL when none is published) goes into the outbox only
 -- when this statement wrote the row, so a re-run after a lost reply writes none:
--- `Image Restored` when the row held another hosted URL (a repair re-published it),
+-- `Image Restored` when the row had another hosted URL (a restore published it again),
 -- `Image Archived` otherwise (outbox_archived).
 WITH before AS (
     SELECT id, archive_status, archive_locked_by, hosted_image_url,
@@ -765,7 +765,7 @@ AND (CAST(:waiting AS text) IS NULL
      OR (archive_status = 'PENDING' AND archive_next_run_at > now()
          AND COALESCE(archive_wait_reason, 'unknown') = CAST(:waiting AS text)))
 -- :audit, what the audit last found (missing, altered; lost: either, nothing to restore
--- from): its partial index holds only such rows.
+-- from): its partial index has only such rows.
 AND (CAST(:audit AS text) IS NULL
      OR id IN (SELECT a.record_id FROM image_archive_audits AS a
                WHERE a.verdict <> 'intact'
@@ -795,7 +795,7 @@ hosted_response ->> 'key'
 
 -- name: list_failed
 -- FAILED rows, newest failure first, keyset-paged below (:after_time, :after_id): a range
--- of the failed_at index read backwards, however many rows the table holds.
+-- of the failed_at index read backwards, however many rows the table has.
 SELECT {{listed_record}}
 FROM image_generation_records
 WHERE {{failed_selection}}
@@ -835,7 +835,7 @@ ORDER BY wanted.id;
 
 -- name: requeue_failed
 -- A fresh attempt budget for the FAILED rows the selection names, in list_failed's order
--- (what `list --state FAILED` shows is what is taken); the last error is kept as history,
+-- (what `list --state FAILED` shows is what is taken); the last error is kept until the next attempt,
 -- the failure time cleared.
 WITH picked AS (
     SELECT id, archive_attempts, archive_error
@@ -907,7 +907,7 @@ ORDER BY 1;
 -- step sends a new one once the row is due and the lane open (no stamp: no message is out
 -- for it). :held: its message is kept, hidden until the row is due, so the due time says
 -- when it comes back (the sweeper's lost-message rule reads it as the message's entry).
--- A booking it held goes (settle_ledger): it comes back for no booked slot.
+-- A booking it had goes (settle_ledger): it comes back for no booked slot.
 WITH parked AS (
     UPDATE image_generation_records
     SET archive_next_run_at = GREATEST(archive_next_run_at,
@@ -1221,7 +1221,7 @@ noted AS (
 SELECT id, was FROM marked ORDER BY id;
 
 -- name: expire_events
--- Retention (docs/history.md), run by the sweeper: the oldest conclusions (archived,
+-- Retention (docs/explanation/stories.md), run by the sweeper: the oldest conclusions (archived,
 -- failed) older than :retention seconds, :limit at most, of records that are not live
 -- (SUCCEEDED, FAILED, never queued, or gone); each record's events up to its conclusion
 -- are removed, and when that is its last conclusion, the events after it too (a
@@ -1307,7 +1307,7 @@ ORDER BY at, seq;
 -- name: backfill_selection
 -- The generations `archive-ctl backfill` queues: SUCCEEDED and never queued, started in
 -- [:since, :until), of one user when :user_id is given. The partial index
--- image_generation_records_archive_backfill_idx holds exactly the first two conditions.
+-- image_generation_records_archive_backfill_idx has exactly the first two conditions.
 status = 'SUCCEEDED'
 AND archive_status IS NULL
 AND started_at >= CAST(:since AS timestamptz)
@@ -1328,9 +1328,9 @@ LIMIT :limit;
 -- One backfill page, marked as mark_for_enqueue marks (PENDING, due now, stamped); the
 -- caller then sends the messages. Keyset paging after (:after_started, :after_id) keeps
 -- each page an index range read. A marked row leaves the selection and rows another
--- transaction holds are skipped, so concurrent runs or a re-run never mark a row twice
+-- transaction has locked are skipped, so concurrent runs or a re-run never mark a row twice
 -- (the caller counts the range again at its end, for the rows skipped). archive_backfilled
--- makes the row history: served after live records.
+-- marks the row backfilled for good: served after live records.
 WITH picked AS (
     SELECT id
     FROM image_generation_records
@@ -1384,10 +1384,10 @@ noted AS (
 SELECT id FROM unmarked;
 
 -- name: lane_demand
--- `archive-ctl backfill`: what the lane holds before history may have more. Live rows (not
+-- `archive-ctl backfill`: what the lane has before backfilled records may have more. Live rows (not
 -- archive_backfilled) waiting for the lane (a host pause, a pacing slot), and live rows due
--- now (RUNNING, or PENDING and due) that hold no slot yet; backfilled rows queued (PENDING
--- other than in backoff), and backfilled rows in the lane (those, or RUNNING) holding no
+-- now (RUNNING, or PENDING and due) that have no slot yet; backfilled rows queued (PENDING
+-- other than in backoff), and backfilled rows in the lane (those, or RUNNING) with no
 -- slot. Range reads of the PENDING and RUNNING partial indexes, at most :limit rows.
 WITH lane AS (
     SELECT id, archive_status, archive_backfilled, archive_wait_reason,
@@ -1486,8 +1486,8 @@ FROM ({{attempt_events}}
                   ELSE jsonb_build_object('write', CAST(:kind AS text)) END) AS e
 
 -- name: outbox_archived
--- succeed's completion event (docs/operations.md, "Completion events"): of the row it wrote
--- (`written`), `Image Restored` when the row held another hosted URL before (`before`: a
+-- succeed's completion event (docs/reference/events-and-metrics.md, "Completion events"): of the row it wrote
+-- (`written`), `Image Restored` when the row had another hosted URL before (`before`: a
 -- repair re-published the record; the detail keeps the old URL and Lsky key), else `Image
 -- Archived`. :event_detail is what the worker knows (URL, type, size, key); :event_id is
 -- NULL when events are off. ON CONFLICT: an event id is written once, whatever happens.
@@ -1585,7 +1585,7 @@ WHERE archive_staged_key IS NOT NULL;
 -- name: outbox_take
 -- The sweeper's page of completion events to publish (lib.publish.sweep): those older than
 -- the grace period (their container published them and has not claimed since, or never
--- could), oldest first, and those this run's own statements wrote (:own). Each is held for
+-- could), oldest first, and those this run's own statements wrote (:own). Each is kept for
 -- :lease seconds (retry_at), so a second sweeper passes it by while this one publishes.
 -- Two range reads of the created_at index, not the table.
 WITH due AS (
@@ -1658,7 +1658,7 @@ ORDER BY created_at;
 -- ---------------------------------------------------------------------------------------
 -- `archive-ctl migrate` (lib.cli.migrate) and `archive-ctl grants` (lib.cli.grants): the
 -- catalog, the migration's advisory lock (its key is the one archive_migration.sql takes),
--- and the migration's own row updates. docs/database.md says why each is shaped so.
+-- and the migration's own row updates. docs/explanation/live-migration.md says why each is shaped so.
 
 -- name: schema_catalog
 -- Which of the declared objects exist, as (kind, name, table, flag, definition): flag says
@@ -1691,7 +1691,7 @@ WHERE k.conname = ANY(CAST(:constraints AS text[])) AND pg_table_is_visible(t.oi
 SELECT pg_try_advisory_lock(CAST(:key AS bigint));
 
 -- name: migration_lock_holder
--- The session holding the migration's lock (a bigint key: classid is its high half).
+-- The session that has the migration's lock (a bigint key: classid is its high half).
 SELECT a.pid, a.backend_start, a.application_name
 FROM pg_locks AS l
 JOIN pg_stat_activity AS a ON a.pid = l.pid
@@ -1700,8 +1700,8 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND (CAST(l.classid AS bigint) << 32) + CAST(l.objid AS bigint) = CAST(:key AS bigint);
 
 -- name: table_lock_holders
--- The sessions holding a lock on :table, longest-running first: what a brief exclusive
--- request gave up waiting for. No query text: it may hold other people's values.
+-- The sessions with a lock on :table, longest-running first: what a brief exclusive
+-- request gave up waiting for. No query text: it may contain other people's values.
 SELECT a.pid, a.application_name, a.state,
        EXTRACT(EPOCH FROM now() - COALESCE(a.xact_start, a.query_start))
 FROM pg_stat_activity AS a
@@ -1833,7 +1833,7 @@ LEFT JOIN pg_attribute AS a
        ON a.attrelid = c.oid AND a.attname = n.col AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY n.ord;
 
--- The audit of hosted images (lib.audit, lib.state.audits; docs/audit.md). A check never
+-- The audit of hosted images (lib.audit, lib.state.audits; docs/explanation/audit-and-repair.md). A check never
 -- writes the generation's row; a restore does, through the archive's own state machine.
 
 -- name: audit_target
@@ -1915,9 +1915,9 @@ LIMIT :limit;
 
 -- name: enrol_archived
 -- The walk: the next :batch records by id after the walk's position, the archived ones
--- enrolled (due now: history is checked at the audit's own pace) unless they are. At the
+-- enrolled (due now: older archives are checked at the audit's own pace) unless they are. At the
 -- end of the table the pass is finished; the next begins :period seconds after the last
--- began. A walk another run holds is skipped. Reads the primary key, :batch rows a call.
+-- began. A walk another run has locked is skipped. Reads the primary key, :batch rows a call.
 WITH walk AS (
     SELECT after_id, started_at FROM image_archive_audit_walk
     WHERE walk = 'archived'

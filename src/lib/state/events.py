@@ -1,6 +1,6 @@
 """A record's story: the kinds of event (mirrored by the CHECK of image_archive_events), who
 enqueues, the bound every detail keeps, and EventLog, an attempt's events kept in memory
-until the statement that concludes it writes them. docs/history.md says why it is so.
+until the statement that concludes it writes them. docs/explanation/stories.md says why it is so.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class EventKind(enum.StrEnum):
     DEQUEUED = "dequeued"  # an interrupted backfill made it never-queued again
     DATED = "dated"  # the sweeper gave a PENDING row without a due time one
     RECEIVED = "received"  # a message for it reached the archive function
-    CLAIMED = "claimed"  # an attempt started: its number, the invocation holding the lock
+    CLAIMED = "claimed"  # an attempt started: its number, the invocation that has the lock
     LOCK_TAKEN_OVER = "lock_taken_over"  # an expired lock ended: by a claim or the sweeper
     LOCK_LOST = "lock_lost"  # an attempt's write found its lock passed on: not recorded
     FETCHED = "fetched"  # the bytes in hand (provider or staged copy), or the failure

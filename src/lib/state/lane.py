@@ -1,4 +1,4 @@
-"""The upload lane as PostgreSQL holds it: a shared pause, booked slots, the drain rate."""
+"""The upload lane as PostgreSQL keeps it: a shared pause, booked slots, the drain rate."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class LaneState:
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """Uploads the ledger holds at one time (an hour's count at the hour's end), or a booked
+    """Uploads the ledger has at one time (an hour's count at the hour's end), or a booked
     slot: `at` in seconds from now (negative: done or under way; positive: booked)."""
 
     at: float

@@ -22,7 +22,7 @@ from lib.state.queries import Statements
 # pause; past that the attempt gives way (LaneContention: our side, no attempt spent).
 SLOT_TRIES = 20
 CONTENTION_PAUSE_SECONDS = (0.005, 0.05)
-# The lane's pause_detail holds a host's answer: redacted, then bounded (lib.platform.redact).
+# The lane's pause_detail has a host's answer: redacted, then bounded (lib.platform.redact).
 PAUSE_DETAIL_LIMIT = 200
 # Uploads older than the ledger's exact rows move to hourly counts this many at a time.
 ROLL_UP_ROWS = 10_000
@@ -186,7 +186,7 @@ class LaneStore(Statements):
     ) -> datetime:
         """When the ledger says a window Lsky named (`window`, `seconds` long; a day's or a
         week's as long as Lsky's zone makes it) frees a slot, by Lsky's arithmetic
-        (lib.ratelimit.limiter.window_frees; the whole window when it holds fewer than the
+        (lib.ratelimit.limiter.window_frees; the whole window when it has fewer than the
         limit), Lsky's clock within `margin` (default: pacing's). `record_id`: the record
         Lsky just refused, whose own slot is no upload."""
         [(seconds, limit)] = limiter.pacing_windows([(int(seconds), limit)], zone)

@@ -1,5 +1,5 @@
 """Statements for producers and operators (archive-ctl): queue rows, requeue failures,
-backfill history, and the counts `status` shows (lib/sql/queries.sql)."""
+a backfill, and the counts `status` shows (lib/sql/queries.sql)."""
 
 from __future__ import annotations
 
@@ -59,12 +59,12 @@ class WaitingCount:
 
 @dataclass(frozen=True)
 class LaneDemand:
-    """The records the upload lane holds, live and backfilled (`lane_demand`)."""
+    """The records in the upload lane, live and backfilled (`lane_demand`)."""
 
     live_waiting: int  # live rows waiting for the lane: a host pause, a pacing slot
-    live_due: int  # live rows due now (queued or running) that hold no upload slot yet
+    live_due: int  # live rows due now (queued or running) that have no upload slot yet
     backfill_queued: int  # backfilled rows PENDING (queued, or waiting), not in backoff
-    backfill_unslotted: int  # backfilled rows PENDING or RUNNING that hold no upload slot
+    backfill_unslotted: int  # backfilled rows PENDING or RUNNING that have no upload slot
 
 
 # Rows `lane_demand` reads at most: past that, the lane is busy enough for a backfill to wait.

@@ -31,7 +31,7 @@ class OriginalStore(Statements):
         return bool(rows)
 
     def of(self, record_id: int) -> KeptOriginal | None:
-        """The record's kept original; None when it has none, or when its row holds what
+        """The record's kept original; None when it has none, or when its row has what
         no release of ours writes (KeptOriginal.from_row)."""
         rows = self._run("original_of", record_id=record_id)
         return KeptOriginal.from_row(rows[0]) if rows else None

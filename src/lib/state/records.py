@@ -29,7 +29,7 @@ from lib.state.outbox import Publication, Written, published_params
 from lib.state.queries import Statements
 from lib.state.status import WaitReason
 
-# archive_error holds text from outside (a host's answer): redacted, then bounded, on its
+# archive_error has text from outside (a host's answer): redacted, then bounded, on its
 # way in (lib.platform.redact).
 ERROR_LIMIT = 500
 # An SQS message id is a UUID; anything longer in the event is not one.
@@ -145,7 +145,7 @@ class ArchiveRecords(Statements):
         detail: Mapping[str, Any] | None = None,
         size: int | None = None,
     ) -> Recorded:
-        """Record the hosted image; says what the row held before (see Recorded).
+        """Record the hosted image; says what the row had before (see Recorded).
 
         altered: whether Lsky stored other bytes than were sent (None: not compared).
         log_upload: the upload goes into the ledger (an adoption sent nothing: False).
@@ -334,7 +334,7 @@ class ArchiveRecords(Statements):
         """A PENDING row left without a message until it is due in `delay_seconds` (the
         sweeper sends it then); `held`: its message is kept, hidden until then. wait_reason
         None keeps the row's. detail: what its `parked` (or `held`) event adds to why and
-        until when. A booking it held goes (settle_ledger)."""
+        until when. A booking it had goes (settle_ledger)."""
         return bool(
             self._run(
                 "park",

@@ -2,7 +2,7 @@
 
 `Downloader.open(url, deadline)` gives an ImageStream once the guarded connection is made,
 redirects followed and the first bytes sniffed; iterating it enforces the size cap and a
-total deadline (a watchdog). docs/transfer.md has the rationale.
+total deadline (a watchdog). docs/explanation/transfers.md has the rationale.
 """
 
 from __future__ import annotations

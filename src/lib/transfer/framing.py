@@ -1,5 +1,5 @@
 """An upstream answer's framing, checked before its body is read: no encoding that would
-have to be inflated, and a Content-Length that is a length (docs/security.md)."""
+have to be inflated, and a Content-Length that is a length (docs/explanation/security.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The image's bytes in hand: the first download (or a staged copy read back), spooled
-once (memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, and read by
-every later step: never the source again (docs/transfer.md). Their SHA-1 is taken as the
-upload reads them (Sha1Reader), where it overlaps with the host's own work."""
+"""The image's bytes in hand: the first download (or a staged copy read back), spooled once
+(memory up to SPOOL_IN_MEMORY_BYTES, then /tmp) with their length, and read by every
+later step: never the source again (docs/explanation/transfers.md). Their SHA-1 is taken
+as the upload reads them (Sha1Reader), where it overlaps with the host's own work."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Sha1Reader:
         self._released = False
 
     def read(self, size: int = -1, /) -> bytes:
-        """At most `size` bytes, never past the image's end (a kept spool file may hold
+        """At most `size` bytes, never past the image's end (a kept spool file may contain
         an earlier image's bytes beyond it)."""
         at = self.tell()
         left = max(0, self._size - at)
@@ -83,7 +83,7 @@ class Sha1Reader:
             release_spool(self._spool)
 
     def _check_open(self) -> None:
-        if self._released:  # the file may hold another image's bytes by now
+        if self._released:  # the file may contain another image's bytes by now
             raise ValueError("the image's spool was released")
 
     def sha1(self) -> str:
@@ -154,7 +154,7 @@ class Digests:
 
 def new_spool(size: int | None = None) -> IO[bytes]:
     """An empty spool for an image of `size` bytes (announced): in memory up to
-    SPOOL_IN_MEMORY_BYTES, else the container's kept file (_KeptFiles: it may hold an
+    SPOOL_IN_MEMORY_BYTES, else the container's kept file (_KeptFiles: it may contain an
     earlier image's bytes past what is written now, so it is written at offsets and read
     within the image's length only). `release_spool` ends its use."""
     if size is not None and size > SPOOL_IN_MEMORY_BYTES:
@@ -189,7 +189,7 @@ def write_at(spool: IO[bytes], offset: int, data: bytes | memoryview) -> None:
 
 class _KeptFiles:
     """Spool files kept from one image to the container's next: writing over pages the
-    page cache already holds costs about a third of filling new ones, and nothing is
+    page cache already has costs about a third of filling new ones, and nothing is
     freed (a 10 MB file's close) at the end of an attempt. Unbuffered, so no read-ahead
     of an earlier image survives in a buffer; forgotten by a forked child, which would
     otherwise share them with its parent."""
@@ -228,7 +228,7 @@ class _KeptFiles:
         self._idle, self._ours = [], weakref.WeakSet()
 
 
-# One attempt at a time holds one large spool (a container takes one message at a time).
+# One attempt at a time has one large spool (a container takes one message at a time).
 KEPT_SPOOL_FILES = 1
 _KEPT = _KeptFiles()
 
@@ -259,7 +259,7 @@ def hold(chunks: Iterable[bytes], image_type: ImageType, *, sha256: bool = False
 
 
 def _rolled_over(memory: io.BytesIO) -> IO[bytes]:
-    """The kept file, holding what `memory` held."""
+    """The kept file, with what `memory` had."""
     spool = new_spool(SPOOL_IN_MEMORY_BYTES + 1)
     with memory.getbuffer() as held_so_far:
         write_at(spool, 0, held_so_far)

@@ -1,4 +1,4 @@
-"""Which image a byte stream holds, by its first bytes (never by a header's say-so)."""
+"""Which image a byte stream contains, by its first bytes (never by a header's say-so)."""
 
 from __future__ import annotations
 

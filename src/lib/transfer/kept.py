@@ -1,5 +1,5 @@
 """Connections to a provider kept open between downloads (HTTP keep-alive): the container's
-next image from the same host skips the TCP and TLS handshakes (docs/transfer.md, "Kept
+next image from the same host skips the TCP and TLS handshakes (docs/explanation/transfers.md, "Kept
 connections"). One is kept only once a body was read to its end and the server left it
 open; it is taken again only for the same scheme, host and port, to an address the guard
 has just approved again, idle less than KEPT_IDLE_SECONDS, and not closed by the server."""

@@ -1,7 +1,7 @@
 """Lsky Pro v1 client (upload, image list, profile; read from lsky-org/lsky-pro 2.x).
 
 `upload` sends an image's bytes (in hand, or landing in the spool: lib.transfer.relay).
-Every exchange ends by its deadline (the download's watchdog holds a trickling answer
+Every exchange ends by its deadline (the download's watchdog binds a trickling answer
 too); nothing of a response is kept beyond Lsky's short, redacted `message`."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MAX_RESPONSE_BYTES = 256 * 1024
 LOOKUP_READ_TIMEOUT_SECONDS = 15.0  # a list of 40 rows: no file work on Lsky's side
 PROFILE_READ_TIMEOUT_SECONDS = 10.0
 # The keyword names one record, so its images fit on the first page; more pages than
-# this means the list cannot say whether the image is there (docs/transfer.md).
+# this means the list cannot say whether the image is there (docs/explanation/transfers.md).
 MAX_LOOKUP_PAGES = 3
 # A failure's whole message as kept (Lsky's own part is already shorter: MESSAGE_LIMIT).
 FAILURE_MESSAGE_LIMIT = 300
@@ -159,7 +159,7 @@ class LskyClient:
         self, origin_names: Collection[str], *, keyword: str, deadline: float
     ) -> list[HostedImage]:
         """The token user's images whose origin_name is exactly one of `origin_names`, oldest
-        first: GET /api/v1/images?keyword=...&order=earliest, paged until a page holds a
+        first: GET /api/v1/images?keyword=...&order=earliest, paged until a page has a
         match (at most MAX_LOOKUP_PAGES). Raises ArchiveFailure (stage lookup)."""
         token = self._token(False)
         used = [token]

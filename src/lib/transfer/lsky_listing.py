@@ -1,7 +1,7 @@
 """Lsky Pro's image list (GET /api/v1/images), read as data (pure, table-tested).
 
 The list is how an attempt finds the image an earlier one may have stored; what its
-keyword and album filters really match is in docs/transfer.md.
+keyword and album filters really match is in docs/explanation/transfers.md.
 """
 
 from __future__ import annotations

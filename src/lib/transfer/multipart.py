@@ -1,7 +1,7 @@
 """multipart/form-data bodies generated while they are sent, with an exact Content-Length.
 
-The image is never held whole in memory; a body whose chunks cannot match the promised
-length raises BodyLengthError before the request completes (docs/transfer.md).
+The image is never in memory whole; a body whose chunks cannot match the promised
+length raises BodyLengthError before the request completes (docs/explanation/transfers.md).
 """
 
 from __future__ import annotations

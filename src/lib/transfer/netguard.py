@@ -2,7 +2,7 @@
 
 The rule applies to the addresses a host resolves to, and those same addresses are what
 the connection uses (lib.transfer.pinned): no second lookup, no rebinding. Pure except
-for `resolve`, which tests inject. docs/security.md lists what is refused and why.
+for `resolve`, which tests inject. docs/explanation/security.md lists what is refused and why.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Answers read with each segment acknowledged as it is read (TCP_QUICKACK): a request
-sent soon after the last answer leaves Linux delaying its ACKs, and a server that writes an
-answer's header and body apart with Nagle on holds the body for that ACK, up to 40 ms
-(docs/transfer.md, "Delayed ACKs"). Our own sends need no care: urllib3 sets TCP_NODELAY
-on every socket it opens."""
+"""Answers read with each segment acknowledged as it is read (TCP_QUICKACK): a request sent
+soon after the last answer leaves Linux delaying its ACKs, and a server that writes an
+answer's header and body apart with Nagle on keeps the body back for that ACK, up to 40 ms
+(docs/explanation/transfers.md, "Delayed ACKs"). Our own sends need no care: urllib3 sets
+TCP_NODELAY on every socket it opens."""
 
 from __future__ import annotations
 

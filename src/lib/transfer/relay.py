@@ -1,7 +1,7 @@
 """A download poured into the spool while an upload, on a thread of its own, reads it as
-it lands (docs/transfer.md, "The relayed copy"). `relay(...)` gives the whole image in
+it lands (docs/explanation/transfers.md, "The relayed copy"). `relay(...)` gives the whole image in
 hand once the download has ended, its upload maybe still under way (`RelayedImage`): the
-upload never reads a byte the spool lacks, never holds the download back but to take a
+upload never reads a byte the spool lacks, never keeps the download back but to take a
 CPU, briefly, and a download that fails cuts it before its last byte (BodyLengthError)."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Relay:
             if self._landed + len(chunk) > self.size:
                 raise _length_failure(f"the source sent more than its {self.size} bytes")
             # Outside the lock (hashlib lets go of the GIL), on the download's side: it has
-            # time to spare, where the upload, held to the host's pace, has none.
+            # time to spare, where the upload, bound to the host's speed, has none.
             self.reader.absorb(self._landed, chunk)
             with self._changed:
                 write_at(self.spool, self._landed, chunk)
@@ -102,7 +102,7 @@ class Relay:
             self._changed.wait_for(lambda: self._waiting_at == 0, timeout)
 
     def _hand_over(self) -> None:
-        """Called holding the lock, having landed bytes: when they are what the upload's
+        """Called with the lock, having landed bytes: when they are what the upload's
         thread waits for, wait (briefly) for it to take them. Both CPUs busy with the
         download and the provider, a woken thread would wait a scheduler slice or more
         for one, and the host with it; waiting here gives it this one."""
