@@ -77,6 +77,13 @@ def plant(services: Services, count: int) -> list[int]:
         " SELECT id, now() FROM unnest(CAST(:ids AS bigint[])) AS id",
         ids=ids,
     )
+    # The other benches' archives are enrolled too, their hosts long stopped: checked,
+    # they would be unreachable (the host down). This run checks its own copies only.
+    services.db.run(
+        "UPDATE image_archive_audits SET due_at = now() + interval '30 days'"
+        " WHERE record_id <> ALL(CAST(:ids AS bigint[]))",
+        ids=ids,
+    )
     # The walk has nothing to enrol: it finished a pass just now.
     services.db.run(
         "UPDATE image_archive_audit_walk SET after_id = NULL, started_at = now(),"
