@@ -320,7 +320,7 @@ def run(services: Services) -> list[Row]:
         ),
         Row(
             "9",
-            "events table per archive (heap, TOAST, both indexes)",
+            "events table per archive (heap, TOAST, its indexes)",
             f"{size['bytes_per_event']:.0f} B an event; an archive the first time "
             f"({len(HAPPY_PATH)} events) {size['bytes_per_archive_first_time']:.0f} B, "
             f"{size['bytes_per_archive_first_time'] * million:.2f} GiB per million; "

@@ -1,11 +1,13 @@
 """The rest of the system around an `archive-ctl backfill` that runs on a fake clock: the
 archive function taking the queue's messages at the lane's speed (upload slots from the
 real take_slot statement when pacing is on), live records arriving, and the database's
-clock following the fake one (every timestamp the lane reads moves back as time passes)."""
+clock following the fake one (every timestamp the lane reads moves back as time passes,
+less the real time that passed meanwhile: on a loaded machine that is seconds a run)."""
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +79,7 @@ class LaneModel:
     refused: list[tuple[str, int]] = field(default_factory=list)  # slots not given at once
     _held: list[tuple[float, int]] = field(default_factory=list)  # (due, record id)
     _budget: float = 0.0
+    _real: float | None = None  # time.monotonic() at the last shift
 
     def __post_init__(self) -> None:
         self.store = LaneStore(self.db)
@@ -84,7 +87,13 @@ class LaneModel:
     def advance(self, seconds: float) -> None:
         self.now += seconds
         if self.shift:
-            time_passes(self.db, seconds)
+            # The database's own clock moved on by the real time since the last shift:
+            # only the rest of the fake seconds is shifted (negative when real time ran
+            # ahead), so what it dated is as old as the fake clock says.
+            real = time.monotonic()
+            ran = 0.0 if self._real is None else real - self._real
+            self._real = real
+            time_passes(self.db, seconds - ran)
         if self.producer is not None:
             self.producer(self)
         self.work(seconds)
