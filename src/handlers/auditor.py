@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from lib.archive.runtime import auditor
+from lib.audit.runtime import auditor
 from lib.platform.observability import logger, metrics, traced
 
 

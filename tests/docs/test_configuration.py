@@ -4,8 +4,8 @@ every variable the functions or archive-ctl read has a row, and each row's templ
 parameter, default and readers are what template.yaml and lib.platform.config do.
 
 Who reads a variable is found, not listed: the lib.platform.config functions the archive
-function's, the sweeper's and the auditor's cold start call (lib.archive.runtime, and
-lib.platform.observability's module level), and those any module of lib.cli calls, each
+function's, the sweeper's and the auditor's cold start call (lib.archive.runtime,
+lib.audit.runtime, and lib.platform.observability's module level), and those any module of lib.cli calls, each
 run on an environment that records what is read. Variables only a library reads (boto3,
 Powertools) are checked against the functions the template sets them for."""
 
@@ -94,19 +94,18 @@ def _config_calls(node: ast.AST) -> set[str]:
 def readers() -> dict[str, set[str]]:
     """Component -> the config functions its code calls."""
     found = modules()
-    runtime = found["lib.archive.runtime"]
     observability = _config_calls(found["lib.platform.observability"].tree)
 
-    def body(name: str) -> set[str]:
-        function = runtime.function(name)
-        assert function is not None, f"lib.archive.runtime.{name} is gone"
+    def body(module: str, name: str) -> set[str]:
+        function = found[module].function(name)
+        assert function is not None, f"{module}.{name} is gone"
         return _config_calls(function)
 
     cli = set().union(*(_config_calls(m.tree) for n, m in found.items() if n.startswith("lib.cli")))
     return {
-        "archive": body("archive_worker") | observability,
-        "sweeper": body("sweeper") | observability,
-        "audit": body("auditor") | observability,
+        "archive": body("lib.archive.runtime", "archive_worker") | observability,
+        "sweeper": body("lib.archive.runtime", "sweeper") | observability,
+        "audit": body("lib.audit.runtime", "auditor") | observability,
         "CLI": cli,
     }
 

@@ -209,7 +209,7 @@ def test_a_host_down_judges_nothing_and_says_so_once(audit: Audit, world: World)
 
 
 def test_a_dry_run_writes_nothing(audit: Audit, world: World) -> None:
-    from lib.archive import runtime
+    from lib.audit import runtime
 
     audit.archived(1)
     world.lsky.lose_file(audit.key(1))

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from lib.archive.error_classes import ERROR_CLASSES
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL
+from lib.state.error_classes import ERROR_CLASSES
 from lib.state.queries import QUERIES
 from lib.state.records import ArchiveRecords
 from lib.state.selection import MAX_ID, Selection

@@ -11,11 +11,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from lib.archive.error_classes import ERROR_CLASSES
 from lib.platform.config import load_settings
 from lib.platform.errors import ConfigError
 from lib.publish import entries
 from lib.publish.entries import DetailType, Fate
+from lib.state.error_classes import ERROR_CLASSES
 from lib.state.outbox import OutboxEvent
 from tests.docs.markdown import json_schema
 

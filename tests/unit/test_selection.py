@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lib.archive.error_classes import ERROR_CLASSES, error_class
 from lib.archive.faults import fault_verdict
 from lib.archive.retry import error_summary
 from lib.platform import config
 from lib.platform.errors import ConfigError
 from lib.platform.grants import Privilege, describe_missing
 from lib.platform.s3 import StagingError
+from lib.state.error_classes import ERROR_CLASSES, error_class
 from lib.state.selection import MAX_ID, Cursor, Selection, like_pattern
 from lib.transfer.failures import Failure, Kind, Stage
 from tests.support import model_examples

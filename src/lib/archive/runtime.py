@@ -12,10 +12,8 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from lib.platform.config import (
-    AuditSettings,
     Settings,
     SweeperSettings,
-    load_audit_settings,
     load_settings,
     load_sweeper_settings,
 )
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
     from lib.archive.originals import Originals
     from lib.archive.sweeper import Sweeper
     from lib.archive.worker import ArchiveWorker
-    from lib.audit.auditor import Auditor
 
 
 def build_worker(settings: Settings) -> ArchiveWorker:
@@ -72,7 +69,7 @@ def build_worker(settings: Settings) -> ArchiveWorker:
         max_image_bytes=settings.max_image_bytes,
         host_timezone=ZoneInfo(settings.lsky_timezone),
     )
-    originals = _originals(settings.originals_bucket, settings.originals_storage_class)
+    originals = originals_in(settings.originals_bucket, settings.originals_storage_class)
     # Completion events (lib.publish): the statements write them only when published.
     bus = EventBus(settings.event_bus) if settings.event_bus else None
     records = ArchiveRecords(db, publish=bus is not None, paced=bool(settings.rate_limits))
@@ -101,7 +98,8 @@ def build_worker(settings: Settings) -> ArchiveWorker:
     )
 
 
-def _originals(bucket: str | None, storage_class: str) -> Originals:
+def originals_in(bucket: str | None, storage_class: str) -> Originals:
+    """The originals bucket as the archive and the audit use it (None: off)."""
     from lib.archive.originals import Originals  # noqa: PLC0415 - the archive's and the audit's
 
     # Built without a client: boto3 is loaded by the first original's write or read.
@@ -123,35 +121,6 @@ def build_sweeper(settings: SweeperSettings) -> Sweeper:
         lanes=LaneStore(db),
         queue=Queue(),
         probe=_probe(settings),
-    )
-
-
-def build_auditor(settings: AuditSettings, *, db: Database | None = None) -> Auditor:
-    """The auditor; `db`: a connection of the caller's (archive-ctl's), else its own."""
-    from lib.audit.auditor import Auditor  # noqa: PLC0415
-    from lib.audit.repair import Restorer  # noqa: PLC0415
-    from lib.state.audits import AuditRecords  # noqa: PLC0415
-    from lib.state.operations import OperatorRecords  # noqa: PLC0415
-    from lib.transfer.download import Downloader  # noqa: PLC0415
-
-    db = db or Database(settings.database, application_name="image-archive-auditor")
-    audits = AuditRecords(db)
-    return Auditor(
-        audits=audits,
-        downloader=Downloader(
-            max_bytes=settings.max_image_bytes,
-            allow_private_networks=settings.allow_private_networks,
-        ),
-        originals=_originals(settings.originals_bucket, settings.originals_storage_class),
-        restorer=Restorer(
-            audits=audits,
-            operator=OperatorRecords(db),
-            sender=Queue(),
-            queue_url=settings.queue_url,
-        ),
-        period_seconds=settings.period_seconds,
-        rate=settings.audit_rate,
-        retention_seconds=settings.event_retention_days * 86_400,
     )
 
 
@@ -181,10 +150,14 @@ def sweeper() -> Sweeper:
     return build_sweeper(load_sweeper_settings())
 
 
-@cache
-def auditor() -> Auditor:
-    """The container's auditor; raises ConfigError (naming the setting) when misconfigured."""
-    return build_auditor(load_audit_settings())
+# How each container part built above it (lib.audit.runtime's auditor) is forgotten:
+# registered by the module that builds it, so this one imports nothing from above.
+_forgetters: list[Callable[[], None]] = []
+
+
+def on_reset(forget: Callable[[], None]) -> None:
+    """Have `reset` forget a container part built elsewhere too."""
+    _forgetters.append(forget)
 
 
 def reset() -> None:
@@ -193,8 +166,7 @@ def reset() -> None:
         archive_worker().records.db.close()
     if sweeper.cache_info().currsize:
         sweeper().records.db.close()
-    if auditor.cache_info().currsize:
-        auditor().audits.db.close()
     archive_worker.cache_clear()
     sweeper.cache_clear()
-    auditor.cache_clear()
+    for forget in _forgetters:
+        forget()

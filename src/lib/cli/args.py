@@ -9,9 +9,9 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from lib.archive.error_classes import ERROR_CLASSES
 from lib.archive.message import MAX_RECORD_ID
 from lib.cli.context import UsageError
+from lib.state.error_classes import ERROR_CLASSES
 from lib.state.selection import AUDIT_FINDINGS, STATES, Selection
 from lib.state.status import ArchiveStatus, WaitReason
 

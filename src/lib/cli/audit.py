@@ -7,9 +7,9 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
-from lib.archive import runtime
 from lib.audit.auditor import Auditor, AuditSummary, Choice
 from lib.audit.repair import Restorer
+from lib.audit.runtime import build_auditor
 from lib.cli.args import parse_since, positive
 from lib.cli.context import EXIT_OK, EXIT_PARTIAL, Context, UsageError
 from lib.cli.words import plural
@@ -86,7 +86,7 @@ def _auditor(ctx: Context, *, dry_run: bool) -> Auditor:
     if queue_url is None and not dry_run:
         raise UsageError("no queue URL: set ARCHIVE_QUEUE_URL or pass --queue-url")
     settings = config.load_audit_settings(queue_url=queue_url or NO_QUEUE)
-    auditor = runtime.build_auditor(settings, db=ctx.database())
+    auditor = build_auditor(settings, db=ctx.database())
     if dry_run:
         auditor.restorer = None
     return auditor

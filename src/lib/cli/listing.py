@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from lib.archive.error_classes import error_class
 from lib.cli.args import selection_of
 from lib.cli.context import EXIT_OK, Context, UsageError
 from lib.cli.progress import duration
 from lib.cli.words import plural, verb
 from lib.platform.redact import ELLIPSIS, outside_text
+from lib.state.error_classes import error_class
 from lib.state.records import ERROR_LIMIT
 from lib.state.selection import NEVER_QUEUED, Cursor, ListedRecord, Selection
 from lib.state.status import ArchiveStatus

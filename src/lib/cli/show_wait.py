@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lib.archive.error_classes import error_class
 from lib.archive.retry import ErrorClass
 from lib.cli.progress import duration
+from lib.state.error_classes import error_class
 from lib.state.lane import LaneState
 from lib.state.status import ArchiveStatus, WaitReason
 from lib.state.stories import RecordRow

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lib.archive.error_classes import error_class
 from lib.platform.redact import outside_text
+from lib.state.error_classes import error_class
 from lib.state.outbox import OutboxEvent
 
 SOURCE = "image-archive"
