@@ -5,9 +5,10 @@ parameter, default and readers are what template.yaml and lib.platform.config do
 
 Who reads a variable is found, not listed: the lib.platform.config functions the archive
 function's, the sweeper's and the auditor's cold start call (lib.archive.runtime,
-lib.audit.runtime, and lib.platform.observability's module level), and those any module of lib.cli calls, each
-run on an environment that records what is read. Variables only a library reads (boto3,
-Powertools) are checked against the functions the template sets them for."""
+lib.audit.runtime, and lib.platform.observability's module level), and those any module
+of lib.cli calls, each run on an environment that records what is read. Variables only a
+library reads (boto3, Powertools) are checked against the functions the template sets
+them for."""
 
 from __future__ import annotations
 
