@@ -266,9 +266,15 @@ def test_slots_taken_at_once_by_many_containers_never_exceed_the_limit(
 
     assert answers.count(SlotAnswer.GO) == 3
     assert answers.count(SlotAnswer.BOOKED) == 5
-    booked = [row[0] for row in db.run(
-        "SELECT at FROM image_archive_uploads WHERE state = 'booked' ORDER BY at")]  # fmt: skip
-    assert len(set(booked)) == 5  # each its own slot: no two share one
+    rows = db.run("SELECT state, at FROM image_archive_uploads ORDER BY at")
+    assert sorted(state for state, _ in rows) == ["booked"] * 5 + ["taken"] * 3
+    # Each booking its own slot: at no upload's time do more than the limit count as Lsky
+    # counts them (two slots may free at one instant, when two uploads shared a second:
+    # then two bookings share it too, and the window still holds three).
+    times = [at.timestamp() for _, at in rows]
+    for at in times:
+        counting = [u for u in times if u <= at < counts_until(u, 60, 0.5)]
+        assert len(counting) <= 3, (at, times)
 
 
 def booking_of(db: Any, record_id: int) -> datetime:
