@@ -44,20 +44,21 @@ NEEDS: tuple[Need, ...] = (
         "image_archive_lane",
         ("SELECT", "UPDATE"),
         (),
-        "the upload lane: every claim reads it; pauses update it",
+        "the upload lane: every claim reads it; pauses and pacing update it",
     ),
     Need(
         "image_archive_uploads",
         ("SELECT", "INSERT", "UPDATE", "DELETE"),
         (),
-        "the upload ledger: pacing books and takes slots, every success logs its upload, "
-        "the sweeper rolls old ones up",
+        "the upload ledger: pacing books and takes slots, every upload Lsky may have stored "
+        "is logged (unpaced: as its attempt ends, or as the claim or the sweeper takes over "
+        "one that vanished), the sweeper rolls old ones up",
     ),
     Need(
         "image_archive_upload_hours",
         ("SELECT", "INSERT", "UPDATE", "DELETE"),
         (),
-        "uploads per hour beyond the ledger's two hours (day, week, month windows)",
+        "hourly counts: uploads per hour beyond the ledger's two hours (day, week, month windows)",
     ),
     Need(
         "image_archive_events",
@@ -71,7 +72,7 @@ NEEDS: tuple[Need, ...] = (
         "image_archive_originals",
         ("SELECT", "INSERT", "UPDATE"),
         (),
-        "the kept originals: the success write records one, the audit adds or replaces "
+        "the kept originals: the success write writes one, the audit adds or replaces "
         "one and reads them",
     ),
     Need(
