@@ -1,7 +1,8 @@
 """ArchiveFunction: SQS (BatchSize 1) -> archive one generated image to Lsky Pro.
 
 Thin by design: Powertools turns each record into a call to the worker and reports
-the records to redeliver as batchItemFailures (ReportBatchItemFailures).
+the records to redeliver as batchItemFailures (ReportBatchItemFailures). In Lambda with
+events on, the completion events go out after the response (lib.platform.after_response).
 """
 
 from __future__ import annotations
@@ -20,12 +21,21 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from lib.archive.message import sent_time
 from lib.archive.outcome import Message, Redelivered
 from lib.archive.runtime import archive_worker
+from lib.platform import config
+from lib.platform.after_response import AfterResponse, Job
 from lib.platform.observability import log_unexpected, logger, metrics, traced
 
 # A record's failure is a batch item failure, not a function error: with BatchSize 1 an
 # "entire batch failed" error would make Lambda back off the whole event source. The one
 # deliberate function error is a missing setting at start-up (below), before any record.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+# Registered now, during Lambda's init (an internal extension cannot register later).
+# None outside Lambda, with events off, or refused: the worker publishes before returning.
+_runtime_api = config.lambda_runtime_api()
+after_response = (
+    AfterResponse.register(_runtime_api) if _runtime_api and config.events_on() else None
+)
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
@@ -40,7 +50,10 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     owner = f"{lambda_context.aws_request_id}/{record.message_id}"
     try:
         result = archive_worker().process(
-            message, owner=owner, remaining_ms=lambda_context.get_remaining_time_in_millis
+            message,
+            owner=owner,
+            remaining_ms=lambda_context.get_remaining_time_in_millis,
+            publish_now=after_response is None,
         )
     except Exception as error:
         # The safety net: Powertools marks the record failed, but never silently.
@@ -50,11 +63,36 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         raise Redelivered(result)
 
 
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    try:
+        response: PartialItemFailureResponse = _handle(event, context)
+        return response
+    finally:
+        if after_response is not None:
+            # Always, also when it raised: the extension waits for it (up to the deadline).
+            after_response.hand_off(context.aws_request_id, _publication())
+
+
 @traced
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+def _handle(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     archive_worker()  # a missing setting fails the invocation loudly, before any record
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
+
+
+def _publication() -> Job | None:
+    """The events this invocation kept, published after the response; their metrics are
+    flushed with them (the handler's were flushed before). None: no worker was built."""
+    if not archive_worker.cache_info().currsize:
+        return None
+    worker = archive_worker()
+
+    def publish(remaining_ms: int) -> None:
+        worker.publish(remaining_ms)
+        if metrics.metric_set:
+            metrics.flush_metrics()
+
+    return publish

@@ -46,7 +46,16 @@ class ArchiveWorker:
         # Completion events (lib.publish); off unless ARCHIVE_EVENT_BUS names a bus.
         self.publisher = publisher or Publisher(None)
 
-    def process(self, message: Message, *, owner: str, remaining_ms: Callable[[], int]) -> Result:
+    def process(
+        self,
+        message: Message,
+        *,
+        owner: str,
+        remaining_ms: Callable[[], int],
+        publish_now: bool = True,
+    ) -> Result:
+        """`publish_now` False: the events are kept for `publish`, which the handler has
+        run after its response (lib.platform.after_response)."""
         started = time.monotonic()
         ctx = Context(message, owner)
         try:
@@ -59,7 +68,9 @@ class ArchiveWorker:
             result = self._conclusion_failed(verdict, ctx, error)
         finally:
             logger.remove_keys(["record_id", "attempt"])
-        self._publish(remaining_ms)
+        self._collect()
+        if publish_now:
+            self.publish(remaining_ms())
         metrics.add_metric(
             name="ArchiveDuration",
             unit=MetricUnit.Milliseconds,
@@ -98,12 +109,18 @@ class ArchiveWorker:
         ctx.events.start(lane.now)
         return self.transfer.run(claim.task, lane, message, remaining_ms(), ctx.events)
 
-    def _publish(self, remaining_ms: Callable[[], int]) -> None:
-        """The completion events this message's statements wrote, published now: after
-        the conclusion, never in its way (lib.publish.publisher)."""
+    def _collect(self) -> None:
+        """The completion events this message's statements wrote, kept for `publish`."""
         try:
             self.publisher.collect(self.records.written.take())
-            self.publisher.publish(remaining_ms())
+        except Exception as error:  # noqa: BLE001 - the outbox keeps them for the sweeper
+            log_unexpected("could not keep completion events", error)
+
+    def publish(self, remaining_ms: int) -> None:
+        """The events kept, published now: after the conclusion, never in its way
+        (lib.publish.publisher); never raises."""
+        try:
+            self.publisher.publish(remaining_ms)
         except Exception as error:  # noqa: BLE001 - the outbox keeps them for the sweeper
             log_unexpected("could not publish completion events", error)
 

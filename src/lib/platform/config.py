@@ -185,6 +185,21 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
     return (text(env, "POWERTOOLS_TRACE_DISABLED") or "true").lower() in ("0", "false")
 
 
+def lambda_runtime_api(env: Mapping[str, str] | None = None) -> str | None:
+    """Lambda's Runtime API (host:port, AWS_LAMBDA_RUNTIME_API, set by Lambda); None outside
+    Lambda (tests, local runs, a handler called directly)."""
+    return text(os.environ if env is None else env, "AWS_LAMBDA_RUNTIME_API")
+
+
+def events_on(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ARCHIVE_EVENT_BUS names a bus (an unusable name fails the first invocation,
+    where load_settings names it)."""
+    try:
+        return event_bus(os.environ if env is None else env) is not None
+    except ConfigError:
+        return False
+
+
 def check_lock_ttl(env: Mapping[str, str], lock_ttl: int) -> None:
     """Refuse a lock that an attempt can outlive (another would take the row over and
     spend one of its attempts: our misconfiguration, never the record's to pay; as a

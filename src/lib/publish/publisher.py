@@ -2,10 +2,11 @@
 in one PutEvents right after the conclusion; the ones that went out are deleted by its next
 claim. Never in the record's way: it is concluded before, a call is one short try made with
 time to spare, and a failed call quiets the container for a while (the outbox keeps all).
-"""
+Thread-safe: the call may be made by the after-response extension's thread."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ class Publisher:
         self._held: list[_Held] = []
         self._unrecorded: list[Publication] = []
         self._quiet_until = 0.0
+        # Held while the lists change, never during the call.
+        self._lock = threading.Lock()
 
     @property
     def enabled(self) -> bool:
@@ -59,33 +62,38 @@ class Publisher:
     def collect(self, events: list[OutboxEvent]) -> None:
         """Events a statement just wrote (ArchiveRecords.take_outboxed)."""
         now = self._clock()
-        self._held += [_Held(event, now) for event in events]
-        if len(self._held) > MAX_HELD:
-            del self._held[: len(self._held) - MAX_HELD]
+        with self._lock:
+            self._held += [_Held(event, now) for event in events]
+            if len(self._held) > MAX_HELD:
+                del self._held[: len(self._held) - MAX_HELD]
 
     def unrecorded(self) -> list[Publication]:
         """What went out since the last claim: the next claim deletes them."""
-        return list(self._unrecorded)
+        with self._lock:
+            return list(self._unrecorded)
 
     def recorded(self, publications: list[Publication]) -> None:
         """The claim that carried them committed."""
         done = {p.event_id for p in publications}
-        self._unrecorded = [p for p in self._unrecorded if p.event_id not in done]
+        with self._lock:
+            self._unrecorded = [p for p in self._unrecorded if p.event_id not in done]
 
     def publish(self, remaining_ms: int) -> None:
         """One PutEvents for the events kept, newest conclusion included, when it can be
         made now; never raises."""
-        if self.bus is None or not self._held:
+        if self.bus is None:
             return
-        if remaining_ms < RESERVE_MS or self._clock() < self._quiet_until:
-            return
-        # The newest (this conclusion's first), as many as one call takes.
-        sent = batches([h.event for h in self._held[-MAX_ENTRIES:]])[0]
+        with self._lock:
+            if not self._held or remaining_ms < RESERVE_MS or self._clock() < self._quiet_until:
+                return
+            # The newest (this conclusion's first), as many as one call takes.
+            sent = batches([h.event for h in self._held[-MAX_ENTRIES:]])[0]
         try:
             results = self.bus.put([entry(event) for event in sent])
         except Exception as error:  # noqa: BLE001 - the outbox keeps them; said and counted
-            self._quiet_until = self._clock() + COOLDOWN_SECONDS
-            self._tried(sent)
+            with self._lock:
+                self._quiet_until = self._clock() + COOLDOWN_SECONDS
+                self._tried(sent)
             logger.warning(
                 "completion events not published; the sweeper publishes them",
                 error=type(error).__name__,
@@ -95,9 +103,13 @@ class Publisher:
             )
             metrics.add_metric(name="EventsNotPublished", unit=MetricUnit.Count, value=len(sent))
             return
-        self._settle(answers(sent, results))
+        found = answers(sent, results)
+        with self._lock:
+            self._settle(found)
+        self._report(found)
 
     def _settle(self, found: list[Answer]) -> None:
+        """The answer applied to what is held (under the lock)."""
         published = {a.event.event_id for a in found if a.fate is Fate.PUBLISHED}
         now = self._clock()
         for held in self._held:
@@ -110,6 +122,10 @@ class Publisher:
         refused = {a.event.event_id for a in found if a.fate is Fate.REFUSED}
         self._held = [h for h in self._held if h.event.event_id not in published | refused]
         self._tried([a.event for a in found if a.fate is Fate.RETRY])
+
+    def _report(self, found: list[Answer]) -> None:
+        published = [a for a in found if a.fate is Fate.PUBLISHED]
+        refused = [a for a in found if a.fate is Fate.REFUSED]
         if published:
             metrics.add_metric(name="EventsPublished", unit=MetricUnit.Count, value=len(published))
         missed = [a for a in found if a.fate is not Fate.PUBLISHED]
