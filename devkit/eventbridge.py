@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ class EventBridgeGate:
         self._lock = threading.Lock()
         self._script: list[Behaviour] = []
         self.calls: list[list[dict[str, Any]]] = []  # each PutEvents call's entries
+        self.answered: list[float] = []  # time.monotonic() as each call's answer is sent
         self.holding = threading.Event()  # a held call has arrived
         self._server: ThreadingHTTPServer | None = None
 
@@ -86,6 +88,7 @@ class EventBridgeGate:
         with self._lock:
             self._script = list(behaviours)
             self.calls.clear()
+            self.answered.clear()
             self.holding.clear()
 
     def _next(self) -> Behaviour:
@@ -142,7 +145,13 @@ class EventBridgeGate:
 
     def _answer(self, handler: Any, request: dict[str, Any], entries: list[Any]) -> None:
         behaviour = self._next()
-        reply: Callable[..., None] = handler._reply
+        send: Callable[..., None] = handler._reply
+
+        def reply(status: int, body: bytes) -> None:
+            with self._lock:  # before it is sent: no client can have it earlier
+                self.answered.append(time.monotonic())
+            send(status, body)
+
         if behaviour.kind == "throttle":
             reply(400, _error("ThrottlingException"))
             return
