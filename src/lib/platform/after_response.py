@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -148,7 +149,7 @@ def _deadline_ms(value: object) -> int:
     """The invocation's deadline (epoch ms); now when it is absent or absurd: no wait, and
     no time left for a job."""
     now = _now_ms()
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return now
     return int(min(max(value, now), now + MAX_INVOCATION_MS))
 
