@@ -20,22 +20,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from lib.archive.message import sent_time
 from lib.archive.outcome import Message, Redelivered
-from lib.archive.runtime import archive_worker
-from lib.platform import config
-from lib.platform.after_response import AfterResponse, Job
+from lib.archive.runtime import after_response, archive_worker, publishing_after_response
 from lib.platform.observability import log_unexpected, logger, metrics, traced
 
 # A record's failure is a batch item failure, not a function error: with BatchSize 1 an
 # "entire batch failed" error would make Lambda back off the whole event source. The one
 # deliberate function error is a missing setting at start-up (below), before any record.
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
-# Registered now, during Lambda's init (an internal extension cannot register later).
-# None outside Lambda, with events off, or refused: the worker publishes before returning.
-_runtime_api = config.lambda_runtime_api()
-after_response = (
-    AfterResponse.register(_runtime_api) if _runtime_api and config.events_on() else None
-)
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
@@ -53,7 +44,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
             message,
             owner=owner,
             remaining_ms=lambda_context.get_remaining_time_in_millis,
-            publish_now=after_response is None,
+            publish_now=after_response() is None,
         )
     except Exception as error:
         # The safety net: Powertools marks the record failed, but never silently.
@@ -63,36 +54,13 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
         raise Redelivered(result)
 
 
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    try:
-        response: PartialItemFailureResponse = _handle(event, context)
-        return response
-    finally:
-        if after_response is not None:
-            # Always, also when it raised: the extension waits for it (up to the deadline).
-            after_response.hand_off(context.aws_request_id, _publication())
-
-
+# Registers the extension now, during Lambda's init: it cannot register later.
+@publishing_after_response
 @traced
 @logger.inject_lambda_context(clear_state=True)
 @metrics.log_metrics
-def _handle(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     archive_worker()  # a missing setting fails the invocation loudly, before any record
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
-
-
-def _publication() -> Job | None:
-    """The events this invocation kept, published after the response; their metrics are
-    flushed with them (the handler's were flushed before). None: no worker was built."""
-    if not archive_worker.cache_info().currsize:
-        return None
-    worker = archive_worker()
-
-    def publish(remaining_ms: int) -> None:
-        worker.publish(remaining_ms)
-        if metrics.metric_set:
-            metrics.flush_metrics()
-
-    return publish

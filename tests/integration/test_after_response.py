@@ -57,15 +57,16 @@ class Container:
 
 
 @pytest.fixture
-def container(
-    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[..., Container]]:
+def container(world: World, tmp_path: Path) -> Iterator[Callable[..., Container]]:
     started: list[tuple[subprocess.Popen[bytes], LambdaRuntimeStandIn, Any]] = []
 
     def start(*, refuse_registration: bool = False) -> Container:
         api = LambdaRuntimeStandIn(refuse_registration=refuse_registration).start()
-        monkeypatch.setenv("AWS_LAMBDA_RUNTIME_API", api.address)
-        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+        env = {
+            **os.environ,
+            "AWS_LAMBDA_RUNTIME_API": api.address,
+            "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}",
+        }
         log = tmp_path / f"container-{len(started)}.log"
         out = log.open("wb")
         process = subprocess.Popen(

@@ -7,10 +7,12 @@ archive worker's HTTP stack (urllib3, the Lsky client).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
-from typing import TYPE_CHECKING
+from functools import cache, wraps
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from zoneinfo import ZoneInfo
 
+from lib.platform import config
+from lib.platform.after_response import AfterResponse, Job
 from lib.platform.config import (
     Settings,
     SweeperSettings,
@@ -18,7 +20,9 @@ from lib.platform.config import (
     load_sweeper_settings,
 )
 from lib.platform.db import Database
+from lib.platform.errors import ConfigError
 from lib.platform.eventbridge import EventBus
+from lib.platform.observability import metrics
 from lib.platform.s3 import OriginalsBucket, StagingBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
@@ -142,6 +146,56 @@ def _probe(settings: SweeperSettings) -> Callable[[float], bool] | None:
 def archive_worker() -> ArchiveWorker:
     """The container's worker; raises ConfigError (naming the setting) when misconfigured."""
     return build_worker(load_settings())
+
+
+@cache
+def after_response() -> AfterResponse | None:
+    """The extension that publishes the archive function's completion events after its
+    response: registered by the first call, at the handler's import (Lambda's init), in
+    Lambda with events on. None elsewhere, or refused: the worker publishes before."""
+    api = config.lambda_runtime_api()
+    if api is None:
+        return None
+    try:
+        events_on = load_settings().event_bus is not None
+    except ConfigError:  # the first invocation fails on it, naming the setting
+        return None
+    return AfterResponse.register(api) if events_on else None
+
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+def publishing_after_response(handler: Handler) -> Handler:
+    """The archive handler, handing each invocation's publication to the extension (also
+    when it raised: the extension waits for it); the handler itself without one."""
+    extension = after_response()
+    if extension is None:
+        return handler
+
+    @wraps(handler)
+    def handing_off(event: Any, context: Any) -> Any:
+        try:
+            return handler(event, context)
+        finally:
+            extension.hand_off(context.aws_request_id, _publication())
+
+    return cast(Handler, handing_off)
+
+
+def _publication() -> Job | None:
+    """The events this invocation kept, published; their metrics flushed with them (the
+    handler's were flushed before). None: no worker was built."""
+    if not archive_worker.cache_info().currsize:
+        return None
+    worker = archive_worker()
+
+    def publish(remaining_ms: int) -> None:
+        worker.publish(remaining_ms)
+        if metrics.metric_set:
+            metrics.flush_metrics()
+
+    return publish
 
 
 @cache

@@ -170,9 +170,8 @@ def metrics_namespace(env: Mapping[str, str] | None = None) -> str:
 
 
 def use_aws_region(env: MutableMapping[str, str] | None = None) -> None:
-    """Make boto3 (ours and Powertools') honour AWS_REGION, which Lambda, the AWS CLI and the
-    newer SDKs read first, while boto3 reads only AWS_DEFAULT_REGION: set, AWS_REGION wins.
-    archive-ctl calls it once at start; Lambda sets both."""
+    """Make boto3 (ours and Powertools') honour AWS_REGION, read first by Lambda, the AWS CLI
+    and newer SDKs (boto3: AWS_DEFAULT_REGION only). archive-ctl calls it; Lambda sets both."""
     env = os.environ if env is None else env
     region = text(env, "AWS_REGION")
     if region is not None:
@@ -186,18 +185,8 @@ def tracing_enabled(env: Mapping[str, str] | None = None) -> bool:
 
 
 def lambda_runtime_api(env: Mapping[str, str] | None = None) -> str | None:
-    """Lambda's Runtime API (host:port, AWS_LAMBDA_RUNTIME_API, set by Lambda); None outside
-    Lambda (tests, local runs, a handler called directly)."""
+    """AWS_LAMBDA_RUNTIME_API (host:port): set by Lambda, None anywhere else."""
     return text(os.environ if env is None else env, "AWS_LAMBDA_RUNTIME_API")
-
-
-def events_on(env: Mapping[str, str] | None = None) -> bool:
-    """Whether ARCHIVE_EVENT_BUS names a bus (an unusable name fails the first invocation,
-    where load_settings names it)."""
-    try:
-        return event_bus(os.environ if env is None else env) is not None
-    except ConfigError:
-        return False
 
 
 def check_lock_ttl(env: Mapping[str, str], lock_ttl: int) -> None:
@@ -374,16 +363,12 @@ def queue_urls(env: Mapping[str, str] | None = None) -> QueueUrls:
 
 def max_retry_after_seconds(env: Mapping[str, str]) -> int:
     return positive_int(
-        env,
-        "ARCHIVE_MAX_RETRY_AFTER_SECONDS",
-        DEFAULT_MAX_RETRY_AFTER_SECONDS,
-        MAX_DELAY_SECONDS,
+        env, "ARCHIVE_MAX_RETRY_AFTER_SECONDS", DEFAULT_MAX_RETRY_AFTER_SECONDS, MAX_DELAY_SECONDS
     )
 
 
 def pacing_limits(env: Mapping[str, str] | None = None) -> tuple[tuple[int, int], ...]:
-    """LSKY_RATE_LIMITS alone (archive-ctl's `status` and `backfill`): (window seconds,
-    uploads) pairs; empty when pacing is off."""
+    """LSKY_RATE_LIMITS alone (`status`, `backfill`): (window s, uploads) pairs; () if off."""
     return rate_limits(os.environ if env is None else env)
 
 
