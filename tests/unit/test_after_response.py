@@ -69,6 +69,15 @@ def test_the_job_handed_off_after_its_invoke_is_waited_for() -> None:
     assert len(given) == 1
 
 
+def test_an_invoke_without_its_id_takes_the_hand_off_that_comes() -> None:
+    ext = extension()
+    given: list[int] = []
+    ext.hand_off("r6", given.append)
+    ext._serve({"eventType": "INVOKE", "deadlineMs": now_ms() + 30_000})
+    assert len(given) == 1
+    assert ext._jobs == {}
+
+
 def test_no_hand_off_waits_only_until_the_deadline_s_margin_and_runs_nothing() -> None:
     ext = extension()
     ran: list[int] = []

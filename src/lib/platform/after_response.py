@@ -107,10 +107,12 @@ class AfterResponse:
         request_id = str(event.get("requestId") or "")[:MAX_IDENTIFIER]
         deadline_ms = _deadline_ms(event.get("deadlineMs"))
         with self._ready:
+            # An INVOKE without its id (never seen) takes the first hand-off that comes.
             handed = self._ready.wait_for(
-                lambda: request_id in self._jobs,
+                lambda: request_id in self._jobs if request_id else bool(self._jobs),
                 timeout=max(deadline_ms - DEADLINE_MARGIN_MS - _now_ms(), 0) / 1000,
             )
+            request_id = request_id or next(iter(self._jobs), "")
             job = self._jobs.pop(request_id, None)
             # Hand-offs of invocations never announced: their jobs are done by this one's.
             self._jobs.clear()
