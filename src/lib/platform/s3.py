@@ -57,6 +57,7 @@ class _S3(Protocol):
     def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
     def delete_object(self, **kwargs: Any) -> dict[str, Any]: ...
     def copy_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    def head_object(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 class PartReader:
@@ -310,7 +311,7 @@ class OriginalsBucket:
         """Copy an object in server-side (a staged copy), only if it still has `etag` (the
         object whose bytes were read and checked); its version. Raises OriginalsError."""
         cut = cut or Cut()
-        cut.sent = True  # no body: S3 may copy it from the moment it is asked
+        cut.went_whole()  # no body: S3 may copy it from the moment it is asked
         answer = self._call(
             f"copying {source_key} in as {key}",
             lambda client: client.copy_object(
@@ -350,6 +351,21 @@ class OriginalsBucket:
                     raise OriginalsError(f"{what} failed: {stopped}") from None
                 raise _failed(what, error, watchdog, OriginalsError) from None
 
+    def head(self, key: str, *, deadline: float, bucket: str | None = None) -> Found | None:
+        """What S3 holds under `key` now (its latest version) in `bucket` (default this one);
+        None when nothing is there. Raises OriginalsError (S3 unreachable, refused)."""
+        client = self.client
+        with watched(deadline) as watchdog:
+            try:
+                answer = client.head_object(Bucket=bucket or self.name, Key=key)
+            except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
+                if aws.error_code(error) in ("NoSuchKey", "404"):
+                    return None
+                raise _failed(
+                    f"looking up original {key}", error, watchdog, OriginalsError
+                ) from None
+        return Found(int(answer.get("ContentLength") or 0), _version(answer), _metadata(answer))
+
     def open(
         self, key: str, *, version_id: str | None, deadline: float, bucket: str | None = None
     ) -> StagedObject:
@@ -376,6 +392,23 @@ class OriginalsBucket:
             what="original",
             error=OriginalsError,
         )
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a HEAD of an original says: its length, version and metadata (bounded)."""
+
+    size: int
+    version_id: str | None
+    metadata: dict[str, str]
+
+
+def _metadata(answer: dict[str, Any]) -> dict[str, str]:
+    """S3's x-amz-meta-* (2 KiB at most on S3), each value bounded and text."""
+    found = answer.get("Metadata")
+    if not isinstance(found, dict):
+        return {}
+    return {str(k)[:128]: str(v)[:256] for k, v in list(found.items())[:16]}
 
 
 def _version(answer: dict[str, Any]) -> str | None:

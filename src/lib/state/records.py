@@ -17,11 +17,13 @@ from lib.state.claim import (
     EARLY_SLACK_SECONDS,
     ClaimResult,
     ClaimSnapshot,
+    Confirmed,
     KeptOriginal,
     Restoring,
     SentImage,
     StagedCopy,
     Task,
+    confirmed_params,
 )
 from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
@@ -68,6 +70,7 @@ class ArchiveRecords(Statements):
         receive_count: int = 0,
         queue_mark: datetime | None = None,
         published: Sequence[Publication] = (),
+        confirmed: Sequence[Confirmed] = (),
     ) -> ClaimResult:
         """capture_while_paused (staging on): a paused lane still lets a row that is not
         staged yet be claimed, to be captured; a staged row waits for the lane.
@@ -75,7 +78,9 @@ class ArchiveRecords(Statements):
         queue_mark: the message's SentTimestamp on its first receive (Message.queue_mark),
         which moves the queue's receive mark on in the same statement.
         published: the events this container published since its last claim, which leave
-        the outbox in the same statement (lib.publish)."""
+        the outbox in the same statement (lib.publish).
+        confirmed: the originals S3 answered for since (lib.archive.confirmations), which
+        the statement confirms; how many it did is the result's `confirmed`."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -90,6 +95,7 @@ class ArchiveRecords(Statements):
             publish=self.written.publish,
             event_id=None,
             **published_params(published, Actor.WORKER),
+            **confirmed_params(confirmed),
             paced=self.paced,
         )
         self.written.add(record_id, row[25:29])
@@ -99,7 +105,8 @@ class ArchiveRecords(Statements):
         lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
         restoring, old_key = row[29:31]
-        original = KeptOriginal.from_row(row[31:38])
+        original = KeptOriginal.from_row(row[31:39])
+        confirmed_count = int(row[39] or 0)
         snapshot = ClaimSnapshot(
             exists=status is not None,
             status=status,
@@ -111,7 +118,7 @@ class ArchiveRecords(Statements):
             booked_at=booked_at,
         )
         if claimed_id is None:
-            return ClaimResult(None, snapshot)
+            return ClaimResult(None, snapshot, confirmed_count)
         task = Task(
             record_id=int(claimed_id),
             user_id=int(user_id),
@@ -128,7 +135,7 @@ class ArchiveRecords(Statements):
             sent=SentImage.from_json(sent),
             restore=Restoring(old_key, original) if restoring else None,
         )
-        return ClaimResult(task, snapshot)
+        return ClaimResult(task, snapshot, confirmed_count)
 
     def succeed(
         self,
@@ -370,6 +377,7 @@ def _original_params(original: KeptOriginal | None) -> dict[str, Any]:
         "original_bytes": original.bytes,
         "original_mime_type": original.mime_type,
         "original_source": str(original.source),
+        "original_confirmed": original.confirmed,
     }
 
 
@@ -381,6 +389,7 @@ ORIGINAL_PARAMS = (
     "original_bytes",
     "original_mime_type",
     "original_source",
+    "original_confirmed",
 )
 
 
