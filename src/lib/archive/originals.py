@@ -18,8 +18,9 @@ from lib.archive.budget import stage_needs, time_left
 from lib.archive.confirmations import Confirmations
 from lib.platform.kept_threads import KeptThreads
 from lib.platform.observability import log_unexpected, logger, metrics
-from lib.platform.s3 import OriginalMissing, OriginalsBucket, OriginalsError
+from lib.platform.s3 import OriginalMissing, OriginalsError
 from lib.platform.s3_body import Cut, Readable
+from lib.platform.s3_originals import OriginalsBucket
 from lib.state.claim import ORIGINALS_PREFIX, Confirmed, KeptOriginal, OriginalSource
 from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType, by_extension
@@ -77,14 +78,13 @@ class Keeping:
         waited for: the original comes unconfirmed, and the answer goes to `later`."""
         if later is not None:
             self._cut.moved.wait(max(0.0, wait))  # the body sent whole, or the write ended
-            original = None if self._writing.done() else self._unconfirmed(self._cut)
-            if original is not None:
-                self._writing.add_done_callback(
-                    lambda done: _answer(later, self.record_id, original, done)
-                )
+            early = None if self._writing.done() else self._unconfirmed(self._cut)
+            if early is not None:
+                record_id = self.record_id
+                self._writing.add_done_callback(lambda done: _answer(later, record_id, early, done))
                 logger.info("original sent, S3's answer confirms it later", original_key=self.key)
                 metrics.add_metric(name="OriginalsKept", unit=MetricUnit.Count, value=1)
-                return original
+                return early
             wait = 0.0
         try:
             original = self._writing.result(timeout=max(0.0, wait))

@@ -69,15 +69,10 @@ class KeptOriginal:
         bucket, key, version_id, sha256, size, mime_type, source, *rest = row
         confirmed = rest[0] if rest else True
         if not (
-            isinstance(bucket, str)
-            and is_bucket_name(bucket)
-            and isinstance(key, str)
-            and _KEY.fullmatch(key)
+            is_original(bucket, key, size)
             and _is_version(version_id)
             and isinstance(sha256, str)
             and _SHA256.fullmatch(sha256)
-            and isinstance(size, int)
-            and 0 < size <= MAX_IMAGE_BYTES_BOUND
             and isinstance(mime_type, str)
             and _MIME.fullmatch(mime_type)
             and source in set(OriginalSource)
@@ -87,6 +82,18 @@ class KeptOriginal:
             return None
         source = OriginalSource(source)
         return cls(bucket, key, version_id, sha256, size, mime_type, source, confirmed)
+
+
+def is_original(bucket: Any, key: Any, size: Any) -> bool:
+    """Whether a row's bucket, key and length are what a release of ours records."""
+    return (
+        isinstance(bucket, str)
+        and is_bucket_name(bucket)
+        and isinstance(key, str)
+        and bool(_KEY.fullmatch(key))
+        and isinstance(size, int)
+        and 0 < size <= MAX_IMAGE_BYTES_BOUND
+    )
 
 
 def _is_version(value: Any) -> bool:
