@@ -311,7 +311,7 @@ CREATE TABLE IF NOT EXISTS image_archive_originals (
 ALTER TABLE image_archive_originals ADD COLUMN IF NOT EXISTS confirmed BOOLEAN NOT NULL DEFAULT true;
 -- The audit finds the unconfirmed ones by age, and `status` counts them: few, whatever the
 -- table's size.
-CREATE INDEX CONCURRENTLY IF NOT EXISTS image_archive_originals_unconfirmed_idx
+CREATE INDEX IF NOT EXISTS image_archive_originals_unconfirmed_idx
     ON image_archive_originals (kept_at)
     WHERE NOT confirmed;
 -- The audit of the hosted images (lib.audit): one row per archived record, written by the
