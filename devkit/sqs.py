@@ -108,8 +108,10 @@ class _RequestCounter:
                 return _s3_refused(start_response)
             answer = list(self.app(environ, start_response))  # moto has handled it
             with self._lock:
-                holds = [h for h in self.s3_holds if self._matches([h[:2]], s3)]
-            for _, _, release in holds:
+                holds = list(self.s3_holds)
+            for method, prefix, release in holds:
+                if not self._matches([(method, prefix)], s3):
+                    continue
                 release.wait(HOLD_SECONDS)
             return answer
         finally:
@@ -208,11 +210,19 @@ class MotoServer:
             self._counter.s3_holds.append((method, path_prefix, release))
         return release
 
-    def refuse_s3(self, method: str, path_prefix: str) -> None:
+    def refuse_s3(self, method: str, path_prefix: str) -> Callable[[], None]:
         """S3 `method` requests under `path_prefix` are read whole and refused (500), never
-        reaching moto: S3 stores nothing. For good (this server's life)."""
+        reaching moto: S3 stores nothing. Until the returned function is called."""
+        rule = (method, path_prefix)
         with self._counter._lock:
-            self._counter.s3_refusals.append((method, path_prefix))
+            self._counter.s3_refusals.append(rule)
+
+        def lift() -> None:
+            with self._counter._lock:
+                if rule in self._counter.s3_refusals:
+                    self._counter.s3_refusals.remove(rule)
+
+        return lift
 
     def refuse(self, action: str, code: str, message: str) -> None:
         """The next SQS `action` request (e.g. "ChangeMessageVisibility") is refused with

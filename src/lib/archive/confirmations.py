@@ -26,20 +26,21 @@ class Confirmations:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._answers: list[Confirmed] = []
-        self._failures: list[str] = []
+        self._failures: list[tuple[int, str]] = []  # (record id, why)
 
     def answered(self, confirmed: Confirmed) -> None:
         if not is_version(confirmed.version_id):  # what no S3 answers: never recorded
-            self.failed(f"original {confirmed.key}: S3 answered with an unreadable version")
+            why = f"original {confirmed.key}: S3 answered with an unreadable version"
+            self.failed(confirmed.record_id, why)
             return
         with self._lock:
             self._answers.append(confirmed)
             del self._answers[:-MAX_UNRECORDED]
             self._lock.notify_all()
 
-    def failed(self, error: str) -> None:
+    def failed(self, record_id: int, error: str) -> None:
         with self._lock:
-            self._failures.append(error)
+            self._failures.append((record_id, error))
             del self._failures[:-MAX_UNRECORDED]
             self._lock.notify_all()
 
@@ -59,18 +60,21 @@ class Confirmations:
         if count:
             logger.info("originals confirmed by S3's answer", originals=count)
             metrics.add_metric(name="OriginalsConfirmedLater", unit=MetricUnit.Count, value=count)
-        for error in failures:
+        for _, error in failures:
             # Never taken for absent: S3 may hold the object; the audit looks (a HEAD).
             logger.error("no answer for an original recorded unconfirmed", error=error)
             metrics.add_metric(name="OriginalsFailed", unit=MetricUnit.Count, value=1)
 
-    def wait(self, count: int, timeout: float) -> bool:
-        """Whether `count` answers (or failures) are in within `timeout` (for tests and the
-        bench: they wait for the event, never for the clock)."""
+    def wait(self, record_id: int, timeout: float) -> bool:
+        """Whether S3's answer (or failure) for `record_id`'s original is in within
+        `timeout` (for tests and the bench: they wait for the event, not the clock)."""
+
+        def arrived() -> bool:
+            answers = {a.record_id for a in self._answers}
+            return record_id in answers | {r for r, _ in self._failures}
+
         with self._lock:
-            return self._lock.wait_for(
-                lambda: len(self._answers) + len(self._failures) >= count, timeout
-            )
+            return self._lock.wait_for(arrived, timeout)
 
     def forget(self) -> None:
         """Drop what is kept, as a container that dies does."""

@@ -268,7 +268,7 @@ def _answer(
         later.answered(Confirmed(record_id, original.key, done.result().version_id))
         return
     what = str(error) if isinstance(error, OriginalsError) else type(error).__name__
-    later.failed(f"original {original.key}: {what}; left unconfirmed (S3 may hold it)")
+    later.failed(record_id, f"original {original.key}: {what}; left unconfirmed (S3 may hold it)")
 
 
 def _failed(error: Exception) -> None:
