@@ -76,6 +76,7 @@ class Keeping:
         counted) when S3 refused it, or was slower than that: the write is cut then.
         `later` (the archive's): once its body has gone out whole, S3's answer is not
         waited for: the original comes unconfirmed, and the answer goes to `later`."""
+        waited = wait
         if later is not None:
             self._cut.moved.wait(max(0.0, wait))  # the body sent whole, or the write ended
             early = None if self._writing.done() else self._unconfirmed(self._cut)
@@ -92,7 +93,7 @@ class Keeping:
             self._cut()
             # A body sent whole may still be stored: then it stays, unrecorded, named here.
             sent = "; its body had gone out whole: S3 may hold it" if self._cut.sent else ""
-            _not_kept(f"keeping original {self.key}: no answer within {wait:.1f} s{sent}")
+            _not_kept(f"keeping original {self.key}: no answer within {waited:.1f} s{sent}")
             return None
         except Exception as error:  # noqa: BLE001 - S3's failures are never the record's
             _failed(error)

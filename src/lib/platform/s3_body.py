@@ -40,6 +40,7 @@ class Cut:
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
         self.done = False
+        self.sealed = False
         self.sent = False
         self.sha256: str | None = None
         self.moved = threading.Event()
@@ -51,10 +52,12 @@ class Cut:
         self.moved.set()
 
     def seal(self) -> None:
-        """The body reads no more (a retry of a request sent whole fails), its socket left
-        open for S3's answer: its source is about to be released."""
+        """The body reads no more and the request is not sent again, its socket left open
+        for S3's answer: its source is about to be released."""
         with self._lock:
-            self.done = True
+            self.sealed = True
+            if self._watchdog is not None:
+                self._watchdog.no_retry = True
 
     def watch(self, watchdog: Watchdog) -> None:
         """The call's watchdog (set on the calling thread, inside `watched`)."""
@@ -62,6 +65,7 @@ class Cut:
             self._watchdog = watchdog
             if self.done:
                 watchdog.fire_now()
+            watchdog.no_retry = self.sealed
 
     def __call__(self) -> None:
         with self._lock:
@@ -107,7 +111,7 @@ class StreamedBody:
         return data
 
     def _next(self, at: int, want: int) -> bytes:
-        if self._cut.done:
+        if self._cut.done or self._cut.sealed:
             raise BodyCut("cut")
         data = self._source.read_at(at, want)
         if not data:

@@ -143,6 +143,8 @@ class OriginalsBucket:
                 return call(client)
             except Exception as error:  # noqa: BLE001 - boto3 and botocore errors
                 stopped = "it was cut" if cut.done else why()
+                if stopped is None and cut.sealed and aws.error_code(error) is None:
+                    stopped = "not answered whole, and not sent again (its source was released)"
                 if stopped is not None:
                     raise OriginalsError(f"{what} failed: {stopped}") from None
                 raise _failed(what, error, watchdog, OriginalsError) from None
