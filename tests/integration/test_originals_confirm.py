@@ -42,6 +42,11 @@ def confirmations() -> Confirmations:
     return runtime.archive_worker().transfer.original.originals.confirmations
 
 
+def die() -> None:
+    """The container dies with the answers it kept: a new one starts with none."""
+    runtime.archive_worker().transfer.original.originals.confirmations = Confirmations()
+
+
 def age_original(db: Any, record_id: int) -> None:
     """Move the clock in the row: recorded long before the audit's grace."""
     db.run(
@@ -162,7 +167,7 @@ def test_a_container_that_dies_before_its_next_claim_leaves_it_to_the_audit(
     release = held_archive(world, moto, originals_bucket, 2)
     release.set()
     assert confirmations().wait(2, HANG_SECONDS)
-    confirmations().forget()  # the container dies with what it kept
+    die()  # the container dies with what it kept
     world.record(3, IMAGE)
     world.deliver(3)  # another container's claim: nothing to record of record 2
     row = kept(world.db, 2)
@@ -245,7 +250,7 @@ def test_an_object_that_is_not_the_one_sent_never_confirms_it(
         "no metadata": {},
     }[other]
     s3.put_object(Bucket=originals_bucket, Key=row["key"], Body=body, Metadata=metadata)
-    confirmations().forget()
+    die()
     age_original(world.db, 2)
 
     summary = audit.run()
@@ -277,7 +282,7 @@ def test_a_restore_reads_an_unconfirmed_original_by_its_key_and_checks_it(
     release = held_archive(world, moto, originals_bucket, 2, own)
     release.set()
     assert confirmations().wait(2, HANG_SECONDS)
-    confirmations().forget()
+    die()
     row = kept(world.db, 2)
     assert row is not None
     assert (row["confirmed"], row["version_id"]) == (False, None)

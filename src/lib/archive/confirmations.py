@@ -75,8 +75,3 @@ class Confirmations:
 
         with self._lock:
             return self._lock.wait_for(arrived, timeout)
-
-    def forget(self) -> None:
-        """Drop what is kept, as a container that dies does."""
-        with self._lock:
-            self._answers, self._failures = [], []

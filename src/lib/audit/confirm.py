@@ -1,9 +1,8 @@
-"""The audit's look at the originals no container confirmed (recorded before S3's answer,
-and the container gone before its next claim recorded it): a HEAD each, within the run's
-time. Present with the recorded length and naming its record: confirmed with its version.
-Absent (or another object): the row goes and the record is due now, so the audit's own
-GET keeps a new original. S3 not answering: left for the next run. Nothing in the bucket
-is deleted (docs/explanation/staging-and-originals.md)."""
+"""The audit's look at the originals no container confirmed: a HEAD each, within the run's
+time. There with the recorded length, naming its record: confirmed with its version.
+Absent (or another object): the row goes and the record is due now, so the audit's GET
+keeps a new original. S3 not answering: left for the next run. Nothing in the bucket is
+deleted (docs/explanation/staging-and-originals.md)."""
 
 from __future__ import annotations
 

@@ -115,6 +115,23 @@ class Confirmed:
     version_id: str | None
 
 
+def original_params(original: KeptOriginal | None) -> dict[str, Any]:
+    """The original's columns as the success write's parameters (all None: none kept)."""
+    if original is None:
+        names = ("bucket", "key", "version_id", "sha256", "bytes", "mime_type", "source")
+        return {f"original_{name}": None for name in (*names, "confirmed")}
+    return {
+        "original_bucket": original.bucket,
+        "original_key": original.key,
+        "original_version_id": original.version_id,
+        "original_sha256": original.sha256,
+        "original_bytes": original.bytes,
+        "original_mime_type": original.mime_type,
+        "original_source": str(original.source),
+        "original_confirmed": original.confirmed,
+    }
+
+
 def confirmed_params(confirmed: Sequence[Confirmed]) -> dict[str, Any]:
     """The parameters of original_confirmed (lib/sql/queries.sql), parallel arrays."""
     return {
@@ -200,6 +217,22 @@ class ClaimSnapshot:
     exhausted: bool = False  # an expired lock on the last attempt, failed by the claim
     lane: LaneState | None = None  # the upload lane when the claim ran
     booked_at: datetime | None = None  # the record's booked upload slot, if any
+
+    @classmethod
+    def of(cls, head: Sequence[Any], lane: LaneState, booked_at: datetime | None) -> ClaimSnapshot:
+        """From the claim's first columns: status, archive status, whether the lock had
+        expired, seconds until due, whether the claim failed the row (exhausted)."""
+        status, archive_status, expired, due_in, exhausted = head
+        return cls(
+            exists=status is not None,
+            status=status,
+            archive_status=archive_status,
+            lock_expired=bool(expired),
+            due_in_seconds=float(due_in) if due_in is not None else 0.0,
+            exhausted=bool(exhausted),
+            lane=lane,
+            booked_at=booked_at,
+        )
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from lib.state.claim import (
     StagedCopy,
     Task,
     confirmed_params,
+    original_params,
 )
 from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
@@ -99,24 +100,13 @@ class ArchiveRecords(Statements):
             paced=self.paced,
         )
         self.written.add(record_id, row[25:29])
-        (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
-        lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
         restoring, old_key = row[29:31]
         original = KeptOriginal.from_row(row[31:39])
         confirmed_count = int(row[39] or 0)
-        snapshot = ClaimSnapshot(
-            exists=status is not None,
-            status=status,
-            archive_status=archive_status,
-            lock_expired=bool(expired),
-            due_in_seconds=float(due_in) if due_in is not None else 0.0,
-            exhausted=bool(exhausted),
-            lane=lane,
-            booked_at=booked_at,
-        )
+        snapshot = ClaimSnapshot.of(row[:5], lane_state(row[12:19]), booked_at)
         if claimed_id is None:
             return ClaimResult(None, snapshot, confirmed_count)
         task = Task(
@@ -183,7 +173,7 @@ class ArchiveRecords(Statements):
             altered=altered,
             event_id=event_id,
             event_detail=json.dumps(event, ensure_ascii=False),
-            **_original_params(original),
+            **original_params(original),
             **settled(counted=log_upload, paced=self.paced),
             **_story(task, events, story),
         )
@@ -363,34 +353,6 @@ def _story(task: Task, events: Sequence[Event], detail: Mapping[str, Any]) -> di
         "attempt": task.attempt,
         "detail": detail_param(**{k: v for k, v in detail.items() if v is not None}),
     }
-
-
-def _original_params(original: KeptOriginal | None) -> dict[str, Any]:
-    """The original's columns as the success write's parameters (all None: none kept)."""
-    if original is None:
-        return dict.fromkeys(ORIGINAL_PARAMS)
-    return {
-        "original_bucket": original.bucket,
-        "original_key": original.key,
-        "original_version_id": original.version_id,
-        "original_sha256": original.sha256,
-        "original_bytes": original.bytes,
-        "original_mime_type": original.mime_type,
-        "original_source": str(original.source),
-        "original_confirmed": original.confirmed,
-    }
-
-
-ORIGINAL_PARAMS = (
-    "original_bucket",
-    "original_key",
-    "original_version_id",
-    "original_sha256",
-    "original_bytes",
-    "original_mime_type",
-    "original_source",
-    "original_confirmed",
-)
 
 
 def _sent(sent: SentImage | None) -> str | None:
