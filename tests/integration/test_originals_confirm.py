@@ -18,10 +18,11 @@ from lib.archive.confirmations import Confirmations
 from tests.integration.test_audit import Audit
 from tests.integration.test_cli import Ctl
 from tests.integration.test_migrate_live import admin, ctl, database, generation_service_tables
+from tests.integration.test_repair import _restore_delivered, audit, keeping
 from tests.integration.world import World
 from tests.support import HANG_SECONDS, emf_metrics
 
-__all__ = ["admin", "ctl", "database"]  # fixtures of the migration's tests, used here
+__all__ = ["admin", "audit", "ctl", "database", "keeping"]  # other tests' fixtures, used here
 
 IMAGE = images.png(16, 16, size=2_000_000, seed=38)
 SHA256 = hashlib.sha256(IMAGE).hexdigest()
@@ -42,6 +43,14 @@ def confirmations() -> Confirmations:
     return runtime.archive_worker().transfer.original.originals.confirmations
 
 
+def kept_again(world: World, row: dict[str, Any]) -> dict[str, Any]:
+    """Record 2's original, kept again (from the audit's GET) under a new key."""
+    again = kept(world.db, 2)
+    assert again is not None
+    assert again["key"] != row["key"]
+    return again
+
+
 def die() -> None:
     """The container dies with the answers it kept: a new one starts with none."""
     runtime.archive_worker().transfer.original.originals.confirmations = Confirmations()
@@ -54,17 +63,6 @@ def age_original(db: Any, record_id: int) -> None:
         " WHERE record_id = :id",
         id=record_id,
     )
-
-
-@pytest.fixture
-def keeping(world: World, originals_bucket: str) -> World:
-    world.settings(ARCHIVE_ORIGINALS_BUCKET=originals_bucket)
-    return world
-
-
-@pytest.fixture
-def audit(keeping: World) -> Audit:
-    return Audit(keeping)
 
 
 def warm(world: World) -> int:
@@ -222,9 +220,7 @@ def test_an_original_s3_stored_nothing_of_is_found_absent_and_kept_again_from_th
     # hosted copy (intact) kept a new original, under a new key. Nothing was deleted.
     assert summary["originals_absent"] == 1
     assert summary["originals_kept"] == 1
-    again = kept(world.db, 2)
-    assert again is not None
-    assert again["key"] != row["key"]
+    again = kept_again(world, row)
     assert (again["source"], again["sha256"], again["confirmed"]) == ("hosted", SHA256, True)
     assert [m for m, _ in moto.s3_calls(f"/{originals_bucket}/")].count("DELETE") == 0
     line = world.archive.log_for(ABSENT)
@@ -257,19 +253,12 @@ def test_an_object_that_is_not_the_one_sent_never_confirms_it(
 
     assert summary["originals_confirmed"] == 0
     assert summary["originals_absent"] == 1
-    again = kept(world.db, 2)
-    assert again is not None
-    assert again["key"] != row["key"]  # kept again from the audit's GET
-    assert again["confirmed"] is True
+    assert kept_again(world, row)["confirmed"] is True
     line = world.archive.log_for(ABSENT)
     assert line["found"] == "other"
 
 
 # -- read back before it is confirmed ---------------------------------------------------------
-
-
-def _restore_delivered(world: World) -> None:
-    world.archive.settle(event := world.archive.receive(), world.archive.invoke(event))
 
 
 @pytest.mark.parametrize("tamper", [None, "replaced", "truncated"])
