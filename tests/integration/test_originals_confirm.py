@@ -334,3 +334,34 @@ def test_the_migration_reads_an_older_release_s_originals_as_confirmed(
     assert admin.run(
         "SELECT record_id, confirmed FROM image_archive_originals ORDER BY record_id"
     ) == [[1, True], [2, True]]
+
+
+# -- the operator's view ------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(archive_ctl: Any, keeping: World) -> Any:
+    return archive_ctl
+
+
+def test_show_and_status_tell_an_original_s3_has_not_confirmed(
+    keeping: World, moto: Any, originals_bucket: str, cli: Any
+) -> None:
+    world = keeping
+    warm(world)
+    release = held_archive(world, moto, originals_bucket, 2)
+
+    assert (
+        "2,000,000 bytes from the bytes archived; not confirmed by S3 yet"
+        in cli("show", "2").stdout
+    )
+    assert cli.json("show", "2")["original"]["confirmed"] is False
+    assert cli.json("status")["audit"]["unconfirmed"] >= 1  # record 1's may be too
+
+    release.set()
+    assert confirmations().wait(2, HANG_SECONDS)
+    world.record(3, IMAGE)
+    world.deliver(3)
+
+    assert "not confirmed" not in cli("show", "2").stdout
+    assert cli.json("show", "2")["original"]["confirmed"] is True
