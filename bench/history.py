@@ -231,7 +231,8 @@ def archive_path_plans(dsn: str) -> dict[str, list[str]]:
             "early_slack": 5, "capture_while_paused": False, "message_id": "m", "receive_count": 1,
             "queue_mark": None, "paced": False, "publish": True, "event_id": None,
             "published": [str(uuid.uuid4())], "published_at": [datetime.now(UTC)],
-            "by": "archive function",
+            "by": "archive function", "confirmed_records": [RECORDS + 2],
+            "confirmed_keys": ["originals/1/x.png"], "confirmed_versions": ["v1"],
         }  # fmt: skip
         lost = {
             "limit": 100, "grace": 300, "lost_before": datetime.now(UTC), "after": "-infinity",

@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 DEFAULT_REGION = "us-east-1"
+# The longest an S3 answer is held back (MotoServer.hold_s3): never why a test hangs.
+HOLD_SECONDS = 30.0
 # moto's default account; ARNs for synthetic events use it so that they look
 # like the ones the moto server hands out.
 DEFAULT_ACCOUNT = "123456789012"
@@ -62,6 +64,12 @@ class _RequestCounter:
         # (its headers are in, its body may still be arriving), or once it was answered.
         self.s3_watches: list[tuple[str, str, bool, threading.Event]] = []
         self.refusals: dict[str, list[tuple[str, str]]] = {}  # action: (code, message), next first
+        # (method, path prefix, release): such an S3 request is handled by moto, and its
+        # answer held back until `release` is set (HOLD_SECONDS at most).
+        self.s3_holds: list[tuple[str, str, threading.Event]] = []
+        # (method, path prefix): such an S3 request's body is read whole, then refused with
+        # a 500, never reaching moto (S3 stores nothing).
+        self.s3_refusals: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -93,9 +101,25 @@ class _RequestCounter:
             return self.app(environ, start_response)
         self._fire(s3, answered=False)
         try:
-            return self.app(environ, start_response)
+            if self._matches(self.s3_refusals, s3):
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                while length > 0 and (chunk := environ["wsgi.input"].read(min(length, 65536))):
+                    length -= len(chunk)
+                return _s3_refused(start_response)
+            answer = list(self.app(environ, start_response))  # moto has handled it
+            with self._lock:
+                holds = list(self.s3_holds)
+            for method, prefix, release in holds:
+                if not self._matches([(method, prefix)], s3):
+                    continue
+                release.wait(HOLD_SECONDS)
+            return answer
         finally:
             self._fire(s3, answered=True)
+
+    def _matches(self, rules: list[tuple[str, str]], call: tuple[str, str]) -> bool:
+        with self._lock:
+            return any(call[0] == m and call[1].startswith(p) for m, p in rules)
 
     def _fire(self, call: tuple[str, str], *, answered: bool) -> None:
         with self._lock:
@@ -103,6 +127,19 @@ class _RequestCounter:
         for method, prefix, when_answered, event in watches:
             if when_answered == answered and call[0] == method and call[1].startswith(prefix):
                 event.set()
+
+
+def _s3_refused(start_response: Callable[..., Any]) -> list[bytes]:
+    """S3's 500 InternalError, as it answers a request it did not carry out."""
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+        b"<Message>We encountered an internal error. Please try again.</Message></Error>"
+    )
+    start_response(
+        "500 Internal Server Error",
+        [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))],
+    )
+    return [body]
 
 
 def _refused(start_response: Callable[..., Any], code: str, message: str) -> list[bytes]:
@@ -164,6 +201,28 @@ class MotoServer:
         with self._counter._lock:
             self._counter.s3_watches.append((method, path_prefix, answered, event))
         return event
+
+    def hold_s3(self, method: str, path_prefix: str) -> threading.Event:
+        """S3 `method` requests under `path_prefix` are carried out by moto, their answers
+        held back until the returned event is set (HOLD_SECONDS at most)."""
+        release = threading.Event()
+        with self._counter._lock:
+            self._counter.s3_holds.append((method, path_prefix, release))
+        return release
+
+    def refuse_s3(self, method: str, path_prefix: str) -> Callable[[], None]:
+        """S3 `method` requests under `path_prefix` are read whole and refused (500), never
+        reaching moto: S3 stores nothing. Until the returned function is called."""
+        rule = (method, path_prefix)
+        with self._counter._lock:
+            self._counter.s3_refusals.append(rule)
+
+        def lift() -> None:
+            with self._counter._lock:
+                if rule in self._counter.s3_refusals:
+                    self._counter.s3_refusals.remove(rule)
+
+        return lift
 
     def refuse(self, action: str, code: str, message: str) -> None:
         """The next SQS `action` request (e.g. "ChangeMessageVisibility") is refused with

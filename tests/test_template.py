@@ -1783,8 +1783,11 @@ def test_the_archive_function_may_only_add_and_read_originals() -> None:
         action: [target for target in targets if "OriginalsBucket" in json.dumps(target)]
         for action, targets in _grants("AuditFunctionRole").items()
     }
+    # The audit adds, and HEADs an original recorded before S3's answer: no delete.
     assert {action: targets for action, targets in audit.items() if targets} == {
-        "s3:PutObject": [ORIGINAL_OBJECTS]
+        "s3:PutObject": [ORIGINAL_OBJECTS],
+        "s3:GetObject": [ORIGINAL_OBJECTS],
+        "s3:ListBucket": [{"Fn::GetAtt": ["OriginalsBucket", "Arn"]}],
     }
     assert ORIGINAL_OBJECTS["Fn::Sub"].endswith("/originals/*")
     from lib.state.claim import ORIGINALS_PREFIX

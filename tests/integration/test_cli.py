@@ -87,6 +87,7 @@ INDEXES = set(ARCHIVE_INDEXES) | {
     "image_archive_events_audit_idx",
     "image_archive_audits_wrong_idx",
     "image_archive_outbox_created_idx",
+    "image_archive_originals_unconfirmed_idx",
 }
 
 

@@ -21,7 +21,7 @@ from lib.platform import schema
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.state.audits import AuditFindings, AuditRecords, AuditResult
-from lib.state.claim import KeptOriginal, OriginalSource, SentImage, StagedCopy
+from lib.state.claim import Confirmed, KeptOriginal, OriginalSource, SentImage, StagedCopy
 from lib.state.events import Actor
 from lib.state.lane_store import LaneStore
 from lib.state.operations import OperatorRecords
@@ -265,6 +265,10 @@ def test_the_documented_grants_cover_every_statement(role_dsn: str, db: Any) -> 
             "bucket-b", "originals/1/x.png", "v1", "0" * 64, 3, "image/png", OriginalSource.HOSTED
         )
         assert originals.keep(1, kept, by=Actor.AUDITOR)
+        # The audit's look at unconfirmed originals: none here (it keeps confirmed ones).
+        assert originals.unconfirmed(grace_seconds=0, limit=5) == []
+        assert originals.confirm([Confirmed(1, kept.key, "v2")]) == 0
+        assert not originals.absent(1, kept.key)  # a confirmed row is never removed
         result = AuditResult(1, "missing", due.hosted_url, detail={"why": "HTTP 404"})
         assert audits.record([result], period_seconds=86_400, retry_seconds=900) == []
         audits.release([1])

@@ -18,7 +18,8 @@ from devkit._http import BackgroundServer, QuietHandler
 from lib.archive import runtime
 from lib.archive.schedule import MIN_ATTEMPT_MS
 from lib.platform.config import FINISH_RESERVE_MS
-from lib.platform.s3 import OriginalsBucket, OriginalsError, StagingBucket, StagingError
+from lib.platform.s3 import OriginalsError, StagingBucket, StagingError
+from lib.platform.s3_originals import OriginalsBucket
 from lib.state.lane_store import LaneStore
 from lib.transfer.failures import ArchiveFailure, Kind, Stage
 from lib.transfer.held import hold

@@ -17,6 +17,7 @@ from devkit._http import BackgroundServer, QuietHandler
 from devkit.lsky import Behaviour
 from devkit.s3 import object_versions
 from lib.archive import runtime
+from lib.archive.confirmations import Confirmations
 from lib.archive.original_step import NOT_IN_HAND, NOT_WRITTEN
 from lib.archive.originals import WAIT_SECONDS
 from tests.integration.world import World
@@ -42,6 +43,18 @@ def kept(db: Any, record_id: int) -> dict[str, Any] | None:
     return dict(zip(names, rows[0], strict=True))
 
 
+def confirmed(db: Any, record_id: int) -> bool:
+    [[value]] = db.run(
+        "SELECT confirmed FROM image_archive_originals WHERE record_id = :id", id=record_id
+    )
+    return bool(value)
+
+
+def confirmations() -> Confirmations:
+    """The container's S3 answers kept for its next claim."""
+    return runtime.archive_worker().transfer.original.originals.confirmations
+
+
 def archived_detail(db: Any, record_id: int) -> dict[str, Any]:
     [[detail]] = db.run(
         "SELECT detail FROM image_archive_events WHERE record_id = :id AND kind = 'archived'",
@@ -52,8 +65,10 @@ def archived_detail(db: Any, record_id: int) -> dict[str, Any]:
 
 
 def stored(s3: Any, row: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
-    """The bytes of the row's object (its version) and S3's answer about it."""
-    answer = s3.get_object(Bucket=row["bucket"], Key=row["key"], VersionId=row["version_id"])
+    """The bytes of the row's object (its version; its key alone while unconfirmed) and
+    S3's answer about it."""
+    version = {"VersionId": row["version_id"]} if row["version_id"] else {}
+    answer = s3.get_object(Bucket=row["bucket"], Key=row["key"], **version)
     return answer["Body"].read(), answer
 
 
@@ -97,7 +112,7 @@ def test_the_original_is_kept_beside_the_upload_and_recorded_by_the_success_writ
     assert row["source"] == "archive"
     body, answer = stored(s3, row)
     assert hashlib.sha256(body).hexdigest() == SHA256
-    assert answer["VersionId"] == row["version_id"]
+    assert row["version_id"] in (None, answer["VersionId"])  # None: S3 had not answered
     # The object names its record; it is in the default storage class.
     assert answer["Metadata"] == {"record-id": "2", "source": "archive"}
     assert answer["StorageClass"] == "GLACIER_IR"
@@ -165,7 +180,7 @@ def test_off_nothing_calls_s3(world: World, moto: Any) -> None:
 # -- S3 refusing, S3 slow ---------------------------------------------------------------------
 
 
-def test_an_original_s3_refuses_leaves_the_record_archived_without_it(
+def test_an_original_s3_refuses_after_its_body_leaves_the_record_archived_and_it_unconfirmed(
     world: World, capsys: pytest.CaptureFixture[str]
 ) -> None:
     world.settings(ARCHIVE_ORIGINALS_BUCKET="no-such-originals-bucket")
@@ -175,12 +190,20 @@ def test_an_original_s3_refuses_leaves_the_record_archived_without_it(
 
     assert world.state(7) == ("SUCCEEDED", 1)
     assert world.row(7)["archive_error"] is None
-    assert kept(world.db, 7) is None
-    line = world.archive.log_for("could not keep the original")
+    row = kept(world.db, 7)
+    assert row is not None
+    assert (row["version_id"], confirmed(world.db, 7)) == (None, False)
+    assert archived_detail(world.db, 7)["original"] == row["key"]
+    assert len(world.lsky.image_records()) == 1
+    # S3's refusal is told by the container's next claim; the original stays unconfirmed
+    # (the audit looks: lib.audit.confirm).
+    assert confirmations().wait(7, HANG_SECONDS)
+    world.record(70, IMAGE)
+    world.deliver(70)
+    line = world.archive.log_for("no answer for an original recorded unconfirmed")
     assert "NoSuchBucket" in line["error"]
     assert emf_metrics(capsys).get("OriginalsFailed") == 1
-    assert archived_detail(world.db, 7)["original_missing"] == NOT_WRITTEN
-    assert len(world.lsky.image_records()) == 1
+    assert confirmed(world.db, 7) is False
 
 
 class _StallingS3(QuietHandler):
@@ -232,7 +255,7 @@ def stalling_s3(monkeypatch: pytest.MonkeyPatch, moto: Any) -> Iterator[Stalling
             server.release.set()
 
 
-def test_s3_slower_than_the_bound_never_holds_the_record(
+def test_s3_s_answer_never_holds_the_record(
     world: World, stalling_s3: StallingS3, capsys: pytest.CaptureFixture[str]
 ) -> None:
     world.settings(ARCHIVE_ORIGINALS_BUCKET="originals-bucket")
@@ -243,11 +266,44 @@ def test_s3_slower_than_the_bound_never_holds_the_record(
     assert stalling_s3.stalled.is_set()
     assert not stalling_s3.release.is_set()
     assert world.state(8) == ("SUCCEEDED", 1)
-    assert kept(world.db, 8) is None
-    line = world.archive.log_for("could not keep the original")
-    assert f"no answer within {WAIT_SECONDS:.1f} s; its body had gone out whole" in line["error"]
+    row = kept(world.db, 8)
+    assert row is not None
+    assert (row["sha256"], row["version_id"], confirmed(world.db, 8)) == (SHA256, None, False)
+    stalling_s3.release.set()  # then a 500: the retry would read the released spool again
+    assert confirmations().wait(8, HANG_SECONDS)
+    assert stalling_s3.requests == 1  # sealed, not sent again
+    world.record(80, IMAGE)
+    world.deliver(80)
+    assert (
+        "left unconfirmed"
+        in world.archive.log_for("no answer for an original recorded unconfirmed")["error"]
+    )
     assert emf_metrics(capsys).get("OriginalsFailed") == 1
-    assert stalling_s3.requests == 1  # cut, not retried
+    assert confirmed(world.db, 8) is False
+
+
+def test_a_body_still_going_out_after_the_bound_is_cut_and_not_recorded(
+    world: World, stalling_s3: StallingS3, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # S3 takes the first MB and then no more: the body is not whole WAIT_SECONDS after
+    # Lsky's answer, so it is cut there and the record is archived without an original.
+    world.settings(ARCHIVE_ORIGINALS_BUCKET="originals-bucket")
+    stalling_s3.read_first = 1_000_000
+    world.record(18, BIG)
+
+    assert world.deliver(18) == {"batchItemFailures": []}
+
+    assert world.state(18) == ("SUCCEEDED", 1)
+    assert kept(world.db, 18) is None
+    line = world.archive.log_for("could not keep the original")
+    assert f"no answer within {WAIT_SECONDS:.1f} s" in line["error"]
+    assert "gone out whole" not in line["error"]
+    assert emf_metrics(capsys).get("OriginalsFailed") == 1
+    assert archived_detail(world.db, 18)["original_missing"] == NOT_WRITTEN
+    stalling_s3.release.set()
+    assert stalling_s3.judged.wait(HANG_SECONDS)
+    [(arrived, length)] = stalling_s3.bodies  # cut short, not sent again
+    assert arrived < length
 
 
 # -- where parts meet -----------------------------------------------------------------------
@@ -276,7 +332,7 @@ def test_a_relayed_upload_cut_short_keeps_nothing(
     row = kept(keeping.db, 9)
     assert row is not None
     assert row["sha256"] == SHA256
-    assert object_versions(s3, originals_bucket) == [(row["key"], row["version_id"])]
+    assert [key for key, _ in object_versions(s3, originals_bucket)] == [row["key"]]
 
 
 def test_an_upload_lsky_refuses_records_no_original(

@@ -16,7 +16,7 @@ from lib.archive.originals import OriginalMismatch, OriginalMissing, Originals, 
 from lib.platform.config import DatabaseConfig
 from lib.platform.db import Database
 from lib.platform.observability import metrics
-from lib.platform.s3 import OriginalsBucket
+from lib.platform.s3_originals import OriginalsBucket
 from lib.state.claim import KeptOriginal, OriginalSource
 from lib.state.originals import OriginalStore
 from lib.transfer.held import HeldImage, hold

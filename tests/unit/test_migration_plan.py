@@ -100,6 +100,7 @@ def test_the_migration_file_declares_the_archive_schema() -> None:
         "image_archive_events",
         "image_archive_audits",
         "image_archive_outbox",
+        "image_archive_originals",
     }
     # The completion events' detail types, like the events' kinds, are the CREATE TABLE's.
     outbox = next(t for t in d.tables if t.name == "image_archive_outbox")

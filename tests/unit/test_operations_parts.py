@@ -108,8 +108,8 @@ def test_the_migration_file_splits_into_its_statements() -> None:
     assert statements[1].sql == "SELECT pg_advisory_lock(1634888552)"
     # 11 archive columns, may_be_hosted and altered (exactly-once), staged key, time, sha256
     # and bytes, the lane's wait reason, what was sent, the first claim, backfilled, the
-    # failure time, and the upload hours' backfill count.
-    assert sum("ADD COLUMN" in s.sql for s in statements) == 23
+    # failure time, the upload hours' backfill count, and whether an original is confirmed.
+    assert sum("ADD COLUMN" in s.sql for s in statements) == 24
     assert any(s.sql.startswith("DO $$") and s.sql.endswith("$$") for s in statements)
     assert migrate.concurrent_index_names(statements) == list(ARCHIVE_INDEXES)
     with_base = migrate.load(migrate.schema_files(with_base_schema=True))

@@ -223,7 +223,7 @@ def test_a_write_slower_than_the_wait_is_cut_and_not_kept() -> None:
         cut_seen.set()
         raise BodyCut("cut")
 
-    keeping = Keeping("originals/1/x.png", write)
+    keeping = Keeping(1, "originals/1/x.png", write, lambda cut: None)
 
     assert keeping.kept(0.0) is None  # the deadline had passed: no wait at all
     keeping.stop()

@@ -68,15 +68,18 @@ class OriginalStep:
             held.readers.append(at.keeping.stop)
 
     def kept(self, at: Attempt, copied: Copied) -> Copied:
-        """Lsky has taken the image: `copied` with its original, waited for at most
-        WAIT_SECONDS (never past the attempt's deadline), or why there is none."""
+        """Lsky has taken the image: `copied` with its original, unconfirmed when its body
+        has gone out whole and S3 has not answered yet (the next claim records the answer);
+        else waited for at most WAIT_SECONDS (never past the attempt's deadline); or why
+        there is none."""
         if not self.originals.enabled:
             return copied
         if at.from_original and at.task.restore is not None:
             return replace(copied, original=at.task.restore.original)
         if at.keeping is None:
             return replace(copied, original_missing=NOT_IN_HAND)
-        original = at.keeping.kept(min(WAIT_SECONDS, time_left(at.deadline)))
+        wait = min(WAIT_SECONDS, time_left(at.deadline))
+        original = at.keeping.kept(wait, later=self.originals.confirmations)
         if original is None:
             return replace(copied, original_missing=NOT_WRITTEN)
         return replace(copied, original=original)

@@ -9,23 +9,27 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as Late
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.budget import stage_needs, time_left
+from lib.archive.confirmations import Confirmations
 from lib.platform.kept_threads import KeptThreads
 from lib.platform.observability import log_unexpected, logger, metrics
-from lib.platform.s3 import OriginalMissing, OriginalsBucket, OriginalsError
+from lib.platform.s3 import OriginalMissing, OriginalsError
 from lib.platform.s3_body import Cut, Readable
-from lib.state.claim import ORIGINALS_PREFIX, KeptOriginal, OriginalSource
+from lib.platform.s3_originals import OriginalsBucket
+from lib.state.claim import ORIGINALS_PREFIX, Confirmed, KeptOriginal, OriginalSource
 from lib.transfer.held import HeldImage, hold
 from lib.transfer.imagetype import ImageType, by_extension
 
 __all__ = ["OriginalMismatch", "OriginalMissing", "Originals", "OriginalsError"]
 
-# Once Lsky has taken the image, the record waits at most this long for its original
-# (docs/explanation/staging-and-originals.md says why this bound); S3 slower than that is cut.
+# Once Lsky has taken the image, the record waits at most this long for its original's
+# body to go out whole (S3's answer is not waited for: confirmed later); S3 slower than
+# that is cut. docs/explanation/staging-and-originals.md says why this bound.
 WAIT_SECONDS = 2.0
 # One archive at a time per container, beside an audit's keeps.
 _WRITERS = KeptThreads(2, "original")
@@ -48,25 +52,48 @@ class OriginalMismatch(OriginalsError):
 
 class Keeping:
     """An original being written on a kept thread while the upload goes on: `kept` once
-    Lsky took the image, `drop` when it did not; `stop` before the spool is released."""
+    Lsky took the image, `drop` when it did not; `stop` before the spool is released.
+    `unconfirmed`: the original as recorded before S3's answer (its body sent whole)."""
 
-    def __init__(self, key: str, write: Callable[[Cut], KeptOriginal]) -> None:
+    def __init__(
+        self,
+        record_id: int,
+        key: str,
+        write: Callable[[Cut], KeptOriginal],
+        unconfirmed: Callable[[Cut], KeptOriginal | None],
+    ) -> None:
+        self.record_id = record_id
         self.key = key
         self._cut = Cut()
+        self._unconfirmed = unconfirmed
         self._dropping = threading.Lock()  # a second drop waits for the first one's end
         self._dropped = False
         self._writing = _WRITERS.submit(write, self._cut)
+        self._writing.add_done_callback(lambda _: self._cut.moved.set())
 
-    def kept(self, wait: float) -> KeptOriginal | None:
+    def kept(self, wait: float, later: Confirmations | None = None) -> KeptOriginal | None:
         """The original once written, waiting at most `wait` seconds; None (logged,
-        counted) when S3 refused it, or was slower than that: the write is cut then."""
+        counted) when S3 refused it, or was slower than that: the write is cut then.
+        `later` (the archive's): once its body has gone out whole, S3's answer is not
+        waited for: the original comes unconfirmed, and the answer goes to `later`."""
+        waited = wait
+        if later is not None:
+            self._cut.moved.wait(max(0.0, wait))  # the body sent whole, or the write ended
+            early = None if self._writing.done() else self._unconfirmed(self._cut)
+            if early is not None:
+                record_id = self.record_id
+                self._writing.add_done_callback(lambda done: _answer(later, record_id, early, done))
+                logger.info("original sent, S3's answer confirms it later", original_key=self.key)
+                metrics.add_metric(name="OriginalsKept", unit=MetricUnit.Count, value=1)
+                return early
+            wait = 0.0
         try:
             original = self._writing.result(timeout=max(0.0, wait))
         except Late:
             self._cut()
             # A body sent whole may still be stored: then it stays, unrecorded, named here.
             sent = "; its body had gone out whole: S3 may hold it" if self._cut.sent else ""
-            _not_kept(f"keeping original {self.key}: no answer within {wait:.1f} s{sent}")
+            _not_kept(f"keeping original {self.key}: no answer within {waited:.1f} s{sent}")
             return None
         except Exception as error:  # noqa: BLE001 - S3's failures are never the record's
             _failed(error)
@@ -98,9 +125,15 @@ class Keeping:
             )
 
     def stop(self) -> None:
-        """The writer reads the spool no more (cut if it still does): before its release."""
-        if not self._writing.done():
-            self._cut()
+        """The writer reads the spool no more (cut if it still does): before its release.
+        A body sent whole is sealed instead (a retry would read it again), and S3's
+        answer is left to come on the kept thread."""
+        if self._writing.done():
+            return
+        if self._cut.sent:
+            self._cut.seal()
+            return
+        self._cut()
         self._writing.exception()  # the cut, or the attempt's deadline, ends it
 
 
@@ -110,6 +143,8 @@ class Originals:
 
     def __init__(self, bucket: OriginalsBucket | None) -> None:
         self.bucket = bucket
+        # S3's answers to originals recorded before them, for the next claim to record.
+        self.confirmations = Confirmations()
 
     @property
     def enabled(self) -> bool:
@@ -142,7 +177,14 @@ class Originals:
             version, sha256, size = written.version_id, written.sha256, written.size
             return KeptOriginal(bucket.name, key, version, sha256, size, mime_type, origin)
 
-        return Keeping(key, write)
+        def unconfirmed(cut: Cut) -> KeptOriginal | None:
+            if not cut.sent or cut.sha256 is None:
+                return None
+            return KeptOriginal(
+                bucket.name, key, None, cut.sha256, source.size, mime_type, origin, False
+            )
+
+        return Keeping(record_id, key, write, unconfirmed)
 
     def copied_in(
         self, record_id: int, staged_bucket: str, staged_key: str, held: HeldImage, deadline: float
@@ -169,7 +211,13 @@ class Originals:
                 bucket.name, key, version, held.sha256, held.size, mime_type, OriginalSource.STAGED
             )
 
-        return Keeping(key, write)
+        def unconfirmed(cut: Cut) -> KeptOriginal | None:
+            staged = OriginalSource.STAGED
+            return KeptOriginal(
+                bucket.name, key, None, held.sha256, held.size, mime_type, staged, False
+            )
+
+        return Keeping(record_id, key, write, unconfirmed)
 
     def keep(
         self, record_id: int, held: HeldImage, source: OriginalSource, deadline: float
@@ -209,6 +257,19 @@ class Originals:
             held.close()
             raise OriginalMismatch(f"original {original.key} does not hold the bytes kept")
         return held
+
+
+def _answer(
+    later: Confirmations, record_id: int, original: KeptOriginal, done: Future[KeptOriginal]
+) -> None:
+    """S3's answer to an original recorded unconfirmed, kept for the next claim (on the
+    kept thread: nothing logged here; the claim's statement and its thread tell it)."""
+    error = done.exception()
+    if error is None:
+        later.answered(Confirmed(record_id, original.key, done.result().version_id))
+        return
+    what = str(error) if isinstance(error, OriginalsError) else type(error).__name__
+    later.failed(record_id, f"original {original.key}: {what}; left unconfirmed (S3 may hold it)")
 
 
 def _failed(error: Exception) -> None:

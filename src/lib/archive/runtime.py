@@ -23,7 +23,8 @@ from lib.platform.db import Database
 from lib.platform.errors import ConfigError
 from lib.platform.eventbridge import EventBus
 from lib.platform.observability import metrics
-from lib.platform.s3 import OriginalsBucket, StagingBucket
+from lib.platform.s3 import StagingBucket
+from lib.platform.s3_originals import OriginalsBucket
 from lib.platform.secrets import lsky_token
 from lib.platform.sqs import Queue
 from lib.state.lane_store import LaneStore

@@ -89,6 +89,8 @@ class ArchiveWorker:
         if too_late is not None:
             return too_late
         published = self.publisher.unrecorded()
+        confirmations = self.transfer.original.originals.confirmations
+        confirmed = confirmations.unrecorded()
         claim = self.records.claim(
             ctx.record_id,
             owner=ctx.owner,
@@ -99,8 +101,10 @@ class ArchiveWorker:
             receive_count=message.receive_count,
             queue_mark=message.queue_mark,
             published=published,
+            confirmed=confirmed,
         )
         self.publisher.recorded(published)
+        confirmations.recorded(confirmed, claim.confirmed)
         if claim.task is None:
             return schedule.not_claimed(claim.snapshot, message)
         ctx.task = claim.task

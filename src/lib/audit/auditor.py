@@ -15,6 +15,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lib.archive.originals import Originals
 from lib.audit.check import Checked, check_hosted, refetch
+from lib.audit.confirm import look_at_unconfirmed
 from lib.audit.pace import Pace
 from lib.audit.repair import Restorer
 from lib.audit.verdict import AuditVerdict, Repair, host_down, repair_for
@@ -61,6 +62,8 @@ class AuditSummary:
     altered: int = 0
     unreachable: int = 0
     originals_kept: int = 0
+    originals_confirmed: int = 0  # unconfirmed ones S3 holds (a HEAD)
+    originals_absent: int = 0  # unconfirmed ones S3 does not hold: the row went
     restores: int = 0
     lost: int = 0
     passed: int = 0  # not archived now (a restore or requeue under way, a deleted row)
@@ -112,6 +115,8 @@ class Auditor:
                 retention_seconds=self.retention_seconds, limit=EXPIRY_EVENTS
             )
             summary.enrolled = run.walk()
+            looked = look_at_unconfirmed(self.kept, self.originals, run.time_left, run.deadline)
+            summary.originals_confirmed, summary.originals_absent = looked.confirmed, looked.absent
         after_id, left = 0, limit if choice is None else choice.limit
         while run.time_left():
             size = BATCH if left is None else min(BATCH, left)

@@ -153,7 +153,10 @@ def _keeping_lines(kept: Keeping, original: KeptOriginal | None, now: datetime) 
     lines = []
     if original is not None:
         source = ORIGINAL_SOURCES.get(str(original.source), str(original.source))
-        lines.append(f"  original     {original.key}, {original.bytes:,} bytes from {source}")
+        confirmed = "" if original.confirmed else "; not confirmed by S3 yet"
+        lines.append(
+            f"  original     {original.key}, {original.bytes:,} bytes from {source}{confirmed}"
+        )
     if kept.checked_at is not None:
         lost = ", lost on the host" if kept.lost else ""
         since = f" since {when(kept.verdict_since, now)}" if kept.verdict_since else ""

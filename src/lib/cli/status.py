@@ -192,7 +192,8 @@ def _audit_lines(audit: AuditCoverage) -> list[str]:
     return [
         "hosted copies (the audit)",
         f"  archived    {audit.archived:>8}   with an original: {audit.with_original},"
-        f" without: {audit.without_original}",
+        f" without: {audit.without_original}; unconfirmed: {audit.unconfirmed}"
+        + (f" (oldest {_age(audit.oldest_unconfirmed_seconds)})" if audit.unconfirmed else ""),
         f"  checked     {audit.archived - audit.never_checked:>8}   never yet:"
         f" {audit.never_checked}, oldest check: {oldest}",
         f"  verdicts    {audit.intact + audit.missing + audit.altered:>8}   intact"

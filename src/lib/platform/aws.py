@@ -85,7 +85,39 @@ def hold_to_deadlines(client: Any, service: str) -> None:
     client.meta.events.register_first(f"needs-retry.{service}", _no_retry_past_deadline)
 
 
-def _no_retry_past_deadline(**_: Any) -> None:
+def _no_retry_past_deadline(response: Any = None, caught_exception: Any = None, **_: Any) -> None:
     watchdog = active()
-    if watchdog is not None and watchdog.fired:
+    if watchdog is None:
+        return
+    if watchdog.fired:
         raise DeadlinePassed("an AWS call ran past its deadline (or was given up)")
+    if watchdog.no_retry and _retried(response, caught_exception):
+        raise DeadlinePassed("an AWS call may not be sent again (its body's source is gone)")
+
+
+# The 4xx answers botocore's retry handlers send again (all 5xx are).
+_RETRIED_4XX = frozenset(
+    {
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "Throttling",
+        "ThrottlingException",
+        "SlowDown",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "PriorRequestNotComplete",
+    }
+)
+
+
+def _retried(response: Any, caught_exception: Any) -> bool:
+    """Whether botocore could send the request again after this answer (or error)."""
+    if caught_exception is not None or not isinstance(response, tuple) or len(response) < 2:
+        return True
+    status = int(getattr(response[0], "status_code", 500))
+    if status < 400:
+        return False
+    parsed = response[1] if isinstance(response[1], dict) else {}
+    error = parsed.get("Error")
+    code = error.get("Code") if isinstance(error, dict) else None
+    return status >= 500 or status == 429 or code in _RETRIED_4XX

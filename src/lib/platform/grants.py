@@ -70,10 +70,10 @@ NEEDS: tuple[Need, ...] = (
     ),
     Need(
         "image_archive_originals",
-        ("SELECT", "INSERT", "UPDATE"),
+        ("SELECT", "INSERT", "UPDATE", "DELETE"),
         (),
-        "the kept originals: the success write writes one, the audit adds or replaces "
-        "one and reads them",
+        "the kept originals: the success write writes one, a claim confirms it, the audit "
+        "adds, replaces, confirms or removes (found absent) one and reads them",
     ),
     Need(
         "image_archive_queue",

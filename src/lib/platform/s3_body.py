@@ -32,13 +32,32 @@ class BodyCut(ServiceError):
 class Cut:
     """Lets another thread cut a call under way: once cut, the call's watchdog fires (its
     socket is shut, and botocore's retry hook sees it fired) and its body reads no more.
-    `sent`: the whole request has gone out (S3 may store it, whatever is cut after)."""
+    `sent`: the whole request has gone out (S3 may store it, whatever is cut after), with
+    the body's SHA-256 (`sha256`; none for a copy); `moved` is set then (and by whoever
+    else waits on it: the write's end)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watchdog: Watchdog | None = None
         self.done = False
+        self.sealed = False
         self.sent = False
+        self.sha256: str | None = None
+        self.moved = threading.Event()
+
+    def went_whole(self, sha256: str | None = None) -> None:
+        """The request's last byte has gone out (a body's: its SHA-256)."""
+        self.sha256 = sha256
+        self.sent = True
+        self.moved.set()
+
+    def seal(self) -> None:
+        """The body reads no more and the request is not sent again, its socket left open
+        for S3's answer: its source is about to be released."""
+        with self._lock:
+            self.sealed = True
+            if self._watchdog is not None:
+                self._watchdog.no_retry = True
 
     def watch(self, watchdog: Watchdog) -> None:
         """The call's watchdog (set on the calling thread, inside `watched`)."""
@@ -46,6 +65,7 @@ class Cut:
             self._watchdog = watchdog
             if self.done:
                 watchdog.fire_now()
+            watchdog.no_retry = self.sealed
 
     def __call__(self) -> None:
         with self._lock:
@@ -86,12 +106,12 @@ class StreamedBody:
             self._digest.update(memoryview(data)[self.hashed - at :])
             self.hashed = at + len(data)
         self._at = at + len(data)
-        if self._at == end:
-            self._cut.sent = True
+        if self._at == end and not self._cut.sent:  # every byte has passed the digest
+            self._cut.went_whole(self._digest.hexdigest())
         return data
 
     def _next(self, at: int, want: int) -> bytes:
-        if self._cut.done:
+        if self._cut.done or self._cut.sealed:
             raise BodyCut("cut")
         data = self._source.read_at(at, want)
         if not data:

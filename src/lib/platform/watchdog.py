@@ -35,6 +35,7 @@ class Watchdog:
         # the headers of a "Connection: close" response, while the body still flows on it.
         self.sock: socket.socket | None = None
         self.fired = False
+        self.no_retry = False  # botocore sends the request no more (a sealed body)
         self._token: int | None = None  # this watchdog's entry in the keeper, while armed
         self.rearm(deadline)
 

@@ -304,6 +304,16 @@ CREATE TABLE IF NOT EXISTS image_archive_originals (
     source TEXT NOT NULL CHECK (source IN ('archive', 'staged', 'hosted', 'provider')),
     kept_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+-- Whether S3's answer to the original's PUT was seen: the success write records an original
+-- whose body went out whole without waiting for it (`false`, version unknown); the
+-- container's next claim, or else the audit's HEAD, confirms it with its version. Rows an
+-- older release wrote (it always waited) read as confirmed.
+ALTER TABLE image_archive_originals ADD COLUMN IF NOT EXISTS confirmed BOOLEAN NOT NULL DEFAULT true;
+-- The audit finds the unconfirmed ones by age, and `status` counts them: few, whatever the
+-- table's size.
+CREATE INDEX IF NOT EXISTS image_archive_originals_unconfirmed_idx
+    ON image_archive_originals (kept_at)
+    WHERE NOT confirmed;
 -- The audit of the hosted images (lib.audit): one row per archived record, written by the
 -- success write and, for records archived before it, by the auditor's walk. `due_at` is
 -- when it is checked next (the rotation reads its index, never the records); the verdict

@@ -150,6 +150,9 @@ outboxed AS ({{outbox_failed}}),
 -- the outbox, and their conclusions' story says so: no round trip of their own.
 published AS ({{outbox_published}}),
 told AS ({{note_publication}}),
+-- The originals S3 answered for since this container's last claim (:confirmed_*: recorded
+-- unconfirmed by a success write that did not wait) are confirmed: no round trip of their own.
+confirmed AS ({{original_confirmed}}),
 noted AS (
     -- The story (docs/explanation/stories.md): the message received, and the claim's own change. A
     -- re-run with the same owner (after a lost reply) writes nothing twice.
@@ -212,7 +215,8 @@ SELECT target.status, target.archive_status, target.lock_expired, target.due_in,
        -- A restore (image_archive_restores): the copy it replaces, and the original it
        -- publishes again (none: the source, which the auditor found unchanged).
        restore.record_id IS NOT NULL, restore.old_key,
-       o.bucket, o.key, o.version_id, o.sha256, o.bytes, o.mime_type, o.source
+       o.bucket, o.key, o.version_id, o.sha256, o.bytes, o.mime_type, o.source, o.confirmed,
+       (SELECT count(*) FROM confirmed)
 FROM (SELECT 1) AS one
 LEFT JOIN lane ON true
 LEFT JOIN booking ON true
@@ -290,12 +294,13 @@ concluded AS (
 original AS (
     -- The original kept beside the upload (:original_key, none when nothing was kept),
     -- recorded with the success that points at that upload: no round trip of its own.
+    -- :original_confirmed false: its body went out whole, S3's answer was not waited for.
     INSERT INTO image_archive_originals AS kept
-        (record_id, bucket, key, version_id, sha256, bytes, mime_type, source)
+        (record_id, bucket, key, version_id, sha256, bytes, mime_type, source, confirmed)
     SELECT written.id, CAST(:original_bucket AS text), CAST(:original_key AS text),
            CAST(:original_version_id AS text), CAST(:original_sha256 AS text),
            CAST(:original_bytes AS bigint), CAST(:original_mime_type AS text),
-           CAST(:original_source AS text)
+           CAST(:original_source AS text), CAST(:original_confirmed AS boolean)
     FROM written
     WHERE CAST(:original_key AS text) IS NOT NULL
     {{original_replaces}}
@@ -1552,17 +1557,62 @@ RETURNING 1
 
 -- name: original_replaces
 -- A record keeps one original: a newer one (archived again, or the audit's) replaces the
--- row; the older object stays in the versioned bucket.
+-- row; the older object stays in the versioned bucket. The same key recorded again (a
+-- restore published it) keeps what the row knows of S3's answer.
 ON CONFLICT (record_id) DO UPDATE
-SET bucket = EXCLUDED.bucket, key = EXCLUDED.key, version_id = EXCLUDED.version_id,
+SET bucket = EXCLUDED.bucket, key = EXCLUDED.key,
+    version_id = CASE WHEN kept.key = EXCLUDED.key AND kept.confirmed THEN kept.version_id
+                      ELSE EXCLUDED.version_id END,
     sha256 = EXCLUDED.sha256, bytes = EXCLUDED.bytes, mime_type = EXCLUDED.mime_type,
-    source = EXCLUDED.source, kept_at = now()
+    source = EXCLUDED.source, kept_at = now(),
+    confirmed = EXCLUDED.confirmed OR (kept.key = EXCLUDED.key AND kept.confirmed)
+
+-- name: original_confirmed
+-- Originals S3 holds (:confirmed_records, :confirmed_keys, :confirmed_versions, parallel:
+-- its answer to the PUT, or the audit's HEAD): each row still unconfirmed with that very
+-- key is confirmed with its version; a row replaced since, or confirmed already, is left.
+UPDATE image_archive_originals AS o
+SET confirmed = true, version_id = c.version_id
+FROM unnest(CAST(:confirmed_records AS bigint[]), CAST(:confirmed_keys AS text[]),
+            CAST(:confirmed_versions AS text[])) AS c (record_id, key, version_id)
+WHERE o.record_id = c.record_id AND o.key = c.key AND NOT o.confirmed
+RETURNING o.record_id
 
 -- name: original_of
 -- A record's kept original, as lib.state.claim.KeptOriginal.from_row reads it.
-SELECT bucket, key, version_id, sha256, bytes, mime_type, source
+SELECT bucket, key, version_id, sha256, bytes, mime_type, source, confirmed
 FROM image_archive_originals
 WHERE record_id = :record_id;
+
+-- name: originals_unconfirmed
+-- The audit's look at the originals no container confirmed: recorded unconfirmed more than
+-- :grace seconds ago (its partial index), oldest first.
+SELECT record_id, bucket, key, bytes
+FROM image_archive_originals
+WHERE NOT confirmed AND kept_at < now() - make_interval(secs => :grace)
+ORDER BY kept_at
+LIMIT :limit;
+
+-- name: confirm_originals
+-- The audit's HEAD found these originals whole (original_confirmed).
+WITH confirmed AS ({{original_confirmed}})
+SELECT count(*) FROM confirmed;
+
+-- name: original_absent
+-- An unconfirmed original S3 does not hold (the audit's HEAD): its row goes, only while it
+-- is still that key and unconfirmed, and the record is due for the audit now, whose GET
+-- of the hosted copy keeps a new one. Nothing in the bucket is deleted.
+WITH gone AS (
+    DELETE FROM image_archive_originals
+    WHERE record_id = :record_id AND key = :key AND NOT confirmed
+    RETURNING record_id
+),
+due AS (
+    UPDATE image_archive_audits AS a SET due_at = now()
+    FROM gone WHERE a.record_id = gone.record_id
+    RETURNING 1
+)
+SELECT record_id FROM gone;
 
 -- name: forget_staged
 -- SET items for a row whose staged copy is published or dropped.
@@ -2167,7 +2217,9 @@ SELECT count(*),
        count(*) FILTER (WHERE a.due_at <= now()),
        EXTRACT(EPOCH FROM now() - min(a.due_at) FILTER (WHERE a.due_at <= now())),
        count(o.record_id),
-       (SELECT count(*) FROM image_archive_restores)
+       (SELECT count(*) FROM image_archive_restores),
+       count(o.record_id) FILTER (WHERE NOT o.confirmed),
+       EXTRACT(EPOCH FROM now() - min(o.kept_at) FILTER (WHERE NOT o.confirmed))
 FROM image_archive_audits AS a
 LEFT JOIN image_archive_originals AS o ON o.record_id = a.record_id;
 

@@ -194,6 +194,8 @@ class AuditCoverage:
     oldest_due_seconds: float | None  # how long the longest-waiting one has been due
     with_original: int
     restoring: int
+    unconfirmed: int = 0  # originals S3's answer has not confirmed yet
+    oldest_unconfirmed_seconds: float | None = None  # old ones: no container, no audit confirmed
 
     @property
     def without_original(self) -> int:
@@ -223,7 +225,7 @@ class AuditFindings(Statements):
     def coverage(self) -> AuditCoverage:
         [row] = self._run("audit_coverage")
         (archived, never, oldest, intact, missing, altered, lost, unreachable, due) = row[:9]
-        oldest_due, with_original, restoring = row[9:12]
+        oldest_due, with_original, restoring, unconfirmed, oldest_unconfirmed = row[9:14]
         return AuditCoverage(
             archived=int(archived),
             never_checked=int(never),
@@ -237,6 +239,10 @@ class AuditFindings(Statements):
             oldest_due_seconds=None if oldest_due is None else float(oldest_due),
             with_original=int(with_original),
             restoring=int(restoring),
+            unconfirmed=int(unconfirmed),
+            oldest_unconfirmed_seconds=None
+            if oldest_unconfirmed is None
+            else float(oldest_unconfirmed),
         )
 
     def found(self, verdict: str, *, after_id: int, limit: int) -> list[Found]:

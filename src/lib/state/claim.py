@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,7 +49,8 @@ _VERSION = re.compile(r"[\x21-\x7e]{1,1024}")  # S3's are 32 printable character
 @dataclass(frozen=True)
 class KeptOriginal:
     """An image's original kept in the originals bucket: where (the bucket it was written
-    to, its key, S3's version), and what (SHA-256 and length of the object's bytes)."""
+    to, its key, S3's version), and what (SHA-256 and length of the object's bytes).
+    `confirmed` False: its body went out whole, S3's answer (and version) not seen yet."""
 
     bucket: str
     key: str
@@ -57,33 +59,86 @@ class KeptOriginal:
     bytes: int
     mime_type: str
     source: OriginalSource
+    confirmed: bool = True
 
     @classmethod
     def from_row(cls, row: list[Any] | tuple[Any, ...]) -> KeptOriginal | None:
         """From image_archive_originals' (bucket, key, version_id, sha256, bytes,
-        mime_type, source); None for a row no release of ours writes (a hand's, a
-        damaged one): each value is checked, none is trusted."""
-        bucket, key, version_id, sha256, size, mime_type, source = row
+        mime_type, source[, confirmed]); None for a row no release of ours writes (a
+        hand's, a damaged one): each value is checked, none is trusted."""
+        bucket, key, version_id, sha256, size, mime_type, source, *rest = row
+        confirmed = rest[0] if rest else True
         if not (
-            isinstance(bucket, str)
-            and is_bucket_name(bucket)
-            and isinstance(key, str)
-            and _KEY.fullmatch(key)
+            is_original(bucket, key, size)
             and _is_version(version_id)
             and isinstance(sha256, str)
             and _SHA256.fullmatch(sha256)
-            and isinstance(size, int)
-            and 0 < size <= MAX_IMAGE_BYTES_BOUND
             and isinstance(mime_type, str)
             and _MIME.fullmatch(mime_type)
             and source in set(OriginalSource)
+            and isinstance(confirmed, bool)
+            and len(rest) <= 1
         ):
             return None
-        return cls(bucket, key, version_id, sha256, size, mime_type, OriginalSource(source))
+        source = OriginalSource(source)
+        return cls(bucket, key, version_id, sha256, size, mime_type, source, confirmed)
+
+
+def is_original(bucket: Any, key: Any, size: Any) -> bool:
+    """Whether a row's bucket, key and length are what a release of ours records."""
+    return (
+        isinstance(bucket, str)
+        and is_bucket_name(bucket)
+        and isinstance(key, str)
+        and bool(_KEY.fullmatch(key))
+        and isinstance(size, int)
+        and 0 < size <= MAX_IMAGE_BYTES_BOUND
+    )
 
 
 def _is_version(value: Any) -> bool:
     return value is None or (isinstance(value, str) and bool(_VERSION.fullmatch(value)))
+
+
+def is_version(value: Any) -> bool:
+    """Whether `value` is a version S3 could have given (or none: an unversioned bucket)."""
+    return _is_version(value)
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """An original S3 holds (its answer to the PUT, or the audit's HEAD): the row it
+    confirms (record and key, still unconfirmed) and the object's version."""
+
+    record_id: int
+    key: str
+    version_id: str | None
+
+
+def original_params(original: KeptOriginal | None) -> dict[str, Any]:
+    """The original's columns as the success write's parameters (all None: none kept)."""
+    if original is None:
+        names = ("bucket", "key", "version_id", "sha256", "bytes", "mime_type", "source")
+        return {f"original_{name}": None for name in (*names, "confirmed")}
+    return {
+        "original_bucket": original.bucket,
+        "original_key": original.key,
+        "original_version_id": original.version_id,
+        "original_sha256": original.sha256,
+        "original_bytes": original.bytes,
+        "original_mime_type": original.mime_type,
+        "original_source": str(original.source),
+        "original_confirmed": original.confirmed,
+    }
+
+
+def confirmed_params(confirmed: Sequence[Confirmed]) -> dict[str, Any]:
+    """The parameters of original_confirmed (lib/sql/queries.sql), parallel arrays."""
+    return {
+        "confirmed_records": [c.record_id for c in confirmed],
+        "confirmed_keys": [c.key for c in confirmed],
+        "confirmed_versions": [c.version_id for c in confirmed],
+    }
 
 
 @dataclass(frozen=True)
@@ -163,11 +218,28 @@ class ClaimSnapshot:
     lane: LaneState | None = None  # the upload lane when the claim ran
     booked_at: datetime | None = None  # the record's booked upload slot, if any
 
+    @classmethod
+    def of(cls, head: Sequence[Any], lane: LaneState, booked_at: datetime | None) -> ClaimSnapshot:
+        """From the claim's first columns: status, archive status, whether the lock had
+        expired, seconds until due, whether the claim failed the row (exhausted)."""
+        status, archive_status, expired, due_in, exhausted = head
+        return cls(
+            exists=status is not None,
+            status=status,
+            archive_status=archive_status,
+            lock_expired=bool(expired),
+            due_in_seconds=float(due_in) if due_in is not None else 0.0,
+            exhausted=bool(exhausted),
+            lane=lane,
+            booked_at=booked_at,
+        )
+
 
 @dataclass(frozen=True)
 class ClaimResult:
     task: Task | None
     snapshot: ClaimSnapshot
+    confirmed: int = 0  # originals the claim confirmed (ArchiveRecords.claim's `confirmed`)
 
 
 def early_delay(snapshot: ClaimSnapshot) -> int | None:

@@ -17,11 +17,14 @@ from lib.state.claim import (
     EARLY_SLACK_SECONDS,
     ClaimResult,
     ClaimSnapshot,
+    Confirmed,
     KeptOriginal,
     Restoring,
     SentImage,
     StagedCopy,
     Task,
+    confirmed_params,
+    original_params,
 )
 from lib.state.events import Actor, Event, EventKind, detail_param, events_param
 from lib.state.lane import lane_state, settled
@@ -68,6 +71,7 @@ class ArchiveRecords(Statements):
         receive_count: int = 0,
         queue_mark: datetime | None = None,
         published: Sequence[Publication] = (),
+        confirmed: Sequence[Confirmed] = (),
     ) -> ClaimResult:
         """capture_while_paused (staging on): a paused lane still lets a row that is not
         staged yet be claimed, to be captured; a staged row waits for the lane.
@@ -75,7 +79,9 @@ class ArchiveRecords(Statements):
         queue_mark: the message's SentTimestamp on its first receive (Message.queue_mark),
         which moves the queue's receive mark on in the same statement.
         published: the events this container published since its last claim, which leave
-        the outbox in the same statement (lib.publish)."""
+        the outbox in the same statement (lib.publish).
+        confirmed: the originals S3 answered for since (lib.archive.confirmations), which
+        the statement confirms; how many it did is the result's `confirmed`."""
         [row] = self._run(
             "claim",
             record_id=record_id,
@@ -90,28 +96,19 @@ class ArchiveRecords(Statements):
             publish=self.written.publish,
             event_id=None,
             **published_params(published, Actor.WORKER),
+            **confirmed_params(confirmed),
             paced=self.paced,
         )
         self.written.add(record_id, row[25:29])
-        (status, archive_status, expired, due_in, exhausted) = row[:5]
         (claimed_id, user_id, username, url, started, attempt) = row[5:11]
         may_be_hosted = row[11]
-        lane = lane_state(row[12:19])
         staged_key, staged_sha256, staged_bytes, first_claimed_at, booked_at, sent = row[19:25]
         restoring, old_key = row[29:31]
-        original = KeptOriginal.from_row(row[31:38])
-        snapshot = ClaimSnapshot(
-            exists=status is not None,
-            status=status,
-            archive_status=archive_status,
-            lock_expired=bool(expired),
-            due_in_seconds=float(due_in) if due_in is not None else 0.0,
-            exhausted=bool(exhausted),
-            lane=lane,
-            booked_at=booked_at,
-        )
+        original = KeptOriginal.from_row(row[31:39])
+        confirmed_count = int(row[39] or 0)
+        snapshot = ClaimSnapshot.of(row[:5], lane_state(row[12:19]), booked_at)
         if claimed_id is None:
-            return ClaimResult(None, snapshot)
+            return ClaimResult(None, snapshot, confirmed_count)
         task = Task(
             record_id=int(claimed_id),
             user_id=int(user_id),
@@ -128,7 +125,7 @@ class ArchiveRecords(Statements):
             sent=SentImage.from_json(sent),
             restore=Restoring(old_key, original) if restoring else None,
         )
-        return ClaimResult(task, snapshot)
+        return ClaimResult(task, snapshot, confirmed_count)
 
     def succeed(
         self,
@@ -176,7 +173,7 @@ class ArchiveRecords(Statements):
             altered=altered,
             event_id=event_id,
             event_detail=json.dumps(event, ensure_ascii=False),
-            **_original_params(original),
+            **original_params(original),
             **settled(counted=log_upload, paced=self.paced),
             **_story(task, events, story),
         )
@@ -356,32 +353,6 @@ def _story(task: Task, events: Sequence[Event], detail: Mapping[str, Any]) -> di
         "attempt": task.attempt,
         "detail": detail_param(**{k: v for k, v in detail.items() if v is not None}),
     }
-
-
-def _original_params(original: KeptOriginal | None) -> dict[str, Any]:
-    """The original's columns as the success write's parameters (all None: none kept)."""
-    if original is None:
-        return dict.fromkeys(ORIGINAL_PARAMS)
-    return {
-        "original_bucket": original.bucket,
-        "original_key": original.key,
-        "original_version_id": original.version_id,
-        "original_sha256": original.sha256,
-        "original_bytes": original.bytes,
-        "original_mime_type": original.mime_type,
-        "original_source": str(original.source),
-    }
-
-
-ORIGINAL_PARAMS = (
-    "original_bucket",
-    "original_key",
-    "original_version_id",
-    "original_sha256",
-    "original_bytes",
-    "original_mime_type",
-    "original_source",
-)
 
 
 def _sent(sent: SentImage | None) -> str | None:
