@@ -7,15 +7,17 @@ machines. moto (SQS, and S3 for the staging and originals buckets) is started wi
 child's environment: every archive bench runs with staging on, as a deployed stack does;
 those that say so keep originals too (ORIGINALS_ENV).
 `limited()` starts a second provider and Lsky, each behind a link of LINK_BYTES_PER_SEC
-(the transfer bench's limited pairs), and `apart()` a provider that writes each answer's
-header and body apart with Nagle on (the overhead bench's second case), the first time each
-is asked for.
+(the transfer bench's limited pairs), `apart()` a provider that writes each answer's
+header and body apart with Nagle on (the overhead bench's second case), and `remote_s3()`
+an S3 that costs this machine what a remote one would (bench.remote_s3: the transfer
+bench's originals), the first time each is asked for.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -95,6 +97,7 @@ class Services:
         self.lsky_storage = Path(tempfile.mkdtemp(prefix="bench-lsky-"))
         self._limited: Limited | None = None
         self._apart = ""
+        self._remote_s3 = ""
         self._ids = itertools.count(1)
 
     def start(self) -> Self:
@@ -136,6 +139,23 @@ class Services:
             )
             self._apart = _read_announcement(process, "UPSTREAM_URL=")
         return self._apart
+
+    def remote_s3(self) -> str:
+        """The URL of an S3 that costs this machine what a remote one would (bench.remote_s3:
+        PutObject received and answered, nothing stored). Started once."""
+        if not self._remote_s3:
+            process = self._spawn([sys.executable, "-m", "bench.remote_s3"])
+            self._remote_s3 = _read_announcement(process, "REMOTE_S3_URL=")
+        return self._remote_s3
+
+    def remote_s3_puts(self) -> int:
+        """How many PUTs bench.remote_s3 has answered (0 before it started)."""
+        if not self._remote_s3:
+            return 0
+        import urllib3  # noqa: PLC0415
+
+        answer = urllib3.request("GET", f"{self._remote_s3}/__counts", timeout=10)
+        return int(json.loads(answer.data)["puts"])
 
     def _spawn(self, args: list[str]) -> subprocess.Popen[str]:
         process = subprocess.Popen(

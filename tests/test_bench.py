@@ -1,14 +1,25 @@
-"""The bench plumbing that is not timing: process memory readers and the table."""
+"""The bench plumbing that is not timing: process memory readers, the table, and the S3
+stand-in that costs the machine what a remote S3 would."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
 from bench.common import Row, peak_rss, reset_peak_rss, rss
 from bench.lane import greedy_schedule
 from bench.migrate import window
+from bench.remote_s3 import RemoteS3Server
 from bench.run import render
+
+from lib.platform.s3 import OriginalsError
+from lib.platform.s3_originals import OriginalsBucket
 
 
 def test_memory_readers_see_an_allocation() -> None:
@@ -62,3 +73,103 @@ def test_the_history_bench_s_plans_run_the_statements_as_they_are_now(db: Any, p
     # Each statement ran (an empty table may well be read whole: the bench asks with
     # 10,000,000 events, where the plan matters).
     assert set(plans) == {"claim", "take_lost", "date_undated"}
+
+
+@pytest.fixture
+def remote_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """bench.remote_s3 on loopback, and the environment an S3 client of ours reads."""
+    server = RemoteS3Server(("127.0.0.1", 0))
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = server.url
+    for name, value in {
+        "AWS_ENDPOINT_URL_S3": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+class _Bytes:
+    """A spool's reading side, over bytes (lib.platform.s3_body.Readable)."""
+
+    def __init__(self, data: bytes, *, ends_at: int | None = None) -> None:
+        self.data, self.size = data, len(data)
+        self.ends_at = len(data) if ends_at is None else ends_at
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        return self.data[offset : min(offset + size, self.ends_at)]
+
+
+def _counts(url: str) -> dict[str, int]:
+    answer = urllib3.request("GET", f"{url}/__counts", timeout=5)
+    counts: dict[str, int] = json.loads(answer.data)
+    return counts
+
+
+def test_the_remote_s3_stand_in_answers_the_originals_put_as_s3_does(remote_s3: str) -> None:
+    bucket = OriginalsBucket("bench-originals")
+    data = bytes(range(256)) * 4096 * 3  # 3 MiB: more than one read of the server's
+    first = bucket.put(
+        "originals/1/a.png",
+        _Bytes(data),
+        content_type="image/png",
+        metadata={"record-id": "1"},
+        deadline=time.monotonic() + 10,
+    )
+    second = bucket.put(
+        "originals/1/b.png",
+        _Bytes(b"x"),
+        content_type="image/png",
+        metadata={"record-id": "1"},
+        deadline=time.monotonic() + 10,
+    )
+    assert first.sha256 == hashlib.sha256(data).hexdigest()
+    assert first.size == len(data)
+    assert first.version_id
+    assert second.version_id
+    assert first.version_id != second.version_id
+    assert _counts(remote_s3) == {"puts": 2, "bytes": len(data) + 1}
+
+
+def test_the_remote_s3_stand_in_stores_nothing_of_a_body_cut_short(remote_s3: str) -> None:
+    bucket = OriginalsBucket("bench-originals", max_attempts=1)
+    with pytest.raises(OriginalsError):
+        bucket.put(
+            "originals/2/a.png",
+            _Bytes(b"y" * 500_000, ends_at=200_000),  # the source fails part way
+            content_type="image/png",
+            metadata={"record-id": "2"},
+            deadline=time.monotonic() + 10,
+        )
+    assert _counts(remote_s3) == {"puts": 0, "bytes": 0}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("GET", "/bench-originals/originals/1/a.png", {}, 501),
+        ("HEAD", "/bench-originals/originals/1/a.png", {}, 501),
+        ("PUT", "/bench-originals/k?uploads", {"Content-Length": "0"}, 501),
+        ("PUT", "/bench-originals/", {"Content-Length": "0"}, 501),
+        ("PUT", "/b/k", {"Transfer-Encoding": "chunked"}, 411),
+        (
+            "PUT",
+            "/b/k",
+            {"Content-Length": "4", "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER"},
+            501,
+        ),
+        ("PUT", "/b/k", {"Content-Length": str(6 * 1024**3)}, 400),
+    ],
+)
+def test_the_remote_s3_stand_in_refuses_what_the_function_does_not_send(
+    remote_s3: str, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    answer = urllib3.request(
+        method, remote_s3 + path, headers=headers, body=None, timeout=5, retries=False
+    )
+    assert answer.status == status
+    assert _counts(remote_s3)["puts"] == 0
