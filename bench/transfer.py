@@ -173,6 +173,7 @@ class _OriginalsSide:
         self.timings: dict[str, dict[str, list[float]]] = {
             s3: {
                 "write_s": [],
+                "write_cpu_s": [],  # its thread's CPU
                 "after_body_s": [],
                 "wait_s": [],
                 "tail_cpu_s": [],  # the process's CPU after the handler returned, to S3's answer
@@ -199,10 +200,12 @@ class _OriginalsSide:
             pending.append(keeping)
 
             def timed(cut: Any) -> Any:
+                cpu_began = time.thread_time()
                 try:
                     return write(cut)
                 finally:
                     ended = time.perf_counter()
+                    timings["write_cpu_s"].append(time.thread_time() - cpu_began)
                     timings["write_s"].append(ended - began)
                     if hasattr(cut, "sent_at"):
                         timings["after_body_s"].append(ended - cut.sent_at)
@@ -478,7 +481,8 @@ def _original_pair(result: dict[str, Any], s3: str, kept: list[float], where: st
         Row(
             "2",
             f"where keeping the original's time goes, {where}, {which}",
-            f"its PUT {ms(median(timings['write_s']))}, S3's answer "
+            f"its PUT {ms(median(timings['write_s']))} ({ms(median(timings['write_cpu_s']))} "
+            "of its thread's CPU), S3's answer "
             f"{ms(median(timings['after_body_s']))} after the body's last byte; the function's "
             f"CPU an archive {ms(median(with_cpu))} with it ({ms(median(tails))} of it after "
             f"the handler returned), {ms(median(result['cpu_s']['handler']))} without; "

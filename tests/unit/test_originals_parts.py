@@ -8,6 +8,7 @@ import hashlib
 import io
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from lib.transfer.held import Sha1Reader, hold
 from lib.transfer.imagetype import JPEG, PNG
 from lib.transfer.multipart import BodyLengthError
 from lib.transfer.relay import Relay
-from tests.support import HANG_SECONDS
+from tests.support import HANG_SECONDS, wait_until
 
 BASE = {
     "DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/db",
@@ -208,6 +209,46 @@ def test_a_reader_beside_the_relay_gets_what_landed_then_the_end_or_the_failure(
     with pytest.raises(BodyLengthError, match="after 1000 of"):
         broken.read_at(1000, 5000)
     assert isinstance(broken.reader, Sha1Reader)
+
+
+def test_a_reader_beside_the_relay_is_woken_once_a_whole_read_has_landed() -> None:
+    """The download landing in small chunks (a link slower than the CPU), the original's
+    reader gets whole reads, not one read and one send for each chunk."""
+    relay = Relay(size=10 * 1024, image_type=PNG)
+    lands = threading.Semaphore(0)
+    reads: list[bytes] = []
+
+    def download() -> Iterator[bytes]:
+        for n in range(10):
+            assert lands.acquire(timeout=HANG_SECONDS)
+            yield bytes([n]) * 1024
+
+    def read_all() -> None:
+        at = 0
+        while chunk := relay.read_at(at, 4096):
+            reads.append(chunk)
+            at += len(chunk)
+
+    reader = threading.Thread(target=read_all)
+    reader.start()
+    pouring = threading.Thread(target=relay.pour, args=(download(),))
+    pouring.start()
+    for landed in range(1, 11):
+        lands.release()
+        wait_until(lambda landed=landed: _landed(relay) == landed)
+        time.sleep(0.01)  # room for a reader woken too early to read
+        if landed < 10:  # the tenth is the last: the end wakes the reader
+            assert [len(r) for r in reads] == [4096] * (landed // 4), landed
+    pouring.join(HANG_SECONDS)
+    reader.join(HANG_SECONDS)
+    assert [len(r) for r in reads] == [4096, 4096, 2048]  # the rest at the end
+    assert b"".join(reads) == b"".join(bytes([n]) * 1024 for n in range(10))
+
+
+def _landed(relay: Relay) -> int:
+    """Kibibytes poured into `relay` so far."""
+    with relay._changed:
+        return relay._landed // 1024
 
 
 # -- a write kept waiting --------------------------------------------------------------------

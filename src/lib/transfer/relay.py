@@ -60,7 +60,14 @@ class Relay:
         self._ended = False
         self._failed = False
         self._waiting_at: int | None = None  # the offset the upload's thread waits at
-        self._changed = threading.Condition()
+        lock = threading.RLock()
+        self._changed = threading.Condition(lock)  # the upload's thread waits on this
+        # The reader beside the upload (the original's write) waits on this, woken only
+        # once a whole read of its has landed (or the end): on links slower than the CPU
+        # the download lands in small chunks, and a read and a send for each cost that
+        # reader more CPU than its bytes. Its body need only end with the upload's.
+        self._beside = threading.Condition(lock)
+        self._beside_wants: int | None = None  # the end of the read it waits for
         # Whether the upload read the image to its end, on some pass: only then did its
         # request's body go out whole (one cut by its own deadline before that did not).
         self.read_whole = False
@@ -86,6 +93,8 @@ class Relay:
                 write_at(self.spool, self._landed, chunk)
                 self._landed += len(chunk)
                 self._changed.notify_all()
+                if self._beside_wants is not None and self._landed >= self._beside_wants:
+                    self._beside.notify_all()
                 self._hand_over()
         if self._landed != self.size:
             raise _length_failure(f"body was {self._landed} bytes, announced {self.size}")
@@ -94,6 +103,7 @@ class Relay:
         with self._changed:
             self._ended, self._failed = True, failed
             self._changed.notify_all()
+            self._beside.notify_all()
 
     def wait_started(self, timeout: float) -> None:
         """Until the upload's thread asks for the image's first bytes (its request's head
@@ -132,11 +142,15 @@ class Relay:
             return b""
 
     def read_at(self, offset: int, size: int) -> bytes:
-        """At most `size` bytes at `offset` once they have landed, for a reader beside the
-        upload (the original's write): b"" at the end, BodyLengthError once the download
-        failed short of `offset`. The download never waits for this reader."""
+        """`size` bytes at `offset` (fewer only at the end) once they have landed, for the
+        one reader beside the upload (the original's write): b"" at the end,
+        BodyLengthError once the download failed short of `offset`. The download never
+        waits for this reader."""
+        wants = offset + max(1, min(size, self.size - offset))
         with self._changed:
-            self._changed.wait_for(lambda: self._enough(offset))
+            self._beside_wants = wants
+            self._beside.wait_for(lambda: self._ended or self._landed >= wants)
+            self._beside_wants = None
             if self._landed > offset:
                 return self.reader.read_at(offset, min(size, self._landed - offset))
             if self._failed:
