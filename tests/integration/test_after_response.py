@@ -216,6 +216,21 @@ def test_events_off_registers_nothing(world: World, container: Callable[..., Con
     assert world.state(5) == ("SUCCEEDED", 1)
 
 
+def test_a_setting_read_at_init_is_warned_about_once_a_container(
+    on: World, bus: Bus, container: Callable[..., Container], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registration (at init) and the first invocation's worker read the settings
+    once between them: an invalid one falls back to its default with one warning."""
+    monkeypatch.setenv("ARCHIVE_MAX_IMAGE_BYTES", "lots")
+    box = container()
+    on.record(6)
+    invocation = box.invoke(6)
+    released(invocation, box)
+    assert on.state(6) == ("SUCCEEDED", 1)
+    assert [status for status, _ in box.api.registrations] == [200]
+    assert box.output().count("invalid ARCHIVE_MAX_IMAGE_BYTES='lots'") == 1, box.output()
+
+
 def test_an_extension_registers_only_during_init_and_for_invoke_only() -> None:
     """The stand-in keeps the Extensions API's rules the extension relies on, and a
     registration refused after init leaves the handler publishing before it returns."""

@@ -144,9 +144,16 @@ def _probe(settings: SweeperSettings) -> Callable[[float], bool] | None:
 
 
 @cache
+def archive_settings() -> Settings:
+    """The archive function's settings, read once a container (at init, in Lambda, for
+    the extension): an invalid one is warned about once. Raises ConfigError."""
+    return load_settings()
+
+
+@cache
 def archive_worker() -> ArchiveWorker:
     """The container's worker; raises ConfigError (naming the setting) when misconfigured."""
-    return build_worker(load_settings())
+    return build_worker(archive_settings())
 
 
 @cache
@@ -158,7 +165,7 @@ def after_response() -> AfterResponse | None:
     if api is None:
         return None
     try:
-        events_on = load_settings().event_bus is not None
+        events_on = archive_settings().event_bus is not None
     except ConfigError:  # the first invocation fails on it, naming the setting
         return None
     return AfterResponse.register(api) if events_on else None
@@ -221,6 +228,7 @@ def reset() -> None:
         archive_worker().records.db.close()
     if sweeper.cache_info().currsize:
         sweeper().records.db.close()
+    archive_settings.cache_clear()
     archive_worker.cache_clear()
     sweeper.cache_clear()
     for forget in _forgetters:
