@@ -104,7 +104,7 @@ def readers() -> dict[str, set[str]]:
 
     cli = set().union(*(_config_calls(m.tree) for n, m in found.items() if n.startswith("lib.cli")))
     return {
-        "archive": body("lib.archive.runtime", "archive_worker") | observability,
+        "archive": body("lib.archive.runtime", "archive_settings") | observability,
         "sweeper": body("lib.archive.runtime", "sweeper") | observability,
         "audit": body("lib.audit.runtime", "auditor") | observability,
         "CLI": cli,
