@@ -6,6 +6,7 @@ every hold is a visibility SQS accepts."""
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
 import time
@@ -301,8 +302,12 @@ def test_a_slot_an_attempt_sleeps_for_is_booked_as_it_is_and_a_booking_keeps_its
     held = take(lanes, 3, [(3, 1)], lead=0.5)
     assert held.answer is SlotAnswer.BOOKED
     ahead = (booking_of(db, 3) - held.now).total_seconds() - 0.5
-    assert ahead == pytest.approx(round(ahead), abs=1e-6)
     frees = counts_until(sleeper.at.timestamp(), 3, 0.1)  # Lsky's second and the margin
+    if ahead != pytest.approx(round(ahead), abs=1e-6):
+        # That whole second fell within the tolerance (50 ms) before the slot: the upload
+        # takes the slot, so the booking is dated at it (slots._held).
+        assert 0 < ahead - math.floor(ahead) <= 0.05 + 1e-6
+        assert held.at.timestamp() == pytest.approx(frees, abs=1e-6)
     assert booking_of(db, 3) == held.at
     assert held.at.timestamp() >= frees
 
