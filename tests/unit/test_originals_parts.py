@@ -236,9 +236,13 @@ def test_a_reader_beside_the_relay_is_woken_once_a_whole_read_has_landed() -> No
     for landed in range(1, 11):
         lands.release()
         wait_until(lambda landed=landed: _landed(relay) == landed)
-        time.sleep(0.01)  # room for a reader woken too early to read
-        if landed < 10:  # the tenth is the last: the end wakes the reader
-            assert [len(r) for r in reads] == [4096] * (landed // 4), landed
+        if landed == 10:  # the last: the end wakes the reader
+            break
+        if landed % 4 == 0:  # a whole read has landed: the reader takes it
+            wait_until(lambda landed=landed: len(reads) == landed // 4)
+        else:
+            time.sleep(0.01)  # room for a reader woken too early to read
+        assert [len(r) for r in reads] == [4096] * (landed // 4), landed
     pouring.join(HANG_SECONDS)
     reader.join(HANG_SECONDS)
     assert [len(r) for r in reads] == [4096, 4096, 2048]  # the rest at the end
