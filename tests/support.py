@@ -301,6 +301,20 @@ def set_uploads(conn: Any, count: int, *, within_seconds: float = 800, ago: floa
     )
 
 
+class Spool:
+    """A Readable over bytes (lib.platform.s3_body: what HeldImage and Relay are to an
+    original's body); `short_by` bytes fewer than its size, as a source that failed."""
+
+    def __init__(self, data: bytes, *, short_by: int = 0) -> None:
+        self.data = data
+        self.size = len(data) + short_by
+        self.reads = 0
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        self.reads += 1
+        return self.data[offset : offset + size]
+
+
 def wait_until(
     condition: Callable[[], object],
     what: str = "the condition",

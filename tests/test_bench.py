@@ -20,6 +20,7 @@ from bench.run import render
 
 from lib.platform.s3 import OriginalsError
 from lib.platform.s3_originals import OriginalsBucket
+from tests.support import Spool
 
 
 def test_memory_readers_see_an_allocation() -> None:
@@ -93,17 +94,6 @@ def remote_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     server.server_close()
 
 
-class _Bytes:
-    """A spool's reading side, over bytes (lib.platform.s3_body.Readable)."""
-
-    def __init__(self, data: bytes, *, ends_at: int | None = None) -> None:
-        self.data, self.size = data, len(data)
-        self.ends_at = len(data) if ends_at is None else ends_at
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        return self.data[offset : min(offset + size, self.ends_at)]
-
-
 def _counts(url: str) -> dict[str, int]:
     answer = urllib3.request("GET", f"{url}/__counts", timeout=5)
     counts: dict[str, int] = json.loads(answer.data)
@@ -115,14 +105,14 @@ def test_the_remote_s3_stand_in_answers_the_originals_put_as_s3_does(remote_s3: 
     data = bytes(range(256)) * 4096 * 3  # 3 MiB: more than one read of the server's
     first = bucket.put(
         "originals/1/a.png",
-        _Bytes(data),
+        Spool(data),
         content_type="image/png",
         metadata={"record-id": "1"},
         deadline=time.monotonic() + 10,
     )
     second = bucket.put(
         "originals/1/b.png",
-        _Bytes(b"x"),
+        Spool(b"x"),
         content_type="image/png",
         metadata={"record-id": "1"},
         deadline=time.monotonic() + 10,
@@ -140,7 +130,7 @@ def test_the_remote_s3_stand_in_stores_nothing_of_a_body_cut_short(remote_s3: st
     with pytest.raises(OriginalsError):
         bucket.put(
             "originals/2/a.png",
-            _Bytes(b"y" * 500_000, ends_at=200_000),  # the source fails part way
+            Spool(b"y" * 200_000, short_by=300_000),  # the source fails part way
             content_type="image/png",
             metadata={"record-id": "2"},
             deadline=time.monotonic() + 10,

@@ -25,7 +25,7 @@ from lib.transfer.held import Sha1Reader, hold
 from lib.transfer.imagetype import JPEG, PNG
 from lib.transfer.multipart import BodyLengthError
 from lib.transfer.relay import Relay
-from tests.support import HANG_SECONDS, wait_until
+from tests.support import HANG_SECONDS, Spool, wait_until
 
 BASE = {
     "DATABASE_URL": "postgresql://u:p@127.0.0.1:5432/db",
@@ -112,19 +112,6 @@ def test_whatever_a_row_holds_is_checked_before_it_is_an_original(row: tuple[Any
 
 
 # -- the body streamed from the spool -------------------------------------------------------
-
-
-class Spool:
-    """A Readable over bytes (what HeldImage and Relay are to the body)."""
-
-    def __init__(self, data: bytes, *, short_by: int = 0) -> None:
-        self.data = data
-        self.size = len(data) + short_by
-        self.reads = 0
-
-    def read_at(self, offset: int, size: int) -> bytes:
-        self.reads += 1
-        return self.data[offset : offset + size]
 
 
 DATA = bytes(range(256)) * 3000  # 768,000 bytes: several of the body's reads
