@@ -126,7 +126,8 @@ class RemoteS3Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # an answer to a HEAD has no body
+            self.wfile.write(body)
         self.close_connection = True
 
 
